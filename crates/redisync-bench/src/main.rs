@@ -1,0 +1,444 @@
+//! Benchmark driver for redisync: the scenarios of `/work/shared/BENCH.md`.
+//!
+//! ```text
+//! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters] [--lease fixed|watchdog]
+//! redisync-bench --all [--quick]
+//! ```
+//!
+//! With `--ports` the servers already listening on 127.0.0.1 are used and
+//! exactly one JSON line is printed on stdout (logs go to stderr); the exit
+//! status is 0 even when the line says `"ok": false` (2 for a bad command
+//! line). `--all` starts a fresh `redis-server` through `redisync-testkit`
+//! for every run of S1, S2 (fixed lease), S2 (watchdog lease) and S3 and
+//! prints one line per run; it exits with 1 if any run was not ok.
+//!
+//! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
+//! one `redisync::Client`. Times come from one monotonic clock (`Instant`).
+
+mod redis_stats;
+mod scenarios;
+mod stats;
+
+use redis_stats::RedisStats;
+use scenarios::{run_s1, run_s2, run_s3, warm_up, Target};
+use serde_json::{json, Map, Value};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The one key every scenario locks.
+const KEY: &str = "bench:lock";
+
+const USAGE: &str = "\
+usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
+       redisync-bench --all [--quick]
+parameters (defaults per scenario as in BENCH.md):
+  S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
+  S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
+  S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
+  --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)";
+
+const ALGORITHM: &str = "redisync::Lock: reentrant lock in a Redis hash, acquire/release as Lua \
+     scripts, waiters woken through pub/sub, fencing tokens";
+const RETRY: &str = "try_lock(wait, lease): the library waits for a release notification until \
+     `wait` runs out (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of \
+     wait-s)";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    S1,
+    S2,
+    S3,
+}
+
+/// Which lease every acquisition asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lease {
+    /// `try_lock(wait, Some(ttl))`: the watchdog is not involved.
+    Fixed,
+    /// `try_lock(wait, None)`: the library's watchdog keeps the lease alive.
+    Watchdog,
+}
+
+/// One scenario run.
+#[derive(Clone, Debug)]
+struct Opts {
+    scenario: Scenario,
+    ports: Vec<u16>,
+    iterations: usize,
+    duration: Duration,
+    workers: usize,
+    hold: Duration,
+    requests: usize,
+    wait: Duration,
+    ttl: Duration,
+    lease: Lease,
+}
+
+impl Opts {
+    /// BENCH.md's parameters for `scenario`.
+    fn defaults(scenario: Scenario) -> Self {
+        let s3 = scenario == Scenario::S3;
+        Self {
+            scenario,
+            ports: Vec::new(),
+            iterations: 3000,
+            duration: Duration::from_secs(5),
+            workers: 16,
+            hold: Duration::from_millis(if s3 { 300 } else { 2 }),
+            requests: 100,
+            wait: Duration::from_secs(35),
+            ttl: Duration::from_millis(if s3 { 60_000 } else { 10_000 }),
+            lease: Lease::Fixed,
+        }
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        match self.lease {
+            Lease::Fixed => Some(self.ttl),
+            Lease::Watchdog => None,
+        }
+    }
+
+    fn ttl_ms(&self) -> Value {
+        match self.lease {
+            Lease::Fixed => json!(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)),
+            Lease::Watchdog => Value::Null,
+        }
+    }
+
+    fn settings(&self) -> Value {
+        json!({
+            "algorithm": ALGORITHM,
+            "retry": RETRY,
+            "ttl_ms": self.ttl_ms(),
+            "lease": match self.lease {
+                Lease::Fixed => "fixed",
+                Lease::Watchdog => "watchdog (library default watchdog_timeout)",
+            },
+        })
+    }
+
+    fn params(&self) -> Value {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        match self.scenario {
+            Scenario::S1 => json!({
+                "iterations": self.iterations,
+                "duration_s": self.duration.as_secs_f64(),
+                "ttl_ms": self.ttl_ms(),
+            }),
+            Scenario::S2 => json!({
+                "workers": self.workers,
+                "hold_ms": ms(self.hold),
+                "duration_s": self.duration.as_secs_f64(),
+                "ttl_ms": self.ttl_ms(),
+            }),
+            Scenario::S3 => json!({
+                "requests": self.requests,
+                "hold_ms": ms(self.hold),
+                "wait_s": self.wait.as_secs_f64(),
+                "ttl_ms": self.ttl_ms(),
+            }),
+        }
+    }
+
+    fn model(&self) -> String {
+        let runtime = format!(
+            "multi-thread runtime ({} workers), one redisync Client",
+            tokio::runtime::Handle::current().metrics().num_workers()
+        );
+        let work = "hold = std::thread::sleep on the blocking pool";
+        match self.scenario {
+            Scenario::S1 => format!("1 tokio task, {runtime}"),
+            Scenario::S2 => format!("{} tokio tasks, {runtime}; {work}", self.workers),
+            Scenario::S3 => format!("{} tokio tasks, {runtime}; {work}", self.requests),
+        }
+    }
+}
+
+/// What the command line asks for.
+enum Command {
+    One(Opts),
+    All { quick: bool },
+    Help,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut all = false;
+    let mut quick = false;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let Some(name) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument {arg:?}"));
+        };
+        match name {
+            "all" => all = true,
+            "quick" => quick = true,
+            "help" => return Ok(Command::Help),
+            _ => {
+                let (key, value) = match name.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (
+                        name.to_string(),
+                        args.next().ok_or(format!("missing value for --{name}"))?,
+                    ),
+                };
+                pairs.push((key, value));
+            }
+        }
+    }
+    if all {
+        if let Some((k, _)) = pairs.first() {
+            return Err(format!("--{k} cannot be combined with --all"));
+        }
+        return Ok(Command::All { quick });
+    }
+    if quick {
+        return Err("--quick only goes with --all".into());
+    }
+    let scenario = match pairs.iter().find(|(k, _)| k == "scenario").map(|(_, v)| v.as_str()) {
+        Some("S1") => Scenario::S1,
+        Some("S2") => Scenario::S2,
+        Some("S3") => Scenario::S3,
+        _ => return Err("--scenario S1|S2|S3 is required".into()),
+    };
+    let mut o = Opts::defaults(scenario);
+    let mut have_ports = false;
+    for (key, value) in &pairs {
+        let secs = |v: &str| -> Result<Duration, String> {
+            let x: f64 = v.parse().map_err(|e| format!("--{key} {v}: {e}"))?;
+            Duration::try_from_secs_f64(x).map_err(|e| format!("--{key} {v}: {e}"))
+        };
+        let count = |v: &str| -> Result<usize, String> {
+            v.parse().map_err(|e| format!("--{key} {v}: {e}"))
+        };
+        match key.as_str() {
+            "scenario" => {}
+            "ports" => {
+                o.ports = value
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.parse::<u16>().map_err(|e| format!("--ports {value}: {e}")))
+                    .collect::<Result<_, _>>()?;
+                have_ports = true;
+            }
+            "iterations" => o.iterations = count(value)?,
+            "workers" => o.workers = count(value)?,
+            "requests" => o.requests = count(value)?,
+            "duration-s" => o.duration = secs(value)?,
+            "wait-s" => o.wait = secs(value)?,
+            "hold-ms" => o.hold = secs(value)? / 1000,
+            "ttl-ms" => o.ttl = secs(value)? / 1000,
+            "lease" => {
+                o.lease = match value.as_str() {
+                    "fixed" => Lease::Fixed,
+                    "watchdog" => Lease::Watchdog,
+                    _ => return Err("--lease fixed|watchdog".into()),
+                }
+            }
+            _ => return Err(format!("unknown option --{key}")),
+        }
+    }
+    if !have_ports || !matches!(o.ports.len(), 1 | 3) {
+        return Err("--ports P1 or --ports P1,P2,P3 is required".into());
+    }
+    Ok(Command::One(o))
+}
+
+/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S3.
+fn all_runs(quick: bool) -> Vec<Opts> {
+    let mut s1 = Opts::defaults(Scenario::S1);
+    let mut s2 = Opts::defaults(Scenario::S2);
+    let mut s3 = Opts::defaults(Scenario::S3);
+    if quick {
+        s1.iterations = 500;
+        s2.duration = Duration::from_secs(2);
+        s3.requests = 20;
+        s3.hold = Duration::from_millis(50);
+    }
+    let s2_watchdog = Opts {
+        lease: Lease::Watchdog,
+        ..s2.clone()
+    };
+    vec![s1, s2, s2_watchdog, s3]
+}
+
+/// The fields every line starts with (`ok` stays false until the run is done).
+fn header(o: &Opts) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("ok".into(), json!(false));
+    out.insert("peer".into(), json!("redisync"));
+    out.insert("lib".into(), json!("redisync"));
+    out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
+    out.insert("client".into(), json!("fred 10.1 (one redisync::Client)"));
+    out.insert("lang".into(), json!("rust"));
+    out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
+    out.insert("instances".into(), json!(o.ports.len()));
+    out.insert("settings".into(), o.settings());
+    out.insert("model".into(), json!(o.model()));
+    out.insert("params".into(), o.params());
+    out
+}
+
+/// Connects, warms up, runs the scenario and merges its fields into `out`.
+async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
+    let urls: Vec<String> = o
+        .ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let stats = RedisStats::connect(&urls).await?;
+    let client = redisync::Client::connect(urls[0].as_str())
+        .await
+        .map_err(|e| format!("connect {}: {e}", urls[0]))?;
+    let target = Target {
+        lock: client.lock(KEY),
+        lease: o.lease(),
+    };
+    let result = async {
+        warm_up(&target).await?;
+        match o.scenario {
+            Scenario::S1 => run_s1(&target, &stats, o.iterations, o.duration).await,
+            Scenario::S2 => run_s2(&target, &stats, o.workers, o.hold, o.duration).await,
+            Scenario::S3 => run_s3(&target, &stats, o.requests, o.hold, o.wait).await,
+        }
+    }
+    .await;
+    let shutdown = client.shutdown().await;
+    stats.quit().await;
+    out.extend(result?);
+    shutdown.map_err(|e| format!("shutdown: {e}"))
+}
+
+/// One scenario run as one JSON object.
+async fn run_one(o: &Opts) -> Map<String, Value> {
+    let mut out = header(o);
+    if o.ports.len() == 3 {
+        out.insert("error".into(), json!("S4 (Redlock) not implemented yet"));
+        return out;
+    }
+    match run(o, &mut out).await {
+        Ok(()) => {
+            let mut problems = Vec::new();
+            let count = |k: &str| out.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let (violations, overlaps) = (count("violations"), count("overlaps"));
+            if violations + overlaps > 0 {
+                problems.push(format!(
+                    "mutual exclusion violated (violations={violations}, overlaps={overlaps})"
+                ));
+            }
+            if let Some(Value::Array(errors)) = out.get("errors") {
+                problems.extend(errors.iter().filter_map(Value::as_str).map(String::from));
+            }
+            if count("fencing_token_regressions") > 0 {
+                eprintln!("warning: fencing tokens did not grow with every new holder");
+            }
+            if problems.is_empty() {
+                out.insert("ok".into(), json!(true));
+            } else {
+                out.insert("error".into(), json!(problems.join("; ")));
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            out.insert("error".into(), json!(e));
+        }
+    }
+    out
+}
+
+fn emit(out: Map<String, Value>) -> bool {
+    let ok = out.get("ok").and_then(Value::as_bool).unwrap_or(false);
+    println!("{}", Value::Object(out));
+    ok
+}
+
+async fn run_all(quick: bool) -> ExitCode {
+    let mut all_ok = true;
+    for mut o in all_runs(quick) {
+        let server = redisync_testkit::RedisServer::start().await;
+        o.ports = vec![server.port()];
+        eprintln!(
+            "running {:?} (lease {:?}) against {}",
+            o.scenario,
+            o.lease,
+            server.url()
+        );
+        let out = run_one(&o).await;
+        drop(server);
+        all_ok &= emit(out);
+    }
+    if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> ExitCode {
+    stats::now_ns(); // starts the monotonic clock
+    match parse_args(std::env::args().skip(1)) {
+        Ok(Command::One(o)) => {
+            emit(run_one(&o).await);
+            ExitCode::SUCCESS
+        }
+        Ok(Command::All { quick }) => run_all(quick).await,
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            let mut out = Map::new();
+            out.insert("ok".into(), json!(false));
+            out.insert("error".into(), json!(e));
+            out.insert("lib".into(), json!("redisync"));
+            out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
+            out.insert("lang".into(), json!("rust"));
+            emit(out);
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Command, String> {
+        parse_args(s.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let Ok(Command::One(o)) = parse("--scenario S3 --ports 7400") else {
+            panic!("S3 did not parse");
+        };
+        assert_eq!(o.requests, 100);
+        assert_eq!(o.hold, Duration::from_millis(300));
+        assert_eq!(o.ttl, Duration::from_secs(60));
+        let Ok(Command::One(o)) =
+            parse("--scenario S2 --ports 1,2,3 --workers 4 --hold-ms 2.5 --lease watchdog")
+        else {
+            panic!("S2 did not parse");
+        };
+        assert_eq!(o.ports, vec![1, 2, 3]);
+        assert_eq!(o.workers, 4);
+        assert_eq!(o.hold, Duration::from_micros(2500));
+        assert_eq!(o.lease, Lease::Watchdog);
+        assert!(matches!(
+            parse("--all --quick"),
+            Ok(Command::All { quick: true })
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(parse("--scenario S9 --ports 1").is_err());
+        assert!(parse("--scenario S1").is_err());
+        assert!(parse("--scenario S1 --ports 1,2").is_err());
+        assert!(parse("--scenario S1 --ports 1 --bogus 3").is_err());
+        assert!(parse("--all --ports 1").is_err());
+    }
+}

@@ -1,0 +1,391 @@
+//! `Client`: one command connection, one subscriber connection, the watchdog.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use fred::clients::Client as RedisClient;
+use fred::interfaces::{ClientLike, EventInterface};
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::{Builder, Key, Value};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::hub::Hub;
+use crate::keys;
+use crate::lock::Lock;
+use crate::script::lua_script;
+
+lua_script!(RENEW, "lock_renew.lua");
+
+/// Locks renewed by one watchdog script call.
+const RENEW_BATCH: usize = 100;
+
+/// Default watchdog lease.
+const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
+/// Default per-command timeout.
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Settings of a [`Client`]; made by [`ClientBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+/// Connects a [`Client`] with non-default settings.
+///
+/// ```no_run
+/// # async fn demo() -> redisync::Result<()> {
+/// use std::time::Duration;
+/// let client = redisync::Client::builder("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .command_timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ClientBuilder {
+    url: String,
+    settings: Settings,
+}
+
+impl ClientBuilder {
+    /// Lease of locks taken without an explicit lease; the watchdog renews it
+    /// every `lease / 3` while a guard is alive.
+    ///
+    /// Default: 30 s. Must be at least 30 ms.
+    pub fn watchdog_timeout(mut self, lease: Duration) -> Self {
+        self.settings.watchdog_timeout = lease;
+        self
+    }
+
+    /// Bound on every Redis command (and on connecting). A command that times
+    /// out has an unknown outcome; redisync compensates for acquisitions.
+    ///
+    /// Default: 3 s.
+    pub fn command_timeout(mut self, t: Duration) -> Self {
+        self.settings.command_timeout = t;
+        self
+    }
+
+    /// Connects both connections and starts the background tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL or setting, [`Error::Redis`]
+    /// when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves no client behind (the half-built
+    /// connections are closed when dropped).
+    pub async fn connect(self) -> Result<Client> {
+        Client::connect_with(&self.url, self.settings).await
+    }
+}
+
+/// A connection to Redis (or a cluster or sentinel set) that makes locks.
+///
+/// Cheap to clone: every clone shares one command connection, one subscriber
+/// connection and one watchdog. Dropping the last clone (and the last guard)
+/// closes the connections; [`Client::shutdown`] does it explicitly.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("id", &self.inner.id).finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: uuid::Uuid,
+    id_str: String,
+    pub(crate) redis: RedisClient,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) settings: Settings,
+    closed: AtomicBool,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        for t in crate::hub::lock_unpoisoned(&self.tasks).drain(..) {
+            t.abort();
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let redis = self.redis.clone();
+            let sub = self.hub.subscriber.clone();
+            rt.spawn(async move {
+                let _ = redis.quit().await;
+                let _ = sub.quit().await;
+            });
+        }
+    }
+}
+
+impl Client {
+    /// Connects with default settings. Accepts every URL fred accepts:
+    /// `redis://`, `rediss://` (with a TLS feature of fred), `redis-cluster://`,
+    /// `redis-sentinel://`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL, [`Error::Redis`] when the
+    /// server cannot be reached within the command timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is left behind.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> redisync::Result<()> {
+    /// let client = redisync::Client::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder(url).connect().await
+    }
+
+    /// A builder for non-default settings.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            settings: Settings {
+                watchdog_timeout: DEFAULT_WATCHDOG,
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            },
+        }
+    }
+
+    async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
+        if settings.watchdog_timeout < Duration::from_millis(30) {
+            return Err(Error::InvalidArgument(format!(
+                "watchdog_timeout must be at least 30 ms, got {:?}",
+                settings.watchdog_timeout
+            )));
+        }
+        crate::lock::checked_ms("watchdog_timeout", settings.watchdog_timeout)?;
+        if settings.command_timeout.is_zero() {
+            return Err(Error::InvalidArgument("command_timeout must not be zero".into()));
+        }
+        let config = Config::from_url(url)
+            .map_err(|e| Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details())))?;
+        let mut builder = Builder::from_config(config);
+        let timeout = settings.command_timeout;
+        builder
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+                // Never re-send a lock mutation after a reconnect: scripts run
+                // at most once, and an unknown outcome is compensated.
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = timeout;
+                // Lagging still wakes every waiter, but rarely.
+                p.broadcast_channel_capacity = 4096;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2000, 2));
+        let redis = builder.build()?;
+        let subscriber = builder.build_subscriber_client()?;
+        let connected = tokio::time::timeout(timeout, async {
+            redis.init().await?;
+            subscriber.init().await
+        })
+        .await;
+        match connected {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                let _ = redis.quit().await;
+                let _ = subscriber.quit().await;
+                return Err(Error::Redis(e));
+            }
+            Err(_) => {
+                let _ = redis.quit().await;
+                let _ = subscriber.quit().await;
+                return Err(Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    format!("could not connect to {url} within {timeout:?}"),
+                )));
+            }
+        }
+        let sharded = redis.server_version().is_some_and(|v| v.major >= 7);
+        let id = uuid::Uuid::new_v4();
+        let inner = Arc::new(ClientInner {
+            id,
+            id_str: id.to_string(),
+            redis,
+            hub: Arc::new(Hub::new(subscriber, sharded)),
+            settings,
+            closed: AtomicBool::new(false),
+            tasks: std::sync::Mutex::new(Vec::new()),
+        });
+        let tasks = vec![
+            tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
+            tokio::spawn(follow_reconnects(Arc::downgrade(&inner.hub))),
+            tokio::spawn(watchdog(Arc::downgrade(&inner))),
+        ];
+        *crate::hub::lock_unpoisoned(&inner.tasks) = tasks;
+        Ok(Client { inner })
+    }
+
+    /// The UUID that prefixes every owner id this client writes
+    /// (`"<uuid>:<task id>"`).
+    pub fn id(&self) -> uuid::Uuid {
+        self.inner.id
+    }
+
+    /// A handle on the reentrant lock `name` (no I/O). See [`Lock`].
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+
+    /// Stops the watchdog and background tasks, releases the locks this
+    /// client holds (their guards then report lost), and closes the connections.
+    /// Later calls on this client or its locks fail with [`Error::Shutdown`].
+    ///
+    /// # Errors
+    /// Never fails today; release failures are logged (the leases expire).
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: background tasks are stopped at once; a dropped
+    /// future may leave some locks to expire by lease instead of being released.
+    pub async fn shutdown(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        for t in crate::hub::lock_unpoisoned(&self.inner.tasks).drain(..) {
+            t.abort();
+        }
+        for slot in self.inner.hub.all_slots() {
+            for hold in slot.holders() {
+                hold.mark_lost("client shut down");
+                if let Err(e) = crate::lock::release_hold(&self.inner, &hold, true).await {
+                    tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
+                }
+            }
+        }
+        let _ = self.inner.hub.subscriber.quit().await;
+        let _ = self.inner.redis.quit().await;
+        Ok(())
+    }
+}
+
+impl ClientInner {
+    /// Owner id of the calling task: `"<client uuid>:<task id>"`.
+    pub(crate) fn owner_id(&self) -> Arc<str> {
+        Arc::from(format!("{}:{}", self.id_str, keys::task_tag()))
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Wakes the waiters of every unlock message; on lag wakes everyone.
+async fn receive_messages(hub: Weak<Hub>) {
+    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.message_rx()) else {
+        return;
+    };
+    loop {
+        let msg = rx.recv().await;
+        let Some(hub) = hub.upgrade() else { return };
+        match msg {
+            Ok(m) => hub.on_message(&m.channel),
+            Err(RecvError::Lagged(n)) => {
+                tracing::debug!(missed = n, "unlock messages lagged: waking every waiter");
+                hub.wake_all();
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// After the subscriber reconnects: subscribe again, then wake every waiter
+/// (messages sent while disconnected are gone).
+async fn follow_reconnects(hub: Weak<Hub>) {
+    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.reconnect_rx()) else {
+        return;
+    };
+    loop {
+        let event = rx.recv().await;
+        let Some(hub) = hub.upgrade() else { return };
+        match event {
+            Ok(_) | Err(RecvError::Lagged(_)) => {
+                if let Err(e) = hub.subscriber.resubscribe_all().await {
+                    tracing::warn!(error = %e, "resubscribe after reconnect failed");
+                }
+                hub.wake_all();
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Renews every watchdog-leased hold of the client every `lease / 3`, in
+/// batches; reports holds found gone as lost; a failing renewal is retried
+/// every period until the lease would have run out.
+async fn watchdog(client: Weak<ClientInner>) {
+    let period = match client.upgrade() {
+        Some(c) => c.settings.watchdog_timeout / 3,
+        None => return,
+    };
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let Some(client) = client.upgrade() else { return };
+        let holds: Vec<Arc<Hold>> = client
+            .hub
+            .all_slots()
+            .iter()
+            .flat_map(|s| s.holders())
+            .filter(|h| h.renewed_by_watchdog())
+            .collect();
+        for batch in holds.chunks(RENEW_BATCH) {
+            renew(&client, batch).await;
+        }
+    }
+}
+
+async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
+    let lease = client.settings.watchdog_timeout;
+    let keys: Vec<Key> = batch.iter().map(|h| Key::from(&*h.slot.key)).collect();
+    let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());
+    args.push(Value::Integer(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)));
+    for h in batch {
+        args.push(h.owner.clone());
+        args.push(Value::String(h.token.to_string().into()));
+    }
+    let sent_at = Instant::now();
+    let span_key = batch.first().map(|h| h.slot.key.to_string()).unwrap_or_default();
+    match RENEW.run::<Vec<i64>>(&client.redis, &span_key, keys, args).await {
+        Ok(flags) => {
+            for (h, ok) in batch.iter().zip(flags) {
+                if ok == 1 {
+                    h.extend_validity(sent_at, lease);
+                } else {
+                    h.mark_lost("the watchdog found the lock gone (expired, forced or lost by Redis)");
+                }
+            }
+        }
+        Err(e) => {
+            tracing::debug!(target: "redisync.watchdog.renew", error = %e, "renewal failed; retrying next period");
+            for h in batch {
+                // Marks it lost once the lease would have run out.
+                let _ = h.is_lost();
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The one error type of redisync.
+
+use fred::error::{Error as RedisError, ErrorKind};
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in redisync.
+///
+/// Busy is not an error: `try_lock` returns `Ok(None)` when its wait runs out.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Unlock, extend or release by an owner that does not hold the lock (any
+    /// more): its lease ran out, it was force-unlocked, or Redis lost it.
+    /// Nothing was written.
+    #[error("lock {name:?} is not held by this owner")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+    /// A caller's argument is out of range: empty name, zero or absurd
+    /// duration, zero permits, ...
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The key exists in Redis but is not a redisync lock; it was left untouched.
+    #[error("key {key:?} holds a value of another type, not a redisync lock; it was left untouched")]
+    WrongType {
+        /// The Redis key.
+        key: String,
+    },
+    /// A Lua script failed for a reason other than a wrong key type.
+    #[error("script {name} failed: {message}")]
+    Script {
+        /// The script's file name in `lua/`.
+        name: &'static str,
+        /// What Redis said.
+        message: String,
+    },
+    /// The connection or a command failed (Redis down, timed out, ...).
+    /// After a timeout the outcome of a write is unknown; redisync has then
+    /// already sent a compensating, owner-checked release for acquisitions.
+    #[error("redis: {0}")]
+    Redis(#[from] RedisError),
+    /// [`Client::shutdown`](crate::Client::shutdown) was called.
+    #[error("the redisync client was shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// True for a command that timed out (its outcome on the server is unknown).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Redis(e) if *e.kind() == ErrorKind::Timeout)
+    }
+
+    /// True when trying again later may succeed (connection trouble,
+    /// timeouts), false for errors that will repeat (bad input, wrong type).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Redis(e) => matches!(
+                e.kind(),
+                ErrorKind::Timeout
+                    | ErrorKind::IO
+                    | ErrorKind::Canceled
+                    | ErrorKind::Unknown
+                    | ErrorKind::Routing
+                    | ErrorKind::Backpressure
+                    | ErrorKind::Cluster
+            ),
+            _ => false,
+        }
+    }
+
+    /// Whether the outcome of a write that failed this way is unknown (it may
+    /// have run on the server).
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        matches!(self, Error::Redis(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Unknown))
+    }
+
+    pub(crate) fn from_script(name: &'static str, key: &str, e: RedisError) -> Error {
+        if e.details().contains("WRONGTYPE") {
+            return Error::WrongType { key: key.to_owned() };
+        }
+        let details = e.details();
+        if matches!(e.kind(), ErrorKind::InvalidArgument | ErrorKind::Unknown)
+            && (details.contains("user_script") || details.starts_with("ERR"))
+        {
+            return Error::Script {
+                name,
+                message: details.to_owned(),
+            };
+        }
+        Error::Redis(e)
+    }
+}

@@ -1,0 +1,151 @@
+//! What a client knows about one acquisition it holds: shared by the guards of
+//! one owner (re-entrant holds), renewed by the watchdog, and the source of
+//! `LockGuard::lost()`.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fred::types::Value;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use crate::hub::{lock_unpoisoned, SlotRef};
+
+/// One acquisition (one fencing token) held by one owner on this client.
+pub(crate) struct Hold {
+    pub(crate) owner: Value,
+    pub(crate) owner_str: std::sync::Arc<str>,
+    pub(crate) token: u64,
+    /// Local holds (guards) alive; the Redis count follows it.
+    holds: AtomicU32,
+    /// Guards among `holds` whose lease the watchdog renews.
+    watchdog_holds: AtomicU32,
+    /// Local, conservative end of the lease: measured from when the command
+    /// that set it was sent, so it is never later than the server's expiry.
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+    /// Set once the last guard is gone: no renewal, no loss warnings.
+    released: AtomicBool,
+    /// The local gate permit: the next local waiter goes when the hold ends.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    pub(crate) slot: SlotRef,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        slot: SlotRef,
+        owner: std::sync::Arc<str>,
+        token: u64,
+        valid_until: Instant,
+        watchdog: bool,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Hold {
+        Hold {
+            owner: Value::String(owner.as_ref().into()),
+            owner_str: owner,
+            token,
+            holds: AtomicU32::new(1),
+            watchdog_holds: AtomicU32::new(u32::from(watchdog)),
+            valid_until: Mutex::new(valid_until),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+            released: AtomicBool::new(false),
+            permit: Mutex::new(permit),
+            slot,
+        }
+    }
+
+    /// Another guard of the same owner and acquisition.
+    pub(crate) fn add_hold(&self, watchdog: bool, sent_at: Instant, lease: Duration) {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+        if watchdog {
+            self.watchdog_holds.fetch_add(1, Ordering::AcqRel);
+        }
+        self.extend_validity(sent_at, lease);
+    }
+
+    /// A guard goes away: stops its renewal first. Returns true for the last one.
+    pub(crate) fn drop_hold(&self, watchdog: bool) -> bool {
+        if watchdog {
+            self.watchdog_holds.fetch_sub(1, Ordering::AcqRel);
+        }
+        let last = self.holds.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            self.released.store(true, Ordering::Release);
+        }
+        last
+    }
+
+    pub(crate) fn renewed_by_watchdog(&self) -> bool {
+        self.watchdog_holds.load(Ordering::Acquire) > 0
+            && !self.released.load(Ordering::Acquire)
+            && !self.lost.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *lock_unpoisoned(&self.valid_until)
+    }
+
+    /// The lease now lasts at least until `sent_at + lease`.
+    pub(crate) fn extend_validity(&self, sent_at: Instant, lease: Duration) {
+        let mut v = lock_unpoisoned(&self.valid_until);
+        *v = (*v).max(sent_at + lease);
+    }
+
+    /// The lease was set to exactly `lease` by a command sent at `sent_at`.
+    pub(crate) fn set_validity(&self, sent_at: Instant, lease: Duration) {
+        *lock_unpoisoned(&self.valid_until) = sent_at + lease;
+    }
+
+    /// Lost for good: the lease ran out (by the local clock), a renewal or an
+    /// owner check found it gone, or it was force-unlocked.
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            self.mark_lost("the lease ran out");
+            return true;
+        }
+        false
+    }
+
+    /// Lost, without looking at the clock.
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !self.released.load(Ordering::Acquire) {
+            tracing::warn!(
+                target: "redisync.lease.lost",
+                lock_key = %self.slot.key,
+                owner = %self.owner_str,
+                token = self.token,
+                why,
+                "lock lost while a guard was alive"
+            );
+        }
+        // The lock is no longer ours in Redis: let the next local waiter try.
+        drop(lock_unpoisoned(&self.permit).take());
+        self.lost_notify.notify_waiters();
+    }
+
+    /// Resolves once the hold is lost (see [`Hold::is_lost`]).
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            let _ = tokio::time::timeout_at(self.valid_until(), notified).await;
+        }
+    }
+}

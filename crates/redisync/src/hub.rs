@@ -1,0 +1,310 @@
+//! Per-client state of every lock name in use: the local FIFO gate, the
+//! unlock-message subscription and the local holders.
+//!
+//! A [`Slot`] lives while any local task waits for or holds the lock (each
+//! such user keeps a [`SlotRef`]). Its subscription is taken on the first
+//! failed attempt and kept until the slot is dropped, so a busy lock costs one
+//! SUBSCRIBE per contention episode, not one per acquisition.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use dashmap::DashMap;
+use fred::clients::SubscriberClient;
+use fred::interfaces::PubsubInterface;
+use fred::types::Key;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+
+/// Suffix of the unlock channel after the lock key.
+pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
+
+/// Locks a std mutex, ignoring poison (the data stays consistent: every
+/// critical section here is a few assignments).
+pub(crate) fn lock_unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The local state of one lock name on one client.
+pub(crate) struct Slot {
+    pub(crate) key: Arc<str>,
+    pub(crate) channel: Key,
+    /// Local FIFO queue: only the permit holder contends in Redis or holds the
+    /// lock, so N local waiters cost one Redis contender and local tasks get
+    /// the lock in arrival order.
+    pub(crate) gate: Arc<Semaphore>,
+    /// Bumped on every unlock message (and on reconnect / lag).
+    generation: AtomicU64,
+    notify: Notify,
+    subscribed: AtomicBool,
+    /// Local holders (owner ids with live holds).
+    holders: Mutex<Vec<Arc<Hold>>>,
+}
+
+impl Slot {
+    /// The current unlock-message generation; read it before an attempt.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Waits until an unlock message newer than `since` arrives, or `until`.
+    pub(crate) async fn wait_unlock(&self, since: u64, until: Instant) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.generation() != since {
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, notified).await;
+    }
+
+    pub(crate) fn wake(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Acquire)
+    }
+
+    /// The live local hold of `owner`, if any.
+    pub(crate) fn holder(&self, owner: &str) -> Option<Arc<Hold>> {
+        lock_unpoisoned(&self.holders)
+            .iter()
+            .find(|h| &*h.owner_str == owner && !h.is_lost())
+            .cloned()
+    }
+
+    /// All local holds, for expiry checks, force-unlock and the watchdog.
+    pub(crate) fn holders(&self) -> Vec<Arc<Hold>> {
+        lock_unpoisoned(&self.holders).clone()
+    }
+
+    pub(crate) fn add_holder(&self, hold: Arc<Hold>) {
+        lock_unpoisoned(&self.holders).push(hold);
+    }
+
+    pub(crate) fn remove_holder(&self, hold: &Arc<Hold>) {
+        lock_unpoisoned(&self.holders).retain(|h| !Arc::ptr_eq(h, hold));
+    }
+
+    /// The earliest local lease end among holders, for gate waiters.
+    pub(crate) fn earliest_holder_deadline(&self) -> Option<Instant> {
+        lock_unpoisoned(&self.holders)
+            .iter()
+            .filter(|h| !h.is_marked_lost())
+            .map(|h| h.valid_until())
+            .min()
+    }
+}
+
+struct SlotEntry {
+    slot: Arc<Slot>,
+    users: usize,
+}
+
+/// All slots of one client plus its subscriber connection.
+pub(crate) struct Hub {
+    slots: DashMap<Arc<str>, SlotEntry>,
+    /// Channel -> number of slots subscribed to it. Subscribe and unsubscribe
+    /// of one channel are serialised by its stripe so they reach Redis in order.
+    stripes: Vec<tokio::sync::Mutex<HashMap<Key, usize>>>,
+    pub(crate) subscriber: SubscriberClient,
+    /// SSUBSCRIBE/SPUBLISH (Redis >= 7): the subscribe reply is awaited, so a
+    /// retry after subscribing cannot miss an unlock.
+    pub(crate) sharded: bool,
+}
+
+const STRIPES: usize = 16;
+
+impl Hub {
+    pub(crate) fn new(subscriber: SubscriberClient, sharded: bool) -> Hub {
+        Hub {
+            slots: DashMap::new(),
+            stripes: (0..STRIPES)
+                .map(|_| tokio::sync::Mutex::new(HashMap::new()))
+                .collect(),
+            subscriber,
+            sharded,
+        }
+    }
+
+    /// The publish command the release scripts use.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
+
+    /// Registers a user of the lock `key` (creating its slot).
+    pub(crate) fn slot(self: &Arc<Self>, key: &Arc<str>) -> SlotRef {
+        let mut entry = self.slots.entry(key.clone()).or_insert_with(|| SlotEntry {
+            slot: Arc::new(Slot {
+                key: key.clone(),
+                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                gate: Arc::new(Semaphore::new(1)),
+                generation: AtomicU64::new(0),
+                notify: Notify::new(),
+                subscribed: AtomicBool::new(false),
+                holders: Mutex::new(Vec::new()),
+            }),
+            users: 0,
+        });
+        entry.users += 1;
+        SlotRef {
+            hub: self.clone(),
+            slot: entry.slot.clone(),
+        }
+    }
+
+    /// The slot of `key` if some local task uses it.
+    pub(crate) fn existing_slot(&self, key: &str) -> Option<Arc<Slot>> {
+        self.slots.get(key).map(|e| e.slot.clone())
+    }
+
+    /// Every slot in use (watchdog, shutdown).
+    pub(crate) fn all_slots(&self) -> Vec<Arc<Slot>> {
+        self.slots.iter().map(|e| e.slot.clone()).collect()
+    }
+
+    /// Subscribes the slot's channel (once per slot; the Redis subscription is
+    /// shared by all slots of the channel). Runs in its own task so that a
+    /// cancelled waiter cannot leave the bookkeeping half done.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the subscription completes in the background and is
+    /// undone when the slot is dropped.
+    pub(crate) async fn ensure_subscribed(self: &Arc<Self>, slot: &SlotRef) -> Result<()> {
+        if slot.is_subscribed() {
+            return Ok(());
+        }
+        let user = slot.clone();
+        tokio::spawn(async move { user.hub.subscribe(&user.slot).await })
+            .await
+            .map_err(|e| Error::Redis(fred::error::Error::new(fred::error::ErrorKind::Canceled, e.to_string())))?
+    }
+
+    fn stripe(&self, channel: &Key) -> &tokio::sync::Mutex<HashMap<Key, usize>> {
+        let h = channel
+            .as_bytes()
+            .iter()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(*b)));
+        &self.stripes[h % STRIPES]
+    }
+
+    async fn subscribe(&self, slot: &Slot) -> Result<()> {
+        let mut refs = self.stripe(&slot.channel).lock().await;
+        if slot.is_subscribed() {
+            return Ok(());
+        }
+        let count = refs.entry(slot.channel.clone()).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            let sent = if self.sharded {
+                self.subscriber.ssubscribe(slot.channel.clone()).await
+            } else {
+                self.subscriber.subscribe(slot.channel.clone()).await
+            };
+            if let Err(e) = sent {
+                refs.remove(&slot.channel);
+                return Err(Error::Redis(e));
+            }
+        }
+        slot.subscribed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, channel: Key) {
+        let mut refs = self.stripe(&channel).lock().await;
+        let Some(count) = refs.get_mut(&channel) else {
+            return;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        refs.remove(&channel);
+        let sent = if self.sharded {
+            self.subscriber.sunsubscribe(channel).await
+        } else {
+            self.subscriber.unsubscribe(channel).await
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "unsubscribe failed");
+        }
+    }
+
+    /// An unlock message arrived on `channel`.
+    pub(crate) fn on_message(&self, channel: &str) {
+        if let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) {
+            if let Some(entry) = self.slots.get(key) {
+                entry.slot.wake();
+            }
+        }
+    }
+
+    /// Messages may have been lost (lagging receiver, reconnect): every waiter
+    /// re-checks.
+    pub(crate) fn wake_all(&self) {
+        for entry in &self.slots {
+            entry.slot.wake();
+        }
+    }
+}
+
+/// A counted use of a slot; the slot is dropped (and unsubscribed) with its
+/// last user.
+pub(crate) struct SlotRef {
+    hub: Arc<Hub>,
+    slot: Arc<Slot>,
+}
+
+impl std::ops::Deref for SlotRef {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Clone for SlotRef {
+    fn clone(&self) -> SlotRef {
+        if let Some(mut e) = self.hub.slots.get_mut(&self.slot.key) {
+            if Arc::ptr_eq(&e.slot, &self.slot) {
+                e.users += 1;
+            }
+        }
+        SlotRef {
+            hub: self.hub.clone(),
+            slot: self.slot.clone(),
+        }
+    }
+}
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        let dashmap::Entry::Occupied(mut e) = self.hub.slots.entry(self.slot.key.clone()) else {
+            return;
+        };
+        if !Arc::ptr_eq(&e.get().slot, &self.slot) {
+            return;
+        }
+        e.get_mut().users -= 1;
+        if e.get().users > 0 {
+            return;
+        }
+        e.remove();
+        if self.slot.is_subscribed() {
+            let hub = self.hub.clone();
+            let channel = self.slot.channel.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { hub.unsubscribe(channel).await });
+            }
+        }
+    }
+}

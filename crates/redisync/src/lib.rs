@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![doc(test(attr(deny(warnings))))]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod client;
+mod error;
+mod hold;
+mod hub;
+mod keys;
+mod lock;
+mod script;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, Result};
+pub use lock::{Lock, LockGuard};

@@ -1,0 +1,731 @@
+//! The reentrant lock: `Lock` and `LockGuard`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use futures::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::hub::{Slot, SlotRef};
+use crate::keys;
+use crate::script::lua_script;
+
+lua_script!(ACQUIRE, "lock_acquire.lua");
+lua_script!(RELEASE, "lock_release.lua");
+lua_script!(ABANDON, "lock_abandon.lua");
+lua_script!(EXTEND, "lock_extend.lua");
+lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
+lua_script!(INSPECT, "lock_inspect.lua");
+
+/// Longest lease or wait bound accepted, to catch unit mistakes.
+const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Poll bound while the lock has no TTL (a key written by something else).
+const NO_TTL_POLL: Duration = Duration::from_secs(1);
+
+/// `d` in whole milliseconds for Lua, rounded up; zero and absurd values are
+/// [`Error::InvalidArgument`].
+pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {
+    if d.is_zero() {
+        return Err(Error::InvalidArgument(format!("{what} must not be zero")));
+    }
+    if d > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {d:?} is longer than a year; is the unit right?"
+        )));
+    }
+    Ok(i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX))
+}
+
+/// A reentrant distributed lock, Redisson's `RLock` for async Rust.
+///
+/// The lock is a Redis hash whose field is the owner id
+/// `"<client uuid>:<tokio task id>"` and whose value is the hold count; the
+/// key's TTL is the lease. A task that holds the lock may take it again (each
+/// guard releases one hold). Waiting tasks never poll: they wait for the
+/// unlock message (one subscription per lock per client) or, at the latest,
+/// for the holder's lease to end. Tasks of one client queue in FIFO order and
+/// only the first of them contends in Redis; across clients the lock is not
+/// fair (use a fair lock for that).
+///
+/// Leases: [`lock`](Lock::lock) and `try_lock(wait, None)` take the client's
+/// watchdog lease (30 s by default) and renew it every lease/3 while the
+/// guard lives; [`lock_with_lease`](Lock::lock_with_lease) and
+/// `try_lock(wait, Some(lease))` take a fixed lease that nobody renews. A
+/// re-entrant acquisition never shortens the lease (PTTL becomes
+/// max(PTTL, lease)).
+///
+/// Every acquisition returns a [fencing token](LockGuard::fencing_token).
+///
+/// Outside a tokio task (in `block_on`, e.g. directly in `#[tokio::main]`)
+/// the owner is the OS thread.
+#[derive(Clone)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+struct LockInner {
+    client: Client,
+    name: String,
+    key: Arc<str>,
+    redis_key: Key,
+    channel: Key,
+    fence: Key,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("key", &self.inner.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the acquire script said.
+enum Acquired {
+    Token(u64),
+    Busy { pttl_ms: i64 },
+}
+
+fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
+    match reply {
+        [1 | 2, token] => Ok(Acquired::Token(u64::try_from(*token).unwrap_or(0))),
+        [0, pttl] => Ok(Acquired::Busy { pttl_ms: *pttl }),
+        other => Err(Error::Script {
+            name: "lock_acquire.lua",
+            message: format!("unexpected reply {other:?}"),
+        }),
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str) -> Lock {
+        let key = keys::lock_key(name);
+        Lock {
+            inner: Arc::new(LockInner {
+                client,
+                name: name.to_owned(),
+                redis_key: Key::from(key.as_str()),
+                channel: Key::from(format!("{key}{}", crate::hub::CHANNEL_SUFFIX)),
+                fence: Key::from(format!("{key}:fence")),
+                key: Arc::from(key),
+            }),
+        }
+    }
+
+    /// The lock's name as given to [`Client::lock`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn client(&self) -> &ClientInner {
+        &self.inner.client.inner
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        self.client().check_open()?;
+        if self.inner.name.is_empty() {
+            return Err(Error::InvalidArgument("lock name must not be empty".into()));
+        }
+        Ok(())
+    }
+
+    /// Waits until the lock is acquired; the watchdog renews the lease until
+    /// the guard is released.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, [`Error::WrongType`] when
+    /// the key holds something else, [`Error::Redis`] when Redis fails (each
+    /// command is bounded by the client's command timeout).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future gives up its place in the local queue;
+    /// if the lock was won in flight it is released in the background.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// // ... work, passing guard.fencing_token() to the protected store ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        let guard = self.acquire(None, None).await?;
+        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+    }
+
+    /// Waits until the lock is acquired, with a fixed lease nobody renews:
+    /// the lock is freed after `lease` even if the guard is still alive (the
+    /// guard then reports [`lost`](LockGuard::lost)).
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], plus [`Error::InvalidArgument`] for a zero or
+    /// absurd (over a year) lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        let guard = self.acquire(None, Some(lease)).await?;
+        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+    }
+
+    /// Redisson's `tryLock(waitTime, leaseTime)`: waits at most `wait` (zero:
+    /// one attempt, no subscription). `lease: None` means watchdog-renewed.
+    /// `Ok(None)` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`Lock::lock_with_lease`]. With Redis down it returns an error
+    /// within `wait` plus the command timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.lock("orders:42");
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(5), None).await? {
+    ///     println!("token {}", guard.fencing_token());
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+        // A wait too long to represent is "forever".
+        let deadline = Instant::now().checked_add(wait);
+        match deadline {
+            Some(d) => self.acquire(Some(d), lease).await,
+            None => self.acquire(None, lease).await,
+        }
+    }
+
+    async fn acquire(&self, deadline: Option<Instant>, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+        self.check_usable()?;
+        let client = self.client();
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(client.settings.watchdog_timeout);
+        let lease_ms = checked_ms("lease", lease)?;
+        let owner = client.owner_id();
+        let slot = client.hub.slot(&self.inner.key);
+
+        if let Some(hold) = slot.holder(&owner) {
+            if let Some(guard) = self.reenter(&slot, &hold, watchdog, lease, lease_ms).await? {
+                return Ok(Some(guard));
+            }
+        }
+
+        let Some(permit) = wait_gate(&slot, deadline).await else {
+            return Ok(None);
+        };
+        let mut permit = Some(permit);
+        loop {
+            let since = slot.generation();
+            let sent_at = Instant::now();
+            let mut attempt = Attempt::arm(self, &slot, &owner, None, permit.take());
+            let reply = self.run_acquire(&owner, lease_ms).await;
+            let acquired = match reply {
+                Ok(a) => a,
+                Err(e) => {
+                    if !e.outcome_unknown() {
+                        attempt.disarm();
+                    }
+                    return Err(e);
+                }
+            };
+            permit = attempt.disarm();
+            let pttl_ms = match acquired {
+                Acquired::Token(token) => {
+                    return Ok(Some(self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit)));
+                }
+                Acquired::Busy { pttl_ms } => pttl_ms,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            if !slot.is_subscribed() {
+                // Subscribe, then try again before parking: an unlock
+                // published before the subscription is otherwise missed.
+                client.hub.ensure_subscribed(&slot).await?;
+                continue;
+            }
+            // A crashed holder publishes nothing: wait at most its PTTL.
+            let bound = match u64::try_from(pttl_ms) {
+                Ok(ms) => now + Duration::from_millis(ms + 1),
+                Err(_) => now + NO_TTL_POLL,
+            };
+            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound))).await;
+        }
+    }
+
+    /// The calling owner holds the lock already: count one more hold.
+    /// `Ok(None)` when that hold turned out to be lost (the caller then waits
+    /// like anybody else).
+    async fn reenter(
+        &self,
+        slot: &SlotRef,
+        hold: &Arc<Hold>,
+        watchdog: bool,
+        lease: Duration,
+        lease_ms: i64,
+    ) -> Result<Option<LockGuard>> {
+        let sent_at = Instant::now();
+        let mut attempt = Attempt::arm(self, slot, &hold.owner_str, Some(hold.token), None);
+        let reply = self.run_acquire(&hold.owner_str, lease_ms).await;
+        let acquired = match reply {
+            Ok(a) => a,
+            Err(e) => {
+                if !e.outcome_unknown() {
+                    attempt.disarm();
+                }
+                return Err(e);
+            }
+        };
+        attempt.disarm();
+        match acquired {
+            Acquired::Token(token) if token == hold.token => {
+                hold.add_hold(watchdog, sent_at, lease);
+                Ok(Some(LockGuard {
+                    lock: self.clone(),
+                    hold: Some(hold.clone()),
+                    watchdog,
+                }))
+            }
+            Acquired::Token(token) => {
+                // Our earlier acquisition had expired; this is a new one.
+                hold.mark_lost("re-entry found the lock expired");
+                let permit = slot.gate.clone().try_acquire_owned().ok();
+                let owner = hold.owner_str.clone();
+                Ok(Some(self.new_guard(slot, owner, token, sent_at, lease, watchdog, permit)))
+            }
+            Acquired::Busy { .. } => {
+                hold.mark_lost("re-entry found the lock held by another owner");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
+        let client = self.client();
+        let reply: Vec<i64> = ACQUIRE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
+                vec![Value::String(owner.into()), Value::Integer(lease_ms)],
+            )
+            .await?;
+        parse_acquire(&reply)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_guard(
+        &self,
+        slot: &SlotRef,
+        owner: Arc<str>,
+        token: u64,
+        sent_at: Instant,
+        lease: Duration,
+        watchdog: bool,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> LockGuard {
+        let hold = Arc::new(Hold::new(slot.clone(), owner, token, sent_at + lease, watchdog, permit));
+        slot.add_holder(hold.clone());
+        LockGuard {
+            lock: self.clone(),
+            hold: Some(hold),
+            watchdog,
+        }
+    }
+
+    async fn inspect(&self) -> Result<(bool, i64, u32)> {
+        self.check_usable()?;
+        let client = self.client();
+        let owner = client.owner_id();
+        let reply: Vec<i64> = INSPECT
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone()],
+                vec![Value::String(owner.as_ref().into())],
+            )
+            .await?;
+        match reply[..] {
+            [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
+            _ => Err(Error::Script {
+                name: "lock_inspect.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
+        }
+    }
+
+    /// Whether anybody holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key holds something else; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect().await?.0)
+    }
+
+    /// Whether the calling task (its owner id) holds the lock.
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.inspect().await?.2 > 0)
+    }
+
+    /// How many holds the calling task has on the lock (0 when none).
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn hold_count(&self) -> Result<u32> {
+        Ok(self.inspect().await?.2)
+    }
+
+    /// The lock's remaining lease; `None` when it is not locked. A key
+    /// without TTL (not written by redisync) reports `Duration::MAX`.
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let (locked, pttl, _) = self.inspect().await?;
+        Ok(match (locked, u64::try_from(pttl)) {
+            (false, _) => None,
+            (true, Ok(ms)) => Some(Duration::from_millis(ms)),
+            (true, Err(_)) => Some(Duration::MAX),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. Guards of this
+    /// client on the lock report [`lost`](LockGuard::lost) at once; guards of
+    /// other clients when their watchdog next renews or their lease ends.
+    /// `Ok(true)` if it was locked.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key holds something else (it is left
+    /// untouched); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the delete is one script; dropping the future may leave
+    /// it done or not done, never half done.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_usable()?;
+        let client = self.client();
+        let deleted: i64 = FORCE_UNLOCK
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
+                vec![Value::String(client.hub.publish_command().into())],
+            )
+            .await?;
+        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+            for hold in slot.holders() {
+                hold.mark_lost("force-unlocked");
+            }
+        }
+        Ok(deleted == 1)
+    }
+}
+
+fn unreachable_wait(name: &str) -> Error {
+    Error::InvalidArgument(format!("wait for lock {name:?} ended without a deadline"))
+}
+
+/// Waits for the local gate (FIFO among this client's tasks). `None` when
+/// `deadline` passes first. A local holder whose lease ran out (by the local
+/// clock) is declared lost so it does not keep the queue shut.
+async fn wait_gate(slot: &Slot, deadline: Option<Instant>) -> Option<OwnedSemaphorePermit> {
+    let acquire = slot.gate.clone().acquire_owned();
+    tokio::pin!(acquire);
+    loop {
+        let wake = match (deadline, slot.earliest_holder_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(wake) = wake else {
+            return acquire.await.ok();
+        };
+        tokio::select! {
+            biased;
+            permit = &mut acquire => return permit.ok(),
+            () = tokio::time::sleep_until(wake) => {
+                for hold in slot.holders() {
+                    let _ = hold.is_lost();
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return (&mut acquire).now_or_never().and_then(Result::ok);
+                }
+            }
+        }
+    }
+}
+
+/// An acquire script in flight. Dropped armed (the caller's future was
+/// cancelled, or the command's outcome is unknown), it undoes a possible
+/// acquisition in the background, keeping the local gate until that is done
+/// so the same task cannot re-acquire in between.
+struct Attempt {
+    armed: bool,
+    lock: Lock,
+    slot: SlotRef,
+    owner: Arc<str>,
+    keep_token: Option<u64>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Attempt {
+    fn arm(lock: &Lock, slot: &SlotRef, owner: &Arc<str>, keep_token: Option<u64>, permit: Option<OwnedSemaphorePermit>) -> Attempt {
+        Attempt {
+            armed: true,
+            lock: lock.clone(),
+            slot: slot.clone(),
+            owner: owner.clone(),
+            keep_token,
+            permit,
+        }
+    }
+
+    fn disarm(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.armed = false;
+        self.permit.take()
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock_key = %self.lock.inner.key, "acquire cancelled outside a runtime; a won lock expires with its lease");
+            return;
+        };
+        let lock = self.lock.clone();
+        let slot = self.slot.clone();
+        let owner = self.owner.clone();
+        let keep = self.keep_token.map(|t| t.to_string()).unwrap_or_default();
+        let permit = self.permit.take();
+        rt.spawn(async move {
+            let client = lock.client();
+            let undone = ABANDON
+                .run::<i64>(
+                    &client.redis,
+                    &lock.inner.key,
+                    vec![lock.inner.redis_key.clone(), lock.inner.channel.clone()],
+                    vec![
+                        Value::String(owner.as_ref().into()),
+                        Value::String(keep.into()),
+                        Value::String(client.hub.publish_command().into()),
+                    ],
+                )
+                .await;
+            match undone {
+                Ok(n) => tracing::debug!(lock_key = %lock.inner.key, undone = n, "cancelled acquisition cleaned up"),
+                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease"),
+            }
+            drop(permit);
+            drop(slot);
+        });
+    }
+}
+
+/// Runs the release script for one hold (`last`: drop the owner's whole
+/// field). Returns the script's answer: 0 not held, 1 still held, 2 released.
+pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
+    let key = &hold.slot.key;
+    RELEASE
+        .run::<i64>(
+            &client.redis,
+            key,
+            vec![Key::from(&**key), hold.slot.channel.clone()],
+            vec![
+                hold.owner.clone(),
+                Value::String(hold.token.to_string().into()),
+                Value::String(if last { "1" } else { "0" }.into()),
+                Value::String(client.hub.publish_command().into()),
+            ],
+        )
+        .await
+}
+
+/// One hold of a [`Lock`]. Release it with [`unlock`](LockGuard::unlock).
+///
+/// Dropping a guard without `unlock` stops its lease renewal at once and
+/// releases the hold in a background task on the current tokio runtime; that
+/// task only logs errors (`unlock().await` returns them). Outside a runtime
+/// the lease expiry releases the lock.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    lock: Lock,
+    hold: Option<Arc<Hold>>,
+    watchdog: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("LockGuard");
+        d.field("name", &self.lock.inner.name);
+        if let Some(h) = &self.hold {
+            d.field("owner", &h.owner_str).field("token", &h.token);
+        }
+        d.field("watchdog", &self.watchdog).finish()
+    }
+}
+
+impl LockGuard {
+    fn hold(&self) -> &Arc<Hold> {
+        // Present until unlock() consumes the guard or Drop runs.
+        self.hold.as_ref().unwrap_or_else(|| unreachable!("guard used after release"))
+    }
+
+    /// The fencing token of this acquisition: strictly increasing per lock
+    /// name across all clients for every non-reentrant acquisition; a
+    /// re-entrant acquisition returns the outer token. Pass it to the
+    /// protected resource and have it reject writes with an older token.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold().token
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Sets the remaining lease to `lease` if this acquisition still holds
+    /// the lock. With a watchdog lease the watchdog keeps renewing afterwards.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);
+    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let lease_ms = checked_ms("lease", lease)?;
+        let hold = self.hold();
+        if hold.is_lost() {
+            return Err(self.not_held());
+        }
+        let client = self.lock.client();
+        let sent_at = Instant::now();
+        let extended: i64 = EXTEND
+            .run(
+                &client.redis,
+                &self.lock.inner.key,
+                vec![self.lock.inner.redis_key.clone()],
+                vec![
+                    hold.owner.clone(),
+                    Value::String(hold.token.to_string().into()),
+                    Value::Integer(lease_ms),
+                ],
+            )
+            .await?;
+        if extended == 1 {
+            hold.set_validity(sent_at, lease);
+            Ok(())
+        } else {
+            hold.mark_lost("extend found the lock gone");
+            Err(self.not_held())
+        }
+    }
+
+    /// Resolves when the client learns the lock was lost: its lease ran out,
+    /// the watchdog found it gone (expired, forced, Redis restarted or failed
+    /// over) or could not renew it before the lease ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.hold().lost().await;
+    }
+
+    /// Whether the lock is known to be lost (see [`LockGuard::lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.hold().is_lost()
+    }
+
+    /// Releases this hold (the lock itself once the last hold of the owner
+    /// goes). Renewal stops before the release is sent.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if this acquisition no longer holds the lock
+    /// (nothing was written); [`Error::Redis`] if Redis failed (the lease
+    /// expiry then frees the lock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: renewal stops at once; if the future is
+    /// dropped before the release reaches Redis, the lease expiry frees the lock.
+    pub async fn unlock(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let last = detach(&hold, self.watchdog);
+        match release_hold(self.lock.client(), &hold, last).await {
+            Ok(0) => {
+                hold.mark_lost("unlock found the lock gone");
+                Err(self.not_held())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.lock.inner.name.clone(),
+        }
+    }
+}
+
+/// Takes one guard off its hold: stops its renewal; the last one also leaves
+/// the slot's holders. Returns whether it was the last.
+fn detach(hold: &Arc<Hold>, watchdog: bool) -> bool {
+    let last = hold.drop_hold(watchdog);
+    if last {
+        hold.slot.remove_holder(hold);
+    }
+    last
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let last = detach(&hold, self.watchdog);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock_key = %self.lock.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
+            return;
+        };
+        let lock = self.lock.clone();
+        rt.spawn(async move {
+            match release_hold(lock.client(), &hold, last).await {
+                Ok(0) => hold.mark_lost("release on drop found the lock gone"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
+            }
+        });
+    }
+}

@@ -1,0 +1,34 @@
+-- Acquire or re-enter a reentrant lock.
+-- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing token
+-- KEYS[2]  fencing counter (string, no TTL, never deleted)
+-- ARGV[1]  owner id "<client uuid>:<task id>"
+-- ARGV[2]  lease, milliseconds (> 0)
+-- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
+-- A key of another type raises WRONGTYPE before anything is written.
+local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+
+if redis.call('exists', lock) == 0 then
+  local token = redis.call('incr', fence)
+  if token == 1 then
+    -- The counter was lost (new server, restart without persistence, flush):
+    -- resume from server time in microseconds so tokens keep increasing.
+    local now = redis.call('time')
+    local resumed = now[1] .. string.format('%06d', tonumber(now[2]))
+    redis.call('set', fence, resumed)
+    token = tonumber(resumed)
+  end
+  redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
+  redis.call('pexpire', lock, lease)
+  return {1, token}
+end
+
+if redis.call('hexists', lock, owner) == 1 then
+  redis.call('hincrby', lock, owner, 1)
+  -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
+  if redis.call('pttl', lock) < lease then
+    redis.call('pexpire', lock, lease)
+  end
+  return {2, tonumber(redis.call('hget', lock, '~t'))}
+end
+
+return {0, redis.call('pttl', lock)}

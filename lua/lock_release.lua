@@ -1,0 +1,21 @@
+-- Release one hold (or the owner's whole hold) of a reentrant lock.
+-- KEYS[1]  lock hash
+-- KEYS[2]  unlock channel
+-- ARGV[1]  owner id
+-- ARGV[2]  fencing token of the acquisition being released
+-- ARGV[3]  '1' = last local hold: drop the owner's field whatever its count
+-- ARGV[4]  publish command: 'spublish' (Redis >= 7) or 'publish'
+-- Returns 0 not held by this owner/acquisition (nothing written, nothing
+-- published), 1 still held (re-entrant), 2 released (key deleted, waiters told).
+local lock, owner = KEYS[1], ARGV[1]
+local held = redis.call('hmget', lock, owner, '~t')
+if not held[1] or held[2] ~= ARGV[2] then
+  return 0
+end
+if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
+  redis.call('hincrby', lock, owner, -1)
+  return 1
+end
+redis.call('del', lock)
+redis.call(ARGV[4], KEYS[2], 'unlock')
+return 2
