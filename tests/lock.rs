@@ -14,7 +14,11 @@ async fn acquire_and_release() {
     let env = Env::start().await;
     let client = env.client().await;
     let lock = client.lock("orders:42");
-    let guard = lock.try_lock(Duration::ZERO, None).await.unwrap().expect("free lock");
+    let guard = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free lock");
     assert!(guard.fencing_token() > 0);
     assert!(lock.is_locked().await.unwrap());
     assert_eq!(lock.hold_count().await.unwrap(), 1);
@@ -41,7 +45,11 @@ async fn mutual_exclusion_three_clients_ten_tasks() {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..5 {
                     let g = lock.lock().await.unwrap();
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     total.fetch_add(1, Ordering::SeqCst);
@@ -69,13 +77,23 @@ async fn reentrant_within_a_task_exclusive_between_tasks() {
             .await
             .unwrap()
             .expect("re-entry");
-        assert_eq!(inner.fencing_token(), outer.fencing_token(), "re-entry keeps the token");
+        assert_eq!(
+            inner.fencing_token(),
+            outer.fencing_token(),
+            "re-entry keeps the token"
+        );
         assert_eq!(lock.hold_count().await.unwrap(), 2);
         // Another task of the same client is excluded.
         let probe = other.clone();
-        let got = tokio::spawn(async move { probe.try_lock(Duration::from_millis(100), None).await.unwrap().is_some() })
-            .await
-            .unwrap();
+        let got = tokio::spawn(async move {
+            probe
+                .try_lock(Duration::from_millis(100), None)
+                .await
+                .unwrap()
+                .is_some()
+        })
+        .await
+        .unwrap();
         assert!(!got, "another task must not get a held lock");
         inner.unlock().await.unwrap();
         assert_eq!(lock.hold_count().await.unwrap(), 1);
@@ -95,16 +113,30 @@ async fn fallback_owner_outside_a_task_is_per_thread() {
     let client = env.client().await;
     let lock = client.lock("fallback");
     let a = lock.lock().await.unwrap();
-    let b = lock.try_lock(Duration::ZERO, None).await.unwrap().expect("same thread re-enters");
+    let b = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("same thread re-enters");
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     // A spawned task is another owner.
     let probe = lock.clone();
-    let got = tokio::spawn(async move { probe.try_lock(Duration::ZERO, None).await.unwrap().is_some() })
-        .await
-        .unwrap();
+    let got = tokio::spawn(async move {
+        probe
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await
+    .unwrap();
     assert!(!got);
-    let owners: std::collections::HashMap<String, String> = env.admin.hgetall(lock_key("fallback")).await.unwrap();
-    let owner = owners.keys().find(|k| k.starts_with(&client.id().to_string())).expect("owner field");
+    let owners: std::collections::HashMap<String, String> =
+        env.admin.hgetall(lock_key("fallback")).await.unwrap();
+    let owner = owners
+        .keys()
+        .find(|k| k.starts_with(&client.id().to_string()))
+        .expect("owner field");
     assert!(owner.contains(":thread-"), "fallback owner id: {owner}");
     b.unlock().await.unwrap();
     a.unlock().await.unwrap();
@@ -135,7 +167,10 @@ async fn tokens_strictly_increase_across_clients() {
     }
     let tokens = tokens.lock().unwrap();
     assert_eq!(tokens.len(), 180);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens not strictly increasing: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,14 +178,35 @@ async fn stale_holder_gets_not_held_and_does_not_release_the_new_owner() {
     let env = Env::start().await;
     let a = env.client().await;
     let b = env.client().await;
-    let stale = a.lock("stale").lock_with_lease(Duration::from_millis(200)).await.unwrap();
+    let stale = a
+        .lock("stale")
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(stale.is_lost(), "a fixed lease that ran out is reported lost");
-    let fresh = b.lock("stale").try_lock(Duration::from_secs(1), None).await.unwrap().expect("expired lock is free");
+    assert!(
+        stale.is_lost(),
+        "a fixed lease that ran out is reported lost"
+    );
+    let fresh = b
+        .lock("stale")
+        .try_lock(Duration::from_secs(1), None)
+        .await
+        .unwrap()
+        .expect("expired lock is free");
     assert!(fresh.fencing_token() > stale.fencing_token());
-    assert!(matches!(stale.extend(Duration::from_secs(5)).await, Err(redisync::Error::NotHeld { .. })));
-    assert!(matches!(stale.unlock().await, Err(redisync::Error::NotHeld { .. })));
-    assert!(b.lock("stale").is_locked().await.unwrap(), "the new owner still holds it");
+    assert!(matches!(
+        stale.extend(Duration::from_secs(5)).await,
+        Err(redisync::Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        stale.unlock().await,
+        Err(redisync::Error::NotHeld { .. })
+    ));
+    assert!(
+        b.lock("stale").is_locked().await.unwrap(),
+        "the new owner still holds it"
+    );
     assert!(!fresh.is_lost());
     fresh.unlock().await.unwrap();
 }
@@ -166,14 +222,28 @@ async fn watchdog_keeps_the_lock_for_three_leases_and_drop_releases_promptly() {
     while tokio::time::Instant::now() < until {
         let ttl: i64 = env.admin.pttl(lock_key("dog")).await.unwrap();
         assert!(ttl > 0, "lease ran out under the watchdog");
-        assert!(other.lock("dog").try_lock(Duration::ZERO, None).await.unwrap().is_none());
+        assert!(other
+            .lock("dog")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!guard.is_lost());
     let dropped_at = tokio::time::Instant::now();
     drop(guard);
-    let g = other.lock("dog").try_lock(Duration::from_secs(5), None).await.unwrap().expect("free after drop");
-    assert!(dropped_at.elapsed() < lease / 2, "drop released in the background, took {:?}", dropped_at.elapsed());
+    let g = other
+        .lock("dog")
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("free after drop");
+    assert!(
+        dropped_at.elapsed() < lease / 2,
+        "drop released in the background, took {:?}",
+        dropped_at.elapsed()
+    );
     g.unlock().await.unwrap();
 }
 
@@ -183,13 +253,28 @@ async fn crashed_holder_expires_and_a_waiter_gets_in_right_after() {
     let client = env.client().await;
     // What a crashed process leaves behind: its hold with 500 ms of lease left.
     let key = lock_key("crash");
-    let _: () = env.admin.hset(&key, [("dead-client:1", "1"), ("~t", "7")]).await.unwrap();
+    let _: () = env
+        .admin
+        .hset(&key, [("dead-client:1", "1"), ("~t", "7")])
+        .await
+        .unwrap();
     let _: () = env.admin.pexpire(&key, 500, None).await.unwrap();
     let started = tokio::time::Instant::now();
-    let g = client.lock("crash").try_lock(Duration::from_secs(5), None).await.unwrap().expect("acquired after expiry");
+    let g = client
+        .lock("crash")
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("acquired after expiry");
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(400), "got in before the lease ended: {waited:?}");
-    assert!(waited < Duration::from_millis(1500), "waiter was late: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(400),
+        "got in before the lease ended: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1500),
+        "waiter was late: {waited:?}"
+    );
     g.unlock().await.unwrap();
 }
 
@@ -201,35 +286,69 @@ async fn force_unlock_makes_the_old_guard_lost() {
     // Same client: lost at once.
     let g = same.lock("forced").lock().await.unwrap();
     assert!(same.lock("forced").force_unlock().await.unwrap());
-    tokio::time::timeout(Duration::from_millis(100), g.lost()).await.expect("lost at once");
-    assert!(matches!(g.unlock().await, Err(redisync::Error::NotHeld { .. })));
+    tokio::time::timeout(Duration::from_millis(100), g.lost())
+        .await
+        .expect("lost at once");
+    assert!(matches!(
+        g.unlock().await,
+        Err(redisync::Error::NotHeld { .. })
+    ));
     // Another client's guard: lost when its watchdog next renews.
     let g = other.lock("forced").lock().await.unwrap();
     assert!(same.lock("forced").force_unlock().await.unwrap());
-    tokio::time::timeout(Duration::from_secs(1), g.lost()).await.expect("lost by the watchdog");
+    tokio::time::timeout(Duration::from_secs(1), g.lost())
+        .await
+        .expect("lost by the watchdog");
     assert!(g.is_lost());
-    assert!(!same.lock("forced").force_unlock().await.unwrap(), "nothing left to force");
+    assert!(
+        !same.lock("forced").force_unlock().await.unwrap(),
+        "nothing left to force"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_invalid_argument() {
     let env = Env::start().await;
     let client = env.client().await;
-    let err = client.lock("").try_lock(Duration::ZERO, None).await.unwrap_err();
+    let err = client
+        .lock("")
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
-    let err = client.lock("x").lock_with_lease(Duration::ZERO).await.unwrap_err();
+    let err = client
+        .lock("x")
+        .lock_with_lease(Duration::ZERO)
+        .await
+        .unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
-    let err = client.lock("x").lock_with_lease(Duration::from_secs(u64::MAX / 2)).await.unwrap_err();
+    let err = client
+        .lock("x")
+        .lock_with_lease(Duration::from_secs(u64::MAX / 2))
+        .await
+        .unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
     let g = client.lock("x").lock().await.unwrap();
-    assert!(matches!(g.extend(Duration::ZERO).await, Err(redisync::Error::InvalidArgument(_))));
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(redisync::Error::InvalidArgument(_))
+    ));
     g.unlock().await.unwrap();
-    let err = redisync::Client::builder(&env.server.url()).watchdog_timeout(Duration::ZERO).connect().await.unwrap_err();
+    let err = redisync::Client::builder(&env.server.url())
+        .watchdog_timeout(Duration::ZERO)
+        .connect()
+        .await
+        .unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
     let err = redisync::Client::connect("not a url").await.unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
     // A huge wait means "forever", not an overflow panic.
-    let g = client.lock("y").try_lock(Duration::MAX, None).await.unwrap().expect("free");
+    let g = client
+        .lock("y")
+        .try_lock(Duration::MAX, None)
+        .await
+        .unwrap()
+        .expect("free");
     g.unlock().await.unwrap();
 }
 
@@ -237,11 +356,20 @@ async fn bad_input_is_invalid_argument() {
 async fn extend_sets_the_lease() {
     let env = Env::start().await;
     let client = env.client().await;
-    let g = client.lock("ext").lock_with_lease(Duration::from_millis(300)).await.unwrap();
+    let g = client
+        .lock("ext")
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
     g.extend(Duration::from_secs(10)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!g.is_lost());
-    let left = client.lock("ext").remaining_lease().await.unwrap().expect("locked");
+    let left = client
+        .lock("ext")
+        .remaining_lease()
+        .await
+        .unwrap()
+        .expect("locked");
     assert!(left > Duration::from_secs(9));
     g.unlock().await.unwrap();
     assert_eq!(client.lock("ext").remaining_lease().await.unwrap(), None);
@@ -255,7 +383,10 @@ fn bounds() {
     send_sync::<redisync::Lock>();
     send_sync::<redisync::LockGuard>();
     send_sync::<redisync::Error>();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _enter = rt.enter();
     // Futures are Send (built, never polled).
     let client_fut = redisync::Client::connect("redis://127.0.0.1:1");
@@ -271,18 +402,28 @@ async fn subscription_is_shared_and_released() {
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let lock = waiter.lock("subs");
-        tasks.push(tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() }));
+        tasks.push(tokio::spawn(async move {
+            lock.lock().await.unwrap().unlock().await.unwrap()
+        }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let counts: Vec<fred::types::Value> = env
         .admin
         .custom(
-            fred::types::CustomCommand::new_static("PUBSUB", fred::types::ClusterHash::FirstKey, false),
+            fred::types::CustomCommand::new_static(
+                "PUBSUB",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
             vec!["SHARDNUMSUB", "redisync:{subs}:ch"],
         )
         .await
         .unwrap();
-    assert_eq!(counts[1].as_i64(), Some(1), "one subscription for 20 waiters: {counts:?}");
+    assert_eq!(
+        counts[1].as_i64(),
+        Some(1),
+        "one subscription for 20 waiters: {counts:?}"
+    );
     g.unlock().await.unwrap();
     for t in tasks {
         t.await.unwrap();
@@ -291,10 +432,17 @@ async fn subscription_is_shared_and_released() {
     let channels: Vec<String> = env
         .admin
         .custom(
-            fred::types::CustomCommand::new_static("PUBSUB", fred::types::ClusterHash::FirstKey, false),
+            fred::types::CustomCommand::new_static(
+                "PUBSUB",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
             vec!["SHARDCHANNELS"],
         )
         .await
         .unwrap();
-    assert!(channels.is_empty(), "subscription left behind: {channels:?}");
+    assert!(
+        channels.is_empty(),
+        "subscription left behind: {channels:?}"
+    );
 }

@@ -100,7 +100,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("id", &self.inner.id).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -172,10 +174,13 @@ impl Client {
         }
         crate::lock::checked_ms("watchdog_timeout", settings.watchdog_timeout)?;
         if settings.command_timeout.is_zero() {
-            return Err(Error::InvalidArgument("command_timeout must not be zero".into()));
+            return Err(Error::InvalidArgument(
+                "command_timeout must not be zero".into(),
+            ));
         }
-        let config = Config::from_url(url)
-            .map_err(|e| Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details())))?;
+        let config = Config::from_url(url).map_err(|e| {
+            Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details()))
+        })?;
         let mut builder = Builder::from_config(config);
         let timeout = settings.command_timeout;
         builder
@@ -345,7 +350,9 @@ async fn watchdog(client: Weak<ClientInner>) {
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let Some(client) = client.upgrade() else { return };
+        let Some(client) = client.upgrade() else {
+            return;
+        };
         let holds: Vec<Arc<Hold>> = client
             .hub
             .all_slots()
@@ -363,20 +370,30 @@ async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
     let lease = client.settings.watchdog_timeout;
     let keys: Vec<Key> = batch.iter().map(|h| Key::from(&*h.slot.key)).collect();
     let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());
-    args.push(Value::Integer(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)));
+    args.push(Value::Integer(
+        i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+    ));
     for h in batch {
         args.push(h.owner.clone());
         args.push(Value::String(h.token.to_string().into()));
     }
     let sent_at = Instant::now();
-    let span_key = batch.first().map(|h| h.slot.key.to_string()).unwrap_or_default();
-    match RENEW.run::<Vec<i64>>(&client.redis, &span_key, keys, args).await {
+    let span_key = batch
+        .first()
+        .map(|h| h.slot.key.to_string())
+        .unwrap_or_default();
+    match RENEW
+        .run::<Vec<i64>>(&client.redis, &span_key, keys, args)
+        .await
+    {
         Ok(flags) => {
             for (h, ok) in batch.iter().zip(flags) {
                 if ok == 1 {
                     h.extend_validity(sent_at, lease);
                 } else {
-                    h.mark_lost("the watchdog found the lock gone (expired, forced or lost by Redis)");
+                    h.mark_lost(
+                        "the watchdog found the lock gone (expired, forced or lost by Redis)",
+                    );
                 }
             }
         }

@@ -24,7 +24,9 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The key exists in Redis but is not a redisync lock; it was left untouched.
-    #[error("key {key:?} holds a value of another type, not a redisync lock; it was left untouched")]
+    #[error(
+        "key {key:?} holds a value of another type, not a redisync lock; it was left untouched"
+    )]
     WrongType {
         /// The Redis key.
         key: String,
@@ -79,7 +81,9 @@ impl Error {
 
     pub(crate) fn from_script(name: &'static str, key: &str, e: RedisError) -> Error {
         if e.details().contains("WRONGTYPE") {
-            return Error::WrongType { key: key.to_owned() };
+            return Error::WrongType {
+                key: key.to_owned(),
+            };
         }
         let details = e.details();
         if matches!(e.kind(), ErrorKind::InvalidArgument | ErrorKind::Unknown)

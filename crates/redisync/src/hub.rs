@@ -187,14 +187,18 @@ impl Hub {
         let user = slot.clone();
         tokio::spawn(async move { user.hub.subscribe(&user.slot).await })
             .await
-            .map_err(|e| Error::Redis(fred::error::Error::new(fred::error::ErrorKind::Canceled, e.to_string())))?
+            .map_err(|e| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Canceled,
+                    e.to_string(),
+                ))
+            })?
     }
 
     fn stripe(&self, channel: &Key) -> &tokio::sync::Mutex<HashMap<Key, usize>> {
-        let h = channel
-            .as_bytes()
-            .iter()
-            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(*b)));
+        let h = channel.as_bytes().iter().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(*b))
+        });
         &self.stripes[h % STRIPES]
     }
 

@@ -3,6 +3,7 @@
 //! Every key and the channel of one lock share one hash tag, so a lock's
 //! scripts and its SPUBLISH stay in one cluster slot.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The hash tag Redis Cluster uses for `key`: the bytes between the first `{`
@@ -30,8 +31,12 @@ pub(crate) fn lock_key(name: &str) -> String {
     } else if !name.starts_with('}') {
         format!("redisync:{{{name}}}")
     } else {
-        let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("redisync:#{{{hex}}}")
+        let mut key = String::from("redisync:#{");
+        for b in name.bytes() {
+            let _ = write!(key, "{b:02x}");
+        }
+        key.push('}');
+        key
     }
 }
 
@@ -66,7 +71,18 @@ mod tests {
 
     #[test]
     fn derived_keys_share_the_tag() {
-        for name in ["orders:42", "a{b}c", "{}x", "a{", "{{a}}", "}x", "}", "a}b", "{", "x{}"] {
+        for name in [
+            "orders:42",
+            "a{b}c",
+            "{}x",
+            "a{",
+            "{{a}}",
+            "}x",
+            "}",
+            "a}b",
+            "{",
+            "x{}",
+        ] {
             let key = lock_key(name);
             let ch = format!("{key}:ch");
             let fence = format!("{key}:fence");

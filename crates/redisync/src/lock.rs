@@ -197,7 +197,11 @@ impl Lock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
         // A wait too long to represent is "forever".
         let deadline = Instant::now().checked_add(wait);
         match deadline {
@@ -206,7 +210,11 @@ impl Lock {
         }
     }
 
-    async fn acquire(&self, deadline: Option<Instant>, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+    async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
         self.check_usable()?;
         let client = self.client();
         let watchdog = lease.is_none();
@@ -216,7 +224,10 @@ impl Lock {
         let slot = client.hub.slot(&self.inner.key);
 
         if let Some(hold) = slot.holder(&owner) {
-            if let Some(guard) = self.reenter(&slot, &hold, watchdog, lease, lease_ms).await? {
+            if let Some(guard) = self
+                .reenter(&slot, &hold, watchdog, lease, lease_ms)
+                .await?
+            {
                 return Ok(Some(guard));
             }
         }
@@ -242,7 +253,9 @@ impl Lock {
             permit = attempt.disarm();
             let pttl_ms = match acquired {
                 Acquired::Token(token) => {
-                    return Ok(Some(self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit)));
+                    return Ok(Some(
+                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit),
+                    ));
                 }
                 Acquired::Busy { pttl_ms } => pttl_ms,
             };
@@ -261,7 +274,8 @@ impl Lock {
                 Ok(ms) => now + Duration::from_millis(ms + 1),
                 Err(_) => now + NO_TTL_POLL,
             };
-            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound))).await;
+            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
+                .await;
         }
     }
 
@@ -303,7 +317,9 @@ impl Lock {
                 hold.mark_lost("re-entry found the lock expired");
                 let permit = slot.gate.clone().try_acquire_owned().ok();
                 let owner = hold.owner_str.clone();
-                Ok(Some(self.new_guard(slot, owner, token, sent_at, lease, watchdog, permit)))
+                Ok(Some(self.new_guard(
+                    slot, owner, token, sent_at, lease, watchdog, permit,
+                )))
             }
             Acquired::Busy { .. } => {
                 hold.mark_lost("re-entry found the lock held by another owner");
@@ -336,7 +352,14 @@ impl Lock {
         watchdog: bool,
         permit: Option<OwnedSemaphorePermit>,
     ) -> LockGuard {
-        let hold = Arc::new(Hold::new(slot.clone(), owner, token, sent_at + lease, watchdog, permit));
+        let hold = Arc::new(Hold::new(
+            slot.clone(),
+            owner,
+            token,
+            sent_at + lease,
+            watchdog,
+            permit,
+        ));
         slot.add_holder(hold.clone());
         LockGuard {
             lock: self.clone(),
@@ -495,7 +518,13 @@ struct Attempt {
 }
 
 impl Attempt {
-    fn arm(lock: &Lock, slot: &SlotRef, owner: &Arc<str>, keep_token: Option<u64>, permit: Option<OwnedSemaphorePermit>) -> Attempt {
+    fn arm(
+        lock: &Lock,
+        slot: &SlotRef,
+        owner: &Arc<str>,
+        keep_token: Option<u64>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Attempt {
         Attempt {
             armed: true,
             lock: lock.clone(),
@@ -597,7 +626,9 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     fn hold(&self) -> &Arc<Hold> {
         // Present until unlock() consumes the guard or Drop runs.
-        self.hold.as_ref().unwrap_or_else(|| unreachable!("guard used after release"))
+        self.hold
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("guard used after release"))
     }
 
     /// The fencing token of this acquisition: strictly increasing per lock
