@@ -196,7 +196,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     if quick {
         return Err("--quick only goes with --all".into());
     }
-    let scenario = match pairs.iter().find(|(k, _)| k == "scenario").map(|(_, v)| v.as_str()) {
+    let scenario = match pairs
+        .iter()
+        .find(|(k, _)| k == "scenario")
+        .map(|(_, v)| v.as_str())
+    {
         Some("S1") => Scenario::S1,
         Some("S2") => Scenario::S2,
         Some("S3") => Scenario::S3,
@@ -218,7 +222,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 o.ports = value
                     .split(',')
                     .filter(|s| !s.is_empty())
-                    .map(|s| s.parse::<u16>().map_err(|e| format!("--ports {value}: {e}")))
+                    .map(|s| {
+                        s.parse::<u16>()
+                            .map_err(|e| format!("--ports {value}: {e}"))
+                    })
                     .collect::<Result<_, _>>()?;
                 have_ports = true;
             }

@@ -9,7 +9,9 @@
 //! recorded hold intervals detect mutual-exclusion violations.
 
 use crate::redis_stats::{delta, RedisStats};
-use crate::stats::{count64, len64, nanos, now_ns, overlaps, pct, per_second, ratio, secs_ms, unix_now, us};
+use crate::stats::{
+    count64, len64, nanos, now_ns, overlaps, pct, per_second, ratio, secs_ms, unix_now, us,
+};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -159,7 +161,10 @@ struct Shared {
 impl Shared {
     fn error(&self, e: String) {
         eprintln!("worker error: {e}");
-        self.errors.lock().unwrap_or_else(PoisonError::into_inner).push(e);
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(e);
     }
 }
 
@@ -314,7 +319,11 @@ async fn run_workers(
         .windows(2)
         .filter(|p| p[1].fencing_token <= p[0].fencing_token)
         .count();
-    let errors = sh.errors.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let errors = sh
+        .errors
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let total = len64(&recs);
     let common = into_map(json!({
         "acquisitions_total": total,
@@ -351,7 +360,10 @@ fn handoff(recs: &[Rec], m: &mut Map<String, Value>) {
         .filter(|p| p[1].worker != p[0].worker)
         .map(gap)
         .collect();
-    let same = recs.windows(2).filter(|p| p[1].worker == p[0].worker).count();
+    let same = recs
+        .windows(2)
+        .filter(|p| p[1].worker == p[0].worker)
+        .count();
     m.insert("handoff_gap_p50_us".into(), us(pct(&gaps, 50)));
     m.insert("handoff_gap_p99_us".into(), us(pct(&gaps, 99)));
     m.insert("xhandoff_gap_p50_us".into(), us(pct(&xgaps, 50)));
@@ -383,7 +395,12 @@ pub(crate) async fn run_s2(
     .await?;
     let deadline = out.t_start + window;
     let mut m = out.common;
-    let win: Vec<Rec> = out.recs.iter().copied().filter(|r| r.acq <= deadline).collect();
+    let win: Vec<Rec> = out
+        .recs
+        .iter()
+        .copied()
+        .filter(|r| r.acq <= deadline)
+        .collect();
     let waits: Vec<u64> = win.iter().map(|r| r.acq - r.want).collect();
     let busy: u64 = win
         .iter()
