@@ -20,9 +20,8 @@ const COUNTER: &str = "quickstart:count";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match find_redis().await {
-        Some(found) => found,
-        None => std::process::exit(1),
+    let Some((url, _server)) = find_redis().await else {
+        std::process::exit(1);
     };
 
     let redis = Builder::from_config(Config::from_url(&url)?).build()?;
@@ -70,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "time: {elapsed:.2?} ({:.0} locked increments/s over {CLIENTS} clients x {TASKS_PER_CLIENT} tasks)",
-        expected as f64 / elapsed.as_secs_f64()
+        f64::from(u32::try_from(expected).unwrap_or(u32::MAX)) / elapsed.as_secs_f64()
     );
     let _: () = redis.del(COUNTER).await?;
     if i64::try_from(expected) != Ok(count) || !unique {

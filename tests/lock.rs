@@ -403,7 +403,7 @@ async fn subscription_is_shared_and_released() {
     for _ in 0..20 {
         let lock = waiter.lock("subs");
         tasks.push(tokio::spawn(async move {
-            lock.lock().await.unwrap().unlock().await.unwrap()
+            lock.lock().await.unwrap().unlock().await.unwrap();
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
