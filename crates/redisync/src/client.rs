@@ -327,7 +327,7 @@ async fn follow_reconnects(hub: Weak<Hub>) {
         let Some(hub) = hub.upgrade() else { return };
         match event {
             Ok(_) | Err(RecvError::Lagged(_)) => {
-                if let Err(e) = hub.subscriber.resubscribe_all().await {
+                if let Err(e) = hub.resubscribe().await {
                     tracing::warn!(error = %e, "resubscribe after reconnect failed");
                 }
                 hub.wake_all();

@@ -244,6 +244,23 @@ impl Hub {
         }
     }
 
+    /// Subscribes every channel in use again (after the subscriber
+    /// reconnected: the server forgot them). Holding each stripe keeps
+    /// concurrent subscribe/unsubscribe calls in order.
+    pub(crate) async fn resubscribe(&self) -> Result<()> {
+        for stripe in &self.stripes {
+            let refs = stripe.lock().await;
+            for channel in refs.keys() {
+                if self.sharded {
+                    self.subscriber.ssubscribe(channel.clone()).await?;
+                } else {
+                    self.subscriber.subscribe(channel.clone()).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// An unlock message arrived on `channel`.
     pub(crate) fn on_message(&self, channel: &str) {
         if let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) {
