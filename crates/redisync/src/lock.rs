@@ -598,6 +598,22 @@ pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) 
         .await
 }
 
+/// Releases a hold; after the last one, opens the local gate as soon as the
+/// release is queued on the connection (commands of one connection run in
+/// order), not when its reply is back.
+async fn release_then_open_gate(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
+    let release = release_hold(client, hold, last);
+    tokio::pin!(release);
+    let first = futures::poll!(release.as_mut());
+    if last {
+        hold.open_gate();
+    }
+    match first {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => release.await,
+    }
+}
+
 /// One hold of a [`Lock`]. Release it with [`unlock`](LockGuard::unlock).
 ///
 /// Dropping a guard without `unlock` stops its lease renewal at once and
@@ -713,7 +729,7 @@ impl LockGuard {
             return Ok(());
         };
         let last = detach(&hold, self.watchdog);
-        match release_hold(self.lock.client(), &hold, last).await {
+        match release_then_open_gate(self.lock.client(), &hold, last).await {
             Ok(0) => {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
@@ -752,7 +768,7 @@ impl Drop for LockGuard {
         };
         let lock = self.lock.clone();
         rt.spawn(async move {
-            match release_hold(lock.client(), &hold, last).await {
+            match release_then_open_gate(lock.client(), &hold, last).await {
                 Ok(0) => hold.mark_lost("release on drop found the lock gone"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
