@@ -7,7 +7,10 @@
 -- A key of another type raises WRONGTYPE before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 
-if redis.call('exists', lock) == 0 then
+-- PTTL answers for any type (-2: no key), so a key of another type reaches
+-- HEXISTS below, which raises WRONGTYPE.
+local pttl = redis.call('pttl', lock)
+if pttl == -2 then
   local token = redis.call('incr', fence)
   if token == 1 then
     -- The counter was lost (new server, restart without persistence, flush):
@@ -25,10 +28,10 @@ end
 if redis.call('hexists', lock, owner) == 1 then
   redis.call('hincrby', lock, owner, 1)
   -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
-  if redis.call('pttl', lock) < lease then
+  if pttl < lease then
     redis.call('pexpire', lock, lease)
   end
   return {2, tonumber(redis.call('hget', lock, '~t'))}
 end
 
-return {0, redis.call('pttl', lock)}
+return {0, pttl}

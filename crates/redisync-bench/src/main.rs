@@ -320,6 +320,10 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
 /// One scenario run as one JSON object.
 async fn run_one(o: &Opts) -> Map<String, Value> {
     let mut out = header(o);
+    // The machine is shared: note its load next to every run.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        eprintln!("{:?} start, loadavg {}", o.scenario, load.trim());
+    }
     if o.ports.len() == 3 {
         out.insert("error".into(), json!("S4 (Redlock) not implemented yet"));
         return out;
