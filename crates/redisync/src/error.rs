@@ -75,8 +75,16 @@ impl Error {
 
     /// Whether the outcome of a write that failed this way is unknown (it may
     /// have run on the server).
+    ///
+    /// With one attempt per command, fred fails a command it could not write
+    /// (no connection) with "Failed to route command": that one never ran.
     pub(crate) fn outcome_unknown(&self) -> bool {
-        matches!(self, Error::Redis(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Unknown))
+        let Error::Redis(e) = self else { return false };
+        match e.kind() {
+            ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
+            ErrorKind::Unknown => !e.details().contains("Failed to route"),
+            _ => false,
+        }
     }
 
     pub(crate) fn from_script(name: &'static str, key: &str, e: RedisError) -> Error {

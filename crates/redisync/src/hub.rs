@@ -43,6 +43,8 @@ pub(crate) struct Slot {
     subscribed: AtomicBool,
     /// Local holders (owner ids with live holds).
     holders: Mutex<Vec<Arc<Hold>>>,
+    /// Owners whose cancelled or timed-out acquisition is not undone yet.
+    pending_undo: Mutex<Vec<Arc<str>>>,
 }
 
 impl Slot {
@@ -90,6 +92,20 @@ impl Slot {
 
     pub(crate) fn remove_holder(&self, hold: &Arc<Hold>) {
         lock_unpoisoned(&self.holders).retain(|h| !Arc::ptr_eq(h, hold));
+    }
+
+    pub(crate) fn add_pending_undo(&self, owner: &Arc<str>) {
+        lock_unpoisoned(&self.pending_undo).push(owner.clone());
+    }
+
+    pub(crate) fn has_pending_undo(&self, owner: &str) -> bool {
+        lock_unpoisoned(&self.pending_undo)
+            .iter()
+            .any(|o| &**o == owner)
+    }
+
+    pub(crate) fn remove_pending_undo(&self, owner: &str) {
+        lock_unpoisoned(&self.pending_undo).retain(|o| &**o != owner);
     }
 
     /// The earliest local lease end among holders, for gate waiters.
@@ -153,6 +169,7 @@ impl Hub {
                 notify: Notify::new(),
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
+                pending_undo: Mutex::new(Vec::new()),
             }),
             users: 0,
         });

@@ -235,11 +235,18 @@ impl Lock {
         let Some(permit) = wait_gate(&slot, deadline).await else {
             return Ok(None);
         };
+        if slot.has_pending_undo(&owner) {
+            // An earlier acquisition of ours may still be in Redis: undo it
+            // first (an error here is the caller's, in bounded time).
+            self.abandon(&owner, None).await?;
+            slot.remove_pending_undo(&owner);
+        }
         let mut permit = Some(permit);
         loop {
             let since = slot.generation();
             let sent_at = Instant::now();
-            let mut attempt = Attempt::arm(self, &slot, &owner, None, permit.take());
+            let mut attempt =
+                Attempt::arm(self, &slot, &owner, None, permit.take(), sent_at + lease);
             let reply = self.run_acquire(&owner, lease_ms).await;
             let acquired = match reply {
                 Ok(a) => a,
@@ -291,7 +298,14 @@ impl Lock {
         lease_ms: i64,
     ) -> Result<Option<LockGuard>> {
         let sent_at = Instant::now();
-        let mut attempt = Attempt::arm(self, slot, &hold.owner_str, Some(hold.token), None);
+        let mut attempt = Attempt::arm(
+            self,
+            slot,
+            &hold.owner_str,
+            Some(hold.token),
+            None,
+            sent_at + lease,
+        );
         let reply = self.run_acquire(&hold.owner_str, lease_ms).await;
         let acquired = match reply {
             Ok(a) => a,
@@ -326,6 +340,25 @@ impl Lock {
                 Ok(None)
             }
         }
+    }
+
+    /// Undoes an acquisition of `owner` whose reply was lost, except the one
+    /// with token `keep`. Returns whether something was undone.
+    async fn abandon(&self, owner: &str, keep: Option<u64>) -> Result<bool> {
+        let client = self.client();
+        let undone: i64 = ABANDON
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
+                vec![
+                    Value::String(owner.into()),
+                    Value::String(keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    Value::String(client.hub.publish_command().into()),
+                ],
+            )
+            .await?;
+        Ok(undone == 1)
     }
 
     async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
@@ -510,6 +543,8 @@ async fn wait_gate(slot: &Slot, deadline: Option<Instant>) -> Option<OwnedSemaph
 /// so the same task cannot re-acquire in between.
 struct Attempt {
     armed: bool,
+    /// When a possible acquisition would have expired anyway.
+    expires_at: Instant,
     lock: Lock,
     slot: SlotRef,
     owner: Arc<str>,
@@ -524,9 +559,11 @@ impl Attempt {
         owner: &Arc<str>,
         keep_token: Option<u64>,
         permit: Option<OwnedSemaphorePermit>,
+        expires_at: Instant,
     ) -> Attempt {
         Attempt {
             armed: true,
+            expires_at,
             lock: lock.clone(),
             slot: slot.clone(),
             owner: owner.clone(),
@@ -553,29 +590,84 @@ impl Drop for Attempt {
         let lock = self.lock.clone();
         let slot = self.slot.clone();
         let owner = self.owner.clone();
-        let keep = self.keep_token.map(|t| t.to_string()).unwrap_or_default();
         let permit = self.permit.take();
+        let Some(keep) = self.keep_token else {
+            // Fresh attempt: undo it in the background, retried while Redis
+            // is unreachable, until the possible acquisition would have
+            // expired anyway. Each try holds the local gate, and the owner
+            // runs a pending undo itself before acquiring again, so an undo
+            // never lands after the owner's next acquisition.
+            slot.add_pending_undo(&owner);
+            let expires_at = self.expires_at;
+            rt.spawn(
+                async move { undo_in_background(lock, slot, owner, permit, expires_at).await },
+            );
+            return;
+        };
+        // Re-entrant attempt (no gate): one try, keeping the earlier acquisition.
         rt.spawn(async move {
-            let client = lock.client();
-            let undone = ABANDON
-                .run::<i64>(
-                    &client.redis,
-                    &lock.inner.key,
-                    vec![lock.inner.redis_key.clone(), lock.inner.channel.clone()],
-                    vec![
-                        Value::String(owner.as_ref().into()),
-                        Value::String(keep.into()),
-                        Value::String(client.hub.publish_command().into()),
-                    ],
-                )
-                .await;
-            match undone {
-                Ok(n) => tracing::debug!(lock_key = %lock.inner.key, undone = n, "cancelled acquisition cleaned up"),
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease"),
+            if let Err(e) = lock.abandon(&owner, Some(keep)).await {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled re-entry; it expires with its lease");
             }
-            drop(permit);
             drop(slot);
         });
+    }
+}
+
+async fn undo_in_background(
+    lock: Lock,
+    slot: SlotRef,
+    owner: Arc<str>,
+    mut permit: Option<OwnedSemaphorePermit>,
+    expires_at: Instant,
+) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let turn = match permit.take() {
+            Some(p) => p,
+            None => match slot.gate.clone().acquire_owned().await {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        if !slot.has_pending_undo(&owner) {
+            return; // the owner did it before acquiring again
+        }
+        match lock.abandon(&owner, None).await {
+            Err(e) if e.is_retryable() && Instant::now() + pause < expires_at => {
+                tracing::debug!(lock_key = %lock.inner.key, error = %e, "undo of a cancelled acquisition failed; retrying");
+                drop(turn);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => {
+                if let Err(e) = result {
+                    tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
+                }
+                slot.remove_pending_undo(&owner);
+                return;
+            }
+        }
+    }
+}
+
+/// Runs `op` until it succeeds, fails for good, or `until` passes; retries
+/// connection trouble with a growing pause. Only for idempotent operations.
+async fn retry_until_deadline<T, F, Fut>(until: Instant, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && Instant::now() + pause < until => {
+                tracing::debug!(error = %e, "retrying a background release");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return result,
+        }
     }
 }
 
@@ -768,7 +860,16 @@ impl Drop for LockGuard {
         };
         let lock = self.lock.clone();
         rt.spawn(async move {
-            match release_then_open_gate(lock.client(), &hold, last).await {
+            // A final release is idempotent (owner and token checked): retry
+            // it while the lease lasts. Counting down a re-entrant hold is not.
+            let first = release_then_open_gate(lock.client(), &hold, last).await;
+            let result = match first {
+                Err(e) if last && e.is_retryable() => {
+                    retry_until_deadline(hold.valid_until(), || release_hold(lock.client(), &hold, true)).await
+                }
+                other => other,
+            };
+            match result {
                 Ok(0) => hold.mark_lost("release on drop found the lock gone"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
