@@ -4,6 +4,7 @@
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
+-- Field '~w' marks that another client tried while the lock was held.
 -- A key of another type raises WRONGTYPE before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 
@@ -34,4 +35,10 @@ if redis.call('hexists', lock, owner) == 1 then
   return {2, tonumber(redis.call('hget', lock, '~t'))}
 end
 
+-- Busy: tell the holder that another client contends (the releasing client
+-- then lets remote waiters in now and then instead of its own queue). Only
+-- our own locks (with a token) are marked.
+if redis.call('hexists', lock, '~t') == 1 then
+  redis.call('hset', lock, '~w', 1)
+end
 return {0, pttl}

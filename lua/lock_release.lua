@@ -6,9 +6,10 @@
 -- ARGV[3]  '1' = last local hold: drop the owner's field whatever its count
 -- ARGV[4]  publish command: 'spublish' (Redis >= 7) or 'publish'
 -- Returns 0 not held by this owner/acquisition (nothing written, nothing
--- published), 1 still held (re-entrant), 2 released (key deleted, waiters told).
+-- published), 1 still held (re-entrant), 2 released (key deleted, waiters
+-- told), 3 released and another client had tried to take it meanwhile.
 local lock, owner = KEYS[1], ARGV[1]
-local held = redis.call('hmget', lock, owner, '~t')
+local held = redis.call('hmget', lock, owner, '~t', '~w')
 if not held[1] or held[2] ~= ARGV[2] then
   return 0
 end
@@ -18,4 +19,7 @@ if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
 end
 redis.call('del', lock)
 redis.call(ARGV[4], KEYS[2], 'unlock')
+if held[3] then
+  return 3
+end
 return 2

@@ -446,3 +446,48 @@ async fn subscription_is_shared_and_released() {
         "subscription left behind: {channels:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_waiters_are_not_starved_by_a_busy_local_queue() {
+    // Each client's own queue hands the lock over in one round trip, faster
+    // than a remote waiter can react to the unlock message; the streak cap
+    // must still let the other client in regularly.
+    let env = Env::start().await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = vec![];
+    for c in 0..2u16 {
+        let client = env.client().await;
+        for _ in 0..4 {
+            let lock = client.lock("streaks");
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let end = tokio::time::Instant::now() + Duration::from_millis(800);
+                while tokio::time::Instant::now() < end {
+                    let g = lock.lock().await.unwrap();
+                    order.lock().unwrap().push(c);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap();
+    let longest = order
+        .chunk_by(|a, b| a == b)
+        .map(<[u16]>::len)
+        .max()
+        .unwrap_or(0);
+    let a = order.iter().filter(|c| **c == 0).count();
+    assert!(
+        longest <= 16,
+        "a client kept the lock for {longest} acquisitions in a row"
+    );
+    assert!(
+        a * 4 >= order.len() && a * 4 <= order.len() * 3,
+        "client shares {a} of {}",
+        order.len()
+    );
+}

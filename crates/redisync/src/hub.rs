@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
@@ -45,6 +46,16 @@ pub(crate) struct Slot {
     holders: Mutex<Vec<Arc<Hold>>>,
     /// Owners whose cancelled or timed-out acquisition is not undone yet.
     pending_undo: Mutex<Vec<Arc<str>>>,
+    /// Cross-client fairness: local hand-offs in a row while other clients
+    /// contended, and the pause the next local contender keeps.
+    fairness: Mutex<Fairness>,
+}
+
+#[derive(Default)]
+struct Fairness {
+    streak: u32,
+    contended: bool,
+    yield_until: Option<Instant>,
 }
 
 impl Slot {
@@ -92,6 +103,30 @@ impl Slot {
 
     pub(crate) fn remove_holder(&self, hold: &Arc<Hold>) {
         lock_unpoisoned(&self.holders).retain(|h| !Arc::ptr_eq(h, hold));
+    }
+
+    /// Whether the next hand-off should let other clients in first.
+    pub(crate) fn should_yield(&self, cap: u32) -> bool {
+        let f = lock_unpoisoned(&self.fairness);
+        f.contended && f.streak >= cap
+    }
+
+    /// A final release came back; `contended`: another client had tried.
+    pub(crate) fn record_release(&self, contended: bool) {
+        let mut f = lock_unpoisoned(&self.fairness);
+        f.contended = contended;
+        f.streak = if contended { f.streak + 1 } else { 0 };
+    }
+
+    /// The next local contender waits `pause` before trying.
+    pub(crate) fn yield_gate_for(&self, pause: Duration) {
+        let mut f = lock_unpoisoned(&self.fairness);
+        f.streak = 0;
+        f.yield_until = Some(Instant::now() + pause);
+    }
+
+    pub(crate) fn take_yield(&self) -> Option<Instant> {
+        lock_unpoisoned(&self.fairness).yield_until.take()
     }
 
     pub(crate) fn add_pending_undo(&self, owner: &Arc<str>) {
@@ -170,6 +205,7 @@ impl Hub {
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
                 pending_undo: Mutex::new(Vec::new()),
+                fairness: Mutex::new(Fairness::default()),
             }),
             users: 0,
         });

@@ -24,6 +24,8 @@ lua_script!(INSPECT, "lock_inspect.lua");
 
 /// Longest lease or wait bound accepted, to catch unit mistakes.
 const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Local hand-offs in a row before remote waiters get a turn.
+const LOCAL_STREAK_CAP: u32 = 4;
 /// Poll bound while the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
@@ -235,6 +237,10 @@ impl Lock {
         let Some(permit) = wait_gate(&slot, deadline).await else {
             return Ok(None);
         };
+        if let Some(until) = slot.take_yield() {
+            // The last local holder gives remote waiters a turn.
+            tokio::time::sleep_until(until).await;
+        }
         if slot.has_pending_undo(&owner) {
             // An earlier acquisition of ours may still be in Redis: undo it
             // first (an error here is the caller's, in bounded time).
@@ -690,20 +696,41 @@ pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) 
         .await
 }
 
-/// Releases a hold; after the last one, opens the local gate as soon as the
-/// release is queued on the connection (commands of one connection run in
-/// order), not when its reply is back.
+/// Releases a hold; after the last one, lets the next local waiter go.
+///
+/// Normally the gate opens as soon as the release is queued on the
+/// connection (commands of one connection run in order), not when its reply
+/// is back: a local hand-off then costs one round trip. That lets this
+/// client's queue win against waiters of other clients, who learn of the
+/// release through pub/sub; so after [`LOCAL_STREAK_CAP`] such hand-offs in a
+/// row while other clients contend, the gate opens only after the reply plus
+/// a pause of a few round trips, in which remote waiters get their turn.
 async fn release_then_open_gate(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
+    let slot = &hold.slot;
+    let yield_turn = last && slot.should_yield(LOCAL_STREAK_CAP);
+    let sent_at = Instant::now();
     let release = release_hold(client, hold, last);
     tokio::pin!(release);
     let first = futures::poll!(release.as_mut());
-    if last {
+    if last && !yield_turn {
         hold.open_gate();
     }
-    match first {
+    let result = match first {
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => release.await,
+    };
+    if last {
+        if let Ok(answer) = result {
+            slot.record_release(answer == 3);
+        }
+        if yield_turn {
+            let pause = (sent_at.elapsed() * 4)
+                .clamp(Duration::from_micros(200), Duration::from_millis(20));
+            slot.yield_gate_for(pause);
+            hold.open_gate();
+        }
     }
+    result
 }
 
 /// One hold of a [`Lock`]. Release it with [`unlock`](LockGuard::unlock).
