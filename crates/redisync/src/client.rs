@@ -366,6 +366,7 @@ async fn watchdog(client: Weak<ClientInner>) {
     }
 }
 
+#[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(locks = batch.len()))]
 async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
     let lease = client.settings.watchdog_timeout;
     let keys: Vec<Key> = batch.iter().map(|h| Key::from(&*h.slot.key)).collect();

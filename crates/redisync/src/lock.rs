@@ -212,6 +212,7 @@ impl Lock {
         }
     }
 
+    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "lock"))]
     async fn acquire(
         &self,
         deadline: Option<Instant>,
@@ -843,6 +844,7 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe in effect: renewal stops at once; if the future is
     /// dropped before the release reaches Redis, the lease expiry frees the lock.
+    #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.key))]
     pub async fn unlock(mut self) -> Result<()> {
         let Some(hold) = self.hold.take() else {
             return Ok(());
