@@ -1,7 +1,8 @@
 //! Benchmark driver for redisync: the scenarios of `/work/shared/BENCH.md`.
 //!
 //! ```text
-//! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters] [--lease fixed|watchdog]
+//! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
+//!                [--lease fixed|watchdog] [--clients N]
 //! redisync-bench --all [--quick]
 //! ```
 //!
@@ -13,7 +14,9 @@
 //! prints one line per run; it exits with 1 if any run was not ok.
 //!
 //! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
-//! one `redisync::Client`. Times come from one monotonic clock (`Instant`).
+//! one `redisync::Client` (`--clients N` spreads the S2/S3 tasks over N
+//! clients, to see contention between processes). Times come from one
+//! monotonic clock (`Instant`).
 
 mod redis_stats;
 mod scenarios;
@@ -35,13 +38,15 @@ parameters (defaults per scenario as in BENCH.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
-  --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)";
+  --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
+  --clients N              S2/S3: spread the workers over N redisync Clients (default 1)";
 
-const ALGORITHM: &str = "redisync::Lock: reentrant lock in a Redis hash, acquire/release as Lua \
-     scripts, waiters woken through pub/sub, fencing tokens";
-const RETRY: &str = "try_lock(wait, lease): the library waits for a release notification until \
-     `wait` runs out (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of \
-     wait-s)";
+const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
+     release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
+     unlock messages over pub/sub";
+const RETRY: &str = "try_lock(wait, lease): local waiters queue in the client's FIFO gate, the \
+     gate holder retries on an unlock message or after the holder's PTTL, until `wait` runs out \
+     (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of wait-s)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scenario {
@@ -72,6 +77,8 @@ struct Opts {
     wait: Duration,
     ttl: Duration,
     lease: Lease,
+    /// redisync Clients the S2/S3 workers are spread over (round-robin).
+    clients: usize,
 }
 
 impl Opts {
@@ -89,6 +96,7 @@ impl Opts {
             wait: Duration::from_secs(35),
             ttl: Duration::from_millis(if s3 { 60_000 } else { 10_000 }),
             lease: Lease::Fixed,
+            clients: 1,
         }
     }
 
@@ -111,9 +119,13 @@ impl Opts {
             "algorithm": ALGORITHM,
             "retry": RETRY,
             "ttl_ms": self.ttl_ms(),
+            "watchdog_timeout": match self.lease {
+                Lease::Fixed => Value::Null,
+                Lease::Watchdog => json!("library default"),
+            },
             "lease": match self.lease {
                 Lease::Fixed => "fixed",
-                Lease::Watchdog => "watchdog (library default watchdog_timeout)",
+                Lease::Watchdog => "watchdog",
             },
         })
     }
@@ -131,19 +143,25 @@ impl Opts {
                 "hold_ms": ms(self.hold),
                 "duration_s": self.duration.as_secs_f64(),
                 "ttl_ms": self.ttl_ms(),
+                "clients": self.clients,
             }),
             Scenario::S3 => json!({
                 "requests": self.requests,
                 "hold_ms": ms(self.hold),
                 "wait_s": self.wait.as_secs_f64(),
                 "ttl_ms": self.ttl_ms(),
+                "clients": self.clients,
             }),
         }
     }
 
     fn model(&self) -> String {
+        let clients = match self.clients {
+            1 => "one redisync Client".to_string(),
+            n => format!("{n} redisync Clients (task i uses client i % {n})"),
+        };
         let runtime = format!(
-            "multi-thread runtime ({} workers), one redisync Client",
+            "multi-thread runtime ({} workers), {clients}",
             tokio::runtime::Handle::current().metrics().num_workers()
         );
         let work = "hold = std::thread::sleep on the blocking pool";
@@ -232,6 +250,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "iterations" => o.iterations = count(value)?,
             "workers" => o.workers = count(value)?,
             "requests" => o.requests = count(value)?,
+            "clients" => o.clients = count(value)?.max(1),
             "duration-s" => o.duration = secs(value)?,
             "wait-s" => o.wait = secs(value)?,
             "hold-ms" => o.hold = secs(value)? / 1000,
@@ -277,7 +296,7 @@ fn header(o: &Opts) -> Map<String, Value> {
     out.insert("peer".into(), json!("redisync"));
     out.insert("lib".into(), json!("redisync"));
     out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
-    out.insert("client".into(), json!("fred 10.1 (one redisync::Client)"));
+    out.insert("client".into(), json!("fred 10.1 (redisync::Client)"));
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
     out.insert("instances".into(), json!(o.ports.len()));
@@ -295,26 +314,43 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
     let stats = RedisStats::connect(&urls).await?;
-    let client = redisync::Client::connect(urls[0].as_str())
-        .await
-        .map_err(|e| format!("connect {}: {e}", urls[0]))?;
-    let target = Target {
-        lock: client.lock(KEY),
-        lease: o.lease(),
+    let n_clients = if o.scenario == Scenario::S1 {
+        1
+    } else {
+        o.clients
     };
+    let mut clients = Vec::with_capacity(n_clients);
+    for _ in 0..n_clients {
+        let client = redisync::Client::connect(urls[0].as_str()).await;
+        clients.push(client.map_err(|e| format!("connect {}: {e}", urls[0]))?);
+    }
+    let targets: Vec<Target> = clients
+        .iter()
+        .map(|c| Target {
+            lock: c.lock(KEY),
+            lease: o.lease(),
+        })
+        .collect();
     let result = async {
-        warm_up(&target).await?;
+        for target in &targets {
+            warm_up(target).await?;
+        }
         match o.scenario {
-            Scenario::S1 => run_s1(&target, &stats, o.iterations, o.duration).await,
-            Scenario::S2 => run_s2(&target, &stats, o.workers, o.hold, o.duration).await,
-            Scenario::S3 => run_s3(&target, &stats, o.requests, o.hold, o.wait).await,
+            Scenario::S1 => run_s1(&targets[0], &stats, o.iterations, o.duration).await,
+            Scenario::S2 => run_s2(&targets, &stats, o.workers, o.hold, o.duration).await,
+            Scenario::S3 => run_s3(&targets, &stats, o.requests, o.hold, o.wait).await,
         }
     }
     .await;
-    let shutdown = client.shutdown().await;
+    let mut shutdown = Ok(());
+    for client in &clients {
+        if let Err(e) = client.shutdown().await {
+            shutdown = Err(format!("shutdown: {e}"));
+        }
+    }
     stats.quit().await;
     out.extend(result?);
-    shutdown.map_err(|e| format!("shutdown: {e}"))
+    shutdown
 }
 
 /// One scenario run as one JSON object.
@@ -438,6 +474,11 @@ mod tests {
         assert_eq!(o.workers, 4);
         assert_eq!(o.hold, Duration::from_micros(2500));
         assert_eq!(o.lease, Lease::Watchdog);
+        assert_eq!(o.clients, 1);
+        let Ok(Command::One(o)) = parse("--scenario S2 --ports 1 --clients=4") else {
+            panic!("--clients did not parse");
+        };
+        assert_eq!(o.clients, 4);
         assert!(matches!(
             parse("--all --quick"),
             Ok(Command::All { quick: true })

@@ -1,8 +1,8 @@
 //! The measured scenarios of BENCH.md: S1 (uncontended), S2 (contended loop)
 //! and S3 (the blog-post scenario: N requests at once, each once).
 //!
-//! Every worker shares the one `redisync::Lock` handle (and so the one
-//! `redisync::Client`), acquires with `try_lock(wait, lease)`, holds the lock
+//! Every worker uses the `redisync::Lock` handle of one shared
+//! `redisync::Client` (or, with `--clients N`, of client `worker % N`), acquires with `try_lock(wait, lease)`, holds the lock
 //! for the simulated work and releases it with `LockGuard::unlock`. An
 //! in-process holder counter (incremented right after acquire returns,
 //! decremented right before release is called) and an overlap check over the
@@ -264,10 +264,10 @@ struct Outcome {
     early_cmds: Option<u64>,
 }
 
-/// Spawns `workers` tasks (all at once), waits for all of them and collects
-/// the common fields.
+/// Spawns `workers` tasks (all at once; worker `i` uses `targets[i % len]`),
+/// waits for all of them and collects the common fields.
 async fn run_workers(
-    target: &Target,
+    targets: &[Target],
     stats: &RedisStats,
     workers: usize,
     hold: Duration,
@@ -287,7 +287,10 @@ async fn run_workers(
         })
     });
     let handles: Vec<_> = (0..workers)
-        .map(|id| tokio::spawn(worker(id, target.clone(), hold, mode, Arc::clone(&sh))))
+        .map(|id| {
+            let target = targets[id % targets.len()].clone();
+            tokio::spawn(worker(id, target, hold, mode, Arc::clone(&sh)))
+        })
         .collect();
     for h in handles {
         if let Err(e) = h.await {
@@ -375,7 +378,7 @@ fn handoff(recs: &[Rec], m: &mut Map<String, Value>) {
 
 /// S2: `workers` tasks loop on one key for `duration`.
 pub(crate) async fn run_s2(
-    target: &Target,
+    targets: &[Target],
     stats: &RedisStats,
     workers: usize,
     hold: Duration,
@@ -383,7 +386,7 @@ pub(crate) async fn run_s2(
 ) -> Result<Map<String, Value>, String> {
     let window = nanos(duration);
     let out = run_workers(
-        target,
+        targets,
         stats,
         workers,
         hold,
@@ -422,6 +425,7 @@ pub(crate) async fn run_s2(
     handoff(&win, &mut m);
     m.insert("worker_acq_min".into(), json!(per_worker.iter().min()));
     m.insert("worker_acq_max".into(), json!(per_worker.iter().max()));
+    m.insert("worker_acq".into(), json!(per_worker));
     m.insert("utilization".into(), ratio(busy, window, 3));
     m.insert(
         "overrun_s".into(),
@@ -433,14 +437,14 @@ pub(crate) async fn run_s2(
 /// S3: `requests` tasks start at once, each needs the lock once for `hold`
 /// and waits at most `wait`.
 pub(crate) async fn run_s3(
-    target: &Target,
+    targets: &[Target],
     stats: &RedisStats,
     requests: usize,
     hold: Duration,
     wait: Duration,
 ) -> Result<Map<String, Value>, String> {
     let out = run_workers(
-        target,
+        targets,
         stats,
         requests,
         hold,
