@@ -428,7 +428,8 @@ async fn subscription_is_shared_and_released() {
     for t in tasks {
         t.await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Unsubscribed after a short linger (500 ms) once nobody waits.
+    tokio::time::sleep(Duration::from_millis(900)).await;
     let channels: Vec<String> = env
         .admin
         .custom(

@@ -171,6 +171,8 @@ pub(crate) struct Hub {
 }
 
 const STRIPES: usize = 16;
+/// How long a channel stays subscribed after its last local user left.
+const SUBSCRIPTION_LINGER: Duration = Duration::from_millis(500);
 
 impl Hub {
     pub(crate) fn new(subscriber: SubscriberClient, sharded: bool) -> Hub {
@@ -377,7 +379,12 @@ impl Drop for SlotRef {
             let hub = self.hub.clone();
             let channel = self.slot.channel.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { hub.unsubscribe(channel).await });
+                // Linger: a lock contended again soon reuses the subscription
+                // (no SSUBSCRIBE/SUNSUBSCRIBE per contention episode).
+                rt.spawn(async move {
+                    tokio::time::sleep(SUBSCRIPTION_LINGER).await;
+                    hub.unsubscribe(channel).await;
+                });
             }
         }
     }
