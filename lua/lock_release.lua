@@ -6,8 +6,9 @@
 -- ARGV[3]  '1' = last local hold: drop the owner's field whatever its count
 -- ARGV[4]  publish command: 'spublish' (Redis >= 7) or 'publish'
 -- Returns 0 not held by this owner/acquisition (nothing written, nothing
--- published), 1 still held (re-entrant), 2 released (key deleted, waiters
--- told), 3 released and another client had tried to take it meanwhile.
+-- published), 1 still held (re-entrant), 2 released (nobody else had tried:
+-- nothing published), 3 released and waiters told (another client had tried
+-- to take it meanwhile).
 local lock, owner = KEYS[1], ARGV[1]
 local held = redis.call('hmget', lock, owner, '~t', '~w')
 if not held[1] or held[2] ~= ARGV[2] then
@@ -18,8 +19,11 @@ if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
   return 1
 end
 redis.call('del', lock)
-redis.call(ARGV[4], KEYS[2], 'unlock')
+-- Only waiters of other clients listen (local ones queue in their client),
+-- and every one of them marked '~w' with its last failed attempt: publish
+-- only then.
 if held[3] then
+  redis.call(ARGV[4], KEYS[2], 'unlock')
   return 3
 end
 return 2

@@ -492,3 +492,41 @@ async fn remote_waiters_are_not_starved_by_a_busy_local_queue() {
         order.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_publishes_only_when_another_client_tried() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let sub = common::admin(&env.server.url()).await;
+    let mut messages = sub.message_rx();
+    sub.ssubscribe(format!("{}:ch", lock_key("quiet")))
+        .await
+        .unwrap();
+    // Uncontended: no message.
+    a.lock("quiet")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // Contended by another client: one message, and that client gets in.
+    let g = a.lock("quiet").lock().await.unwrap();
+    let waiter =
+        tokio::spawn(async move { b.lock("quiet").try_lock(Duration::from_secs(5), None).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.unlock().await.unwrap();
+    let got = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken by the message");
+    got.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut count = 0;
+    while messages.try_recv().is_ok() {
+        count += 1;
+    }
+    assert_eq!(count, 1, "messages published");
+}

@@ -655,6 +655,12 @@ async fn non_owner_unlock_writes_nothing() {
     assert_eq!(lock_b.hold_count().await.unwrap(), 1);
     assert!(!current.is_lost());
 
+    // A release publishes only when another client tried meanwhile: try once.
+    assert!(lock_a
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
     current.unlock().await.expect("the owner's unlock");
     let msg = timeout(Duration::from_secs(1), messages.recv())
         .await

@@ -196,11 +196,11 @@ impl Hub {
     }
 
     /// Registers a user of the lock `key` (creating its slot).
-    pub(crate) fn slot(self: &Arc<Self>, key: &Arc<str>) -> SlotRef {
+    pub(crate) fn slot(self: &Arc<Self>, key: &Arc<str>, channel: &Key) -> SlotRef {
         let mut entry = self.slots.entry(key.clone()).or_insert_with(|| SlotEntry {
             slot: Arc::new(Slot {
                 key: key.clone(),
-                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                channel: channel.clone(),
                 gate: Arc::new(Semaphore::new(1)),
                 generation: AtomicU64::new(0),
                 notify: Notify::new(),

@@ -224,7 +224,7 @@ impl Lock {
         let lease = lease.unwrap_or(client.settings.watchdog_timeout);
         let lease_ms = checked_ms("lease", lease)?;
         let owner = client.owner_id();
-        let slot = client.hub.slot(&self.inner.key);
+        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
 
         if let Some(hold) = slot.holder(&owner) {
             if let Some(guard) = self
