@@ -1,4 +1,4 @@
-//! MultiLock (all-or-nothing over several [`redisync::Lock`]s) and Redlock
+//! `MultiLock` (all-or-nothing over several [`redisync::Lock`]s) and Redlock
 //! (a majority of independent Redis masters) for redisync.
 //!
 //! Not implemented yet: this crate is a placeholder so the workspace layout
