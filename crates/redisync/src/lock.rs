@@ -254,16 +254,7 @@ impl Lock {
             let sent_at = Instant::now();
             let mut attempt =
                 Attempt::arm(self, &slot, &owner, None, permit.take(), sent_at + lease);
-            let reply = self.run_acquire(&owner, lease_ms).await;
-            let acquired = match reply {
-                Ok(a) => a,
-                Err(e) => {
-                    if !e.outcome_unknown() {
-                        attempt.disarm();
-                    }
-                    return Err(e);
-                }
-            };
+            let acquired = self.attempt(&mut attempt, &owner, lease_ms).await?;
             permit = attempt.disarm();
             let pttl_ms = match acquired {
                 Acquired::Token(token) => {
@@ -313,16 +304,9 @@ impl Lock {
             None,
             sent_at + lease,
         );
-        let reply = self.run_acquire(&hold.owner_str, lease_ms).await;
-        let acquired = match reply {
-            Ok(a) => a,
-            Err(e) => {
-                if !e.outcome_unknown() {
-                    attempt.disarm();
-                }
-                return Err(e);
-            }
-        };
+        let acquired = self
+            .attempt(&mut attempt, &hold.owner_str, lease_ms)
+            .await?;
         attempt.disarm();
         match acquired {
             Acquired::Token(token) if token == hold.token => {
@@ -366,6 +350,17 @@ impl Lock {
             )
             .await?;
         Ok(undone == 1)
+    }
+
+    /// Runs the acquire script under an armed `attempt`. On an error whose
+    /// outcome is known (nothing ran) the attempt is disarmed; on an unknown
+    /// outcome it stays armed, so dropping it undoes a possible acquisition.
+    async fn attempt(&self, attempt: &mut Attempt, owner: &str, lease_ms: i64) -> Result<Acquired> {
+        let reply = self.run_acquire(owner, lease_ms).await;
+        if matches!(&reply, Err(e) if !e.outcome_unknown()) {
+            attempt.armed = false;
+        }
+        reply
     }
 
     async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
