@@ -530,3 +530,24 @@ async fn release_publishes_only_when_another_client_tried() {
     }
     assert_eq!(count, 1, "messages published");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advancing_the_fence_raises_later_tokens_and_uptime_is_read() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("adv");
+    let first = lock.lock().await.unwrap();
+    let t1 = first.fencing_token();
+    first.unlock().await.unwrap();
+    assert_eq!(
+        lock.advance_fencing_token(t1 + 1000).await.unwrap(),
+        t1 + 1000
+    );
+    // Never lowers it.
+    assert_eq!(lock.advance_fencing_token(5).await.unwrap(), t1 + 1000);
+    let next = lock.lock().await.unwrap();
+    assert_eq!(next.fencing_token(), t1 + 1001);
+    next.unlock().await.unwrap();
+    assert!(client.server_uptime().await.unwrap() < Duration::from_mins(1));
+    assert_eq!(lock.client().watchdog_timeout(), Duration::from_secs(30));
+}

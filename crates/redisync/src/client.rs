@@ -246,6 +246,39 @@ impl Client {
         self.inner.id
     }
 
+    /// The lease of watchdog-renewed locks of this client.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.settings.watchdog_timeout
+    }
+
+    /// How long the Redis server has been running (`INFO server`,
+    /// `uptime_in_seconds`, so whole seconds). Redlock uses it to ignore
+    /// nodes that restarted more recently than the longest lease in use.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails or the field is missing.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn server_uptime(&self) -> Result<Duration> {
+        self.inner.check_open()?;
+        let info: String = self
+            .inner
+            .redis
+            .info(Some(fred::types::InfoKind::Server))
+            .await?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Parse,
+                    "INFO server has no uptime_in_seconds",
+                ))
+            })
+    }
+
     /// A handle on the reentrant lock `name` (no I/O). See [`Lock`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)

@@ -21,6 +21,7 @@ lua_script!(ABANDON, "lock_abandon.lua");
 lua_script!(EXTEND, "lock_extend.lua");
 lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(INSPECT, "lock_inspect.lua");
+lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 
 /// Longest lease or wait bound accepted, to catch unit mistakes.
 const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -125,12 +126,12 @@ impl Lock {
         &self.inner.name
     }
 
-    fn client(&self) -> &ClientInner {
+    fn client_inner(&self) -> &ClientInner {
         &self.inner.client.inner
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client().check_open()?;
+        self.client_inner().check_open()?;
         if self.inner.name.is_empty() {
             return Err(Error::InvalidArgument("lock name must not be empty".into()));
         }
@@ -219,7 +220,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         self.check_usable()?;
-        let client = self.client();
+        let client = self.client_inner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(client.settings.watchdog_timeout);
         let lease_ms = checked_ms("lease", lease)?;
@@ -336,7 +337,7 @@ impl Lock {
     /// Undoes an acquisition of `owner` whose reply was lost, except the one
     /// with token `keep`. Returns whether something was undone.
     async fn abandon(&self, owner: &str, keep: Option<u64>) -> Result<bool> {
-        let client = self.client();
+        let client = self.client_inner();
         let undone: i64 = ABANDON
             .run(
                 &client.redis,
@@ -364,7 +365,7 @@ impl Lock {
     }
 
     async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
-        let client = self.client();
+        let client = self.client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,
@@ -405,7 +406,7 @@ impl Lock {
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
         self.check_usable()?;
-        let client = self.client();
+        let client = self.client_inner();
         let owner = client.owner_id();
         let reply: Vec<i64> = INSPECT
             .run(
@@ -474,6 +475,37 @@ impl Lock {
         })
     }
 
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// Raises the lock's fencing counter on this server to at least `token`
+    /// and returns the counter's value afterwards. Later acquisitions get
+    /// larger tokens. Redlock uses it to carry the highest token of a
+    /// majority to the other nodes; tokens of single-node locks never need it.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the counter key holds something else;
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
+        self.check_usable()?;
+        let client = self.client_inner();
+        let fence = self.inner.fence.as_str().unwrap_or_default().to_owned();
+        let value: i64 = ADVANCE_FENCE
+            .run(
+                &client.redis,
+                &fence,
+                vec![self.inner.fence.clone()],
+                vec![Value::String(token.to_string().into())],
+            )
+            .await?;
+        Ok(u64::try_from(value).unwrap_or(0))
+    }
+
     /// Deletes the lock whoever holds it and wakes its waiters. Guards of this
     /// client on the lock report [`lost`](LockGuard::lost) at once; guards of
     /// other clients when their watchdog next renews or their lease ends.
@@ -488,7 +520,7 @@ impl Lock {
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check_usable()?;
-        let client = self.client();
+        let client = self.client_inner();
         let deleted: i64 = FORCE_UNLOCK
             .run(
                 &client.redis,
@@ -790,7 +822,7 @@ impl LockGuard {
         if hold.is_lost() {
             return Err(self.not_held());
         }
-        let client = self.lock.client();
+        let client = self.lock.client_inner();
         let sent_at = Instant::now();
         let extended: i64 = EXTEND
             .run(
@@ -845,7 +877,7 @@ impl LockGuard {
             return Ok(());
         };
         let last = detach(&hold, self.watchdog);
-        match release_then_open_gate(self.lock.client(), &hold, last).await {
+        match release_then_open_gate(self.lock.client_inner(), &hold, last).await {
             Ok(0) => {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
@@ -886,10 +918,10 @@ impl Drop for LockGuard {
         rt.spawn(async move {
             // A final release is idempotent (owner and token checked): retry
             // it while the lease lasts. Counting down a re-entrant hold is not.
-            let first = release_then_open_gate(lock.client(), &hold, last).await;
+            let first = release_then_open_gate(lock.client_inner(), &hold, last).await;
             let result = match first {
                 Err(e) if last && e.is_retryable() => {
-                    retry_until_deadline(hold.valid_until(), || release_hold(lock.client(), &hold, true)).await
+                    retry_until_deadline(hold.valid_until(), || release_hold(lock.client_inner(), &hold, true)).await
                 }
                 other => other,
             };
