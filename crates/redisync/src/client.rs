@@ -13,11 +13,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{Hold, HoldKind};
 use crate::hub::Hub;
 use crate::keys;
 use crate::lock::Lock;
-use crate::script::lua_script;
+use crate::script::{lua_script, LuaScript};
+use crate::semaphore::Semaphore;
 
 lua_script!(RENEW, "lock_renew.lua");
 
@@ -279,6 +280,11 @@ impl Client {
             })
     }
 
+    /// A handle on the counting semaphore `name` (no I/O). See [`Semaphore`].
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.clone(), name)
+    }
+
     /// A handle on the reentrant lock `name` (no I/O). See [`Lock`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
@@ -393,13 +399,18 @@ async fn watchdog(client: Weak<ClientInner>) {
             .flat_map(|s| s.holders())
             .filter(|h| h.renewed_by_watchdog())
             .collect();
-        for batch in holds.chunks(RENEW_BATCH) {
+        let (locks, permits): (Vec<_>, Vec<_>) =
+            holds.into_iter().partition(|h| h.kind == HoldKind::Lock);
+        for batch in locks.chunks(RENEW_BATCH) {
             renew(&client, batch).await;
+        }
+        for batch in permits.chunks(RENEW_BATCH) {
+            crate::semaphore::renew(&client, batch).await;
         }
     }
 }
 
-#[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(locks = batch.len()))]
+/// Renews a batch of lock holds (one script call).
 async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
     let lease = client.settings.watchdog_timeout;
     let keys: Vec<Key> = batch.iter().map(|h| Key::from(&*h.slot.key)).collect();
@@ -411,12 +422,28 @@ async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
         args.push(h.owner.clone());
         args.push(Value::String(h.token.to_string().into()));
     }
+    renew_batch(client, batch, &RENEW, keys, args).await;
+}
+
+/// Runs a batched renewal script whose reply has one flag per hold (1
+/// renewed, 0 gone) and applies it: renewed holds get a new lease estimate,
+/// gone ones are lost; on a connection error every hold is lost once its
+/// lease estimate has run out (retried next period until then).
+#[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
+pub(crate) async fn renew_batch(
+    client: &ClientInner,
+    batch: &[Arc<Hold>],
+    script: &LuaScript,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+) {
+    let lease = client.settings.watchdog_timeout;
     let sent_at = Instant::now();
     let span_key = batch
         .first()
         .map(|h| h.slot.key.to_string())
         .unwrap_or_default();
-    match RENEW
+    match script
         .run::<Vec<i64>>(&client.redis, &span_key, keys, args)
         .await
     {
@@ -425,9 +452,7 @@ async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
                 if ok == 1 {
                     h.extend_validity(sent_at, lease);
                 } else {
-                    h.mark_lost(
-                        "the watchdog found the lock gone (expired, forced or lost by Redis)",
-                    );
+                    h.mark_lost("the watchdog found it gone (expired, forced or lost by Redis)");
                 }
             }
         }

@@ -19,6 +19,12 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// The semaphore has no permits set yet (see `Semaphore::try_set_permits`).
+    #[error("semaphore {name:?} has no permits set; call try_set_permits first")]
+    NotInitialized {
+        /// The semaphore's name.
+        name: String,
+    },
     /// A caller's argument is out of range: empty name, zero or absurd
     /// duration, zero permits, ...
     #[error("invalid argument: {0}")]

@@ -12,8 +12,19 @@ use tokio::time::Instant;
 
 use crate::hub::{lock_unpoisoned, SlotRef};
 
+/// What a hold is, for the watchdog's renewal script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    /// A reentrant lock: `owner` is the owner id, the slot key the lock hash.
+    Lock,
+    /// Semaphore permits: `owner` is the permit id, the slot key the
+    /// semaphore hash (its lease zset is `<key>:leases`).
+    Semaphore,
+}
+
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
+    pub(crate) kind: HoldKind,
     pub(crate) owner: Value,
     pub(crate) owner_str: std::sync::Arc<str>,
     pub(crate) token: u64,
@@ -35,6 +46,7 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(
+        kind: HoldKind,
         slot: SlotRef,
         owner: std::sync::Arc<str>,
         token: u64,
@@ -43,6 +55,7 @@ impl Hold {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Hold {
         Hold {
+            kind,
             owner: Value::String(owner.as_ref().into()),
             owner_str: owner,
             token,

@@ -15,7 +15,9 @@ mod hub;
 mod keys;
 mod lock;
 mod script;
+mod semaphore;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
+pub use semaphore::{Semaphore, SemaphorePermit};

@@ -389,6 +389,7 @@ impl Lock {
         permit: Option<OwnedSemaphorePermit>,
     ) -> LockGuard {
         let hold = Arc::new(Hold::new(
+            crate::hold::HoldKind::Lock,
             slot.clone(),
             owner,
             token,
@@ -687,7 +688,7 @@ async fn undo_in_background(
 
 /// Runs `op` until it succeeds, fails for good, or `until` passes; retries
 /// connection trouble with a growing pause. Only for idempotent operations.
-async fn retry_until_deadline<T, F, Fut>(until: Instant, mut op: F) -> Result<T>
+pub(crate) async fn retry_until_deadline<T, F, Fut>(until: Instant, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,

@@ -1,0 +1,527 @@
+//! A counting semaphore whose permits are leased like locks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::client::{renew_batch, Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::hold::{Hold, HoldKind};
+use crate::hub::{SlotRef, CHANNEL_SUFFIX};
+use crate::keys;
+use crate::lock::checked_ms;
+use crate::script::lua_script;
+
+lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
+lua_script!(ACQUIRE, "semaphore_acquire.lua");
+lua_script!(RELEASE, "semaphore_release.lua");
+lua_script!(RENEW, "semaphore_renew.lua");
+lua_script!(AVAILABLE, "semaphore_available.lua");
+
+/// Poll bound when no held permit has a lease end to wait for.
+const NO_LEASE_POLL: Duration = Duration::from_secs(1);
+
+/// Makes permit ids unique within the process (the owner id adds the client).
+static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
+
+/// A counting semaphore whose permits are leased like locks: the watchdog
+/// renews them while the [`SemaphorePermit`] lives, and a crashed holder's
+/// permits come back when its lease (the client's watchdog timeout) ends.
+///
+/// Permits are set once with [`try_set_permits`](Semaphore::try_set_permits);
+/// acquiring from a semaphore that has none set is
+/// [`Error::NotInitialized`]. Waiting never polls: a release publishes on the
+/// semaphore's channel; tasks of one client queue in FIFO order and only the
+/// first of them asks Redis, so each release lets in as many local waiters as
+/// permits became free, one after the other. Every acquisition gets a
+/// fencing token, strictly increasing per semaphore.
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: Arc<SemaphoreInner>,
+}
+
+struct SemaphoreInner {
+    client: Client,
+    name: String,
+    key: Arc<str>,
+    hash: Key,
+    leases: Key,
+    fence: Key,
+    channel: Key,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.inner.name)
+            .field("key", &self.inner.key)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Acquired {
+    Token(u64),
+    Busy { wait_ms: i64 },
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, name: &str) -> Semaphore {
+        let key = format!("{}:sem", keys::lock_key(name));
+        Semaphore {
+            inner: Arc::new(SemaphoreInner {
+                client,
+                name: name.to_owned(),
+                hash: Key::from(key.as_str()),
+                leases: Key::from(format!("{key}:leases")),
+                fence: Key::from(format!("{key}:fence")),
+                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                key: Arc::from(key),
+            }),
+        }
+    }
+
+    /// The semaphore's name as given to [`Client::semaphore`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn client(&self) -> &ClientInner {
+        &self.inner.client.inner
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        self.client().check_open()?;
+        if self.inner.name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn not_initialized(&self) -> Error {
+        Error::NotInitialized {
+            name: self.inner.name.clone(),
+        }
+    }
+
+    /// Sets the number of permits if none is set yet. `Ok(false)` when the
+    /// semaphore already had permits (they are left as they are).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits or an empty name,
+    /// [`Error::WrongType`] when the key holds something else, [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.check_usable()?;
+        if permits == 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore needs at least one permit".into(),
+            ));
+        }
+        let client = self.client();
+        let set: i64 = SET_PERMITS
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.hash.clone(), self.inner.channel.clone()],
+                vec![
+                    Value::Integer(i64::from(permits)),
+                    Value::String(client.hub.publish_command().into()),
+                ],
+            )
+            .await?;
+        Ok(set == 1)
+    }
+
+    /// Waits until `permits` permits are acquired.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits or more than the semaphore
+    /// has, [`Error::NotInitialized`] before `try_set_permits`,
+    /// [`Error::WrongType`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future gives up its place in the local queue;
+    /// permits won in flight are given back in the background.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let sem = client.semaphore("exports");
+    /// sem.try_set_permits(3).await?;
+    /// let permit = sem.acquire(1).await?;
+    /// // ... at most 3 holders across all clients ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit> {
+        self.acquire_until(permits, None).await?.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "wait for semaphore {:?} ended without a deadline",
+                self.inner.name
+            ))
+        })
+    }
+
+    /// Waits at most `wait` for `permits` permits (zero: one attempt).
+    /// `Ok(None)` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.acquire_until(permits, Instant::now().checked_add(wait))
+            .await
+    }
+
+    #[tracing::instrument(level = "debug", name = "redisync.semaphore.acquire", skip_all, fields(lock.key = %self.inner.key, permits))]
+    async fn acquire_until(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.check_usable()?;
+        if permits == 0 {
+            return Err(Error::InvalidArgument("acquire at least one permit".into()));
+        }
+        let client = self.client();
+        let lease = client.settings.watchdog_timeout;
+        let lease_ms = checked_ms("lease", lease)?;
+        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
+        let Some(turn) = wait_turn(&slot, deadline).await else {
+            return Ok(None);
+        };
+        let id: Arc<str> = Arc::from(format!(
+            "{}:{}",
+            client.owner_id(),
+            NEXT_PERMIT.fetch_add(1, Ordering::Relaxed)
+        ));
+        loop {
+            let since = slot.generation();
+            let sent_at = Instant::now();
+            let mut undo = Undo::arm(self, &slot, &id);
+            let reply = self.run_acquire(&id, permits, lease_ms).await;
+            if matches!(&reply, Err(e) if !e.outcome_unknown()) {
+                undo.armed = false;
+            }
+            let acquired = reply?;
+            undo.armed = false;
+            let wait_ms = match acquired {
+                Acquired::Token(token) => {
+                    drop(turn); // the next local waiter may take what is left
+                    let hold = Arc::new(Hold::new(
+                        HoldKind::Semaphore,
+                        slot.clone(),
+                        id,
+                        token,
+                        sent_at + lease,
+                        true,
+                        None,
+                    ));
+                    slot.add_holder(hold.clone());
+                    return Ok(Some(SemaphorePermit {
+                        semaphore: self.clone(),
+                        hold: Some(hold),
+                        permits,
+                    }));
+                }
+                Acquired::Busy { wait_ms } => wait_ms,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            if !slot.is_subscribed() {
+                client.hub.ensure_subscribed(&slot).await?;
+                continue;
+            }
+            // A crashed holder releases nothing: wait at most until the
+            // earliest lease ends.
+            let bound = match u64::try_from(wait_ms) {
+                Ok(ms) => now + Duration::from_millis(ms + 1),
+                Err(_) => now + NO_LEASE_POLL,
+            };
+            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
+                .await;
+        }
+    }
+
+    async fn run_acquire(&self, id: &str, permits: u32, lease_ms: i64) -> Result<Acquired> {
+        let client = self.client();
+        let reply: Vec<i64> = ACQUIRE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.leases.clone(),
+                    self.inner.fence.clone(),
+                ],
+                vec![
+                    Value::String(id.into()),
+                    Value::Integer(i64::from(permits)),
+                    Value::Integer(lease_ms),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1, token] => Ok(Acquired::Token(u64::try_from(token).unwrap_or(0))),
+            [0, wait_ms] => Ok(Acquired::Busy { wait_ms }),
+            [-1, _] => Err(self.not_initialized()),
+            [-2, total] => Err(Error::InvalidArgument(format!(
+                "{permits} permits asked from semaphore {:?}, which has {total}",
+                self.inner.name
+            ))),
+            _ => Err(Error::Script {
+                name: "semaphore_acquire.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
+        }
+    }
+
+    async fn release_id(&self, id: &Value) -> Result<i64> {
+        let client = self.client();
+        let freed = RELEASE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.leases.clone(),
+                    self.inner.channel.clone(),
+                ],
+                vec![
+                    id.clone(),
+                    Value::String(client.hub.publish_command().into()),
+                ],
+            )
+            .await?;
+        // Local waiters need not wait for our own message.
+        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+            slot.wake();
+        }
+        Ok(freed)
+    }
+
+    /// Permits free now (expired leases of crashed holders are reclaimed first).
+    ///
+    /// # Errors
+    /// [`Error::NotInitialized`] before `try_set_permits`, [`Error::WrongType`],
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn available_permits(&self) -> Result<u32> {
+        self.check_usable()?;
+        let client = self.client();
+        let reply: Vec<i64> = AVAILABLE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.leases.clone(),
+                    self.inner.channel.clone(),
+                ],
+                vec![Value::String(client.hub.publish_command().into())],
+            )
+            .await?;
+        match reply[..] {
+            [1, free] => Ok(u32::try_from(free).unwrap_or(0)),
+            _ => Err(self.not_initialized()),
+        }
+    }
+}
+
+/// The local FIFO turn to ask Redis; `None` when `deadline` passes first.
+async fn wait_turn(slot: &SlotRef, deadline: Option<Instant>) -> Option<OwnedSemaphorePermit> {
+    let turn = slot.gate.clone().acquire_owned();
+    match deadline {
+        None => turn.await.ok(),
+        // The inner future is polled before the deadline: a free turn is
+        // taken even with a zero wait.
+        Some(d) => tokio::time::timeout_at(d, turn)
+            .await
+            .ok()
+            .and_then(Result::ok),
+    }
+}
+
+/// An acquire in flight; dropped armed, it gives back what it may have won
+/// (the permit id is unique, so this never touches another acquisition).
+struct Undo {
+    armed: bool,
+    semaphore: Semaphore,
+    slot: SlotRef,
+    id: Arc<str>,
+}
+
+impl Undo {
+    fn arm(semaphore: &Semaphore, slot: &SlotRef, id: &Arc<str>) -> Undo {
+        Undo {
+            armed: true,
+            semaphore: semaphore.clone(),
+            slot: slot.clone(),
+            id: id.clone(),
+        }
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let semaphore = self.semaphore.clone();
+        let slot = self.slot.clone();
+        let id = Value::String(self.id.as_ref().into());
+        let until = Instant::now() + semaphore.client().settings.watchdog_timeout;
+        rt.spawn(async move {
+            if let Err(e) = crate::lock::retry_until_deadline(until, || semaphore.release_id(&id)).await {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %semaphore.inner.key, error = %e, "could not give back permits of a cancelled acquire; they return when the lease ends");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Watchdog renewal of a batch of semaphore acquisitions.
+pub(crate) async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
+    let lease = client.settings.watchdog_timeout;
+    let keys: Vec<Key> = batch
+        .iter()
+        .map(|h| Key::from(format!("{}:leases", h.slot.key)))
+        .collect();
+    let mut args = Vec::with_capacity(1 + batch.len());
+    args.push(Value::Integer(
+        i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+    ));
+    args.extend(batch.iter().map(|h| h.owner.clone()));
+    renew_batch(client, batch, &RENEW, keys, args).await;
+}
+
+/// Permits of a [`Semaphore`]. Give them back with
+/// [`release`](SemaphorePermit::release).
+///
+/// Dropping a permit without `release` stops its lease renewal at once and
+/// gives the permits back in a background task on the current tokio runtime
+/// (errors are only logged); outside a runtime the lease expiry returns them.
+#[must_use = "if unused the permits are released immediately"]
+#[clippy::has_significant_drop]
+pub struct SemaphorePermit {
+    semaphore: Semaphore,
+    hold: Option<Arc<Hold>>,
+    permits: u32,
+}
+
+impl std::fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("SemaphorePermit");
+        d.field("semaphore", &self.semaphore.inner.name)
+            .field("permits", &self.permits);
+        if let Some(h) = &self.hold {
+            d.field("id", &h.owner_str).field("token", &h.token);
+        }
+        d.finish()
+    }
+}
+
+impl SemaphorePermit {
+    fn hold(&self) -> &Arc<Hold> {
+        self.hold
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("permit used after release"))
+    }
+
+    /// How many permits this acquisition holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The fencing token of this acquisition, strictly increasing per semaphore.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold().token
+    }
+
+    /// Resolves when the client learns the permits were lost (lease ended,
+    /// renewal found them reclaimed, Redis lost them).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.hold().lost().await;
+    }
+
+    /// Whether the permits are known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.hold().is_lost()
+    }
+
+    /// Gives the permits back and wakes waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the permits were lost already (their lease ended
+    /// and they were reclaimed); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: renewal stops at once; if the future is
+    /// dropped before the release reaches Redis, the lease expiry returns them.
+    pub async fn release(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        detach(&hold);
+        match self.semaphore.release_id(&hold.owner).await? {
+            0 => {
+                hold.mark_lost("release found the permits reclaimed");
+                Err(Error::NotHeld {
+                    name: self.semaphore.inner.name.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn detach(hold: &Arc<Hold>) {
+    if hold.drop_hold(true) {
+        hold.slot.remove_holder(hold);
+    }
+}
+
+impl Drop for SemaphorePermit {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        detach(&hold);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock_key = %self.semaphore.inner.key, "permit dropped outside a tokio runtime; it returns when its lease ends");
+            return;
+        };
+        let semaphore = self.semaphore.clone();
+        rt.spawn(async move {
+            // Releasing a permit id is idempotent: retry while the lease lasts.
+            let result = crate::lock::retry_until_deadline(hold.valid_until(), || semaphore.release_id(&hold.owner)).await;
+            if let Err(e) = result {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %semaphore.inner.key, error = %e, "release on drop failed; the permits return when the lease ends");
+            }
+        });
+    }
+}

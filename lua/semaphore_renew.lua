@@ -1,0 +1,18 @@
+-- Watchdog renewal of many semaphore acquisitions in one round trip.
+-- KEYS[i]   lease zset of acquisition i
+-- ARGV[1]   lease, milliseconds
+-- ARGV[i+1] permit id of acquisition i
+-- Returns a list: 1 renewed (lease end = now + lease), 0 gone (expired and
+-- reclaimed, or released). Never re-creates an acquisition.
+local t = redis.call('time')
+local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local result = {}
+for i, leases in ipairs(KEYS) do
+  local ok = 0
+  if redis.call('zscore', leases, ARGV[i + 1]) then
+    redis.call('zadd', leases, 'XX', until_ms, ARGV[i + 1])
+    ok = 1
+  end
+  result[i] = ok
+end
+return result

@@ -1,0 +1,250 @@
+//! `Semaphore` against real redis-server processes.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Env;
+use fred::prelude::*;
+use redisync::Error;
+
+fn sem_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:sem")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_holders_than_permits() {
+    let env = Env::start().await;
+    let inside = Arc::new(AtomicU32::new(0));
+    let peak = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    let first = env.client().await;
+    assert!(first.semaphore("pool").try_set_permits(3).await.unwrap());
+    assert!(
+        !first.semaphore("pool").try_set_permits(5).await.unwrap(),
+        "set once"
+    );
+    for _ in 0..3 {
+        let client = env.client().await;
+        for _ in 0..4 {
+            let sem = client.semaphore("pool");
+            let (inside, peak) = (inside.clone(), peak.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let p = sem.acquire(1).await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= 3, "{now} holders of 3 permits");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    p.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "the permits were used in parallel"
+    );
+    assert_eq!(
+        first.semaphore("pool").available_permits().await.unwrap(),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holders_permits_come_back_after_its_lease() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let sem = client.semaphore("crash");
+    sem.try_set_permits(2).await.unwrap();
+    // What a crashed holder leaves: 2 permits with 400 ms of lease left.
+    let (secs, micros): (String, String) = env
+        .admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "TIME",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    let now_ms = secs.parse::<i64>().unwrap() * 1000 + micros.parse::<i64>().unwrap() / 1000;
+    let key = sem_key("crash");
+    let _: () = env.admin.hset(&key, [("dead:1:1", "2")]).await.unwrap();
+    let _: () = env.admin.hincrby(&key, "~used", 2).await.unwrap();
+    let _: () = env
+        .admin
+        .zadd(
+            format!("{key}:leases"),
+            None,
+            None,
+            false,
+            false,
+            (
+                f64::from(u32::try_from(now_ms % 1_000_000_000).unwrap())
+                    + f64::from(u32::try_from(now_ms / 1_000_000_000).unwrap()) * 1e9
+                    + 400.0,
+                "dead:1:1",
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    let started = tokio::time::Instant::now();
+    let p = sem
+        .try_acquire(2, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("reclaimed");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_millis(1500), "{waited:?}");
+    p.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_wakes_as_many_waiters_as_permits_freed() {
+    let env = Env::start().await;
+    let holder = env.client().await;
+    let waiters = env.client().await;
+    let sem = holder.semaphore("wake");
+    sem.try_set_permits(3).await.unwrap();
+    let held = sem.acquire(3).await.unwrap();
+    assert_eq!(held.permits(), 3);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let s = waiters.semaphore("wake");
+        tasks.push(tokio::spawn(async move {
+            let p = s
+                .try_acquire(1, Duration::from_secs(10))
+                .await
+                .unwrap()
+                .expect("woken");
+            (tokio::time::Instant::now(), p)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = tokio::time::Instant::now();
+    held.release().await.unwrap();
+    let mut permits = Vec::new();
+    for t in tasks {
+        let (at, p) = t.await.unwrap();
+        assert!(
+            at - released_at < Duration::from_millis(500),
+            "late wakeup {:?}",
+            at - released_at
+        );
+        permits.push(p);
+    }
+    let tokens: std::collections::HashSet<u64> = permits
+        .iter()
+        .map(redisync::SemaphorePermit::fencing_token)
+        .collect();
+    assert_eq!(tokens.len(), 3);
+    for p in permits {
+        p.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_permits_and_drop_returns_them() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(Duration::from_millis(300)).await;
+    let sem = client.semaphore("dog");
+    sem.try_set_permits(1).await.unwrap();
+    let p = sem.acquire(1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!p.is_lost());
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        0,
+        "renewed, not reclaimed"
+    );
+    drop(p);
+    let back = sem
+        .try_acquire(1, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("dropped permit came back");
+    back.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_wrong_type_flush_and_cancellation() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let sem = client.semaphore("s");
+    assert!(matches!(
+        sem.acquire(1).await,
+        Err(Error::NotInitialized { .. })
+    ));
+    assert!(matches!(
+        sem.available_permits().await,
+        Err(Error::NotInitialized { .. })
+    ));
+    assert!(matches!(
+        sem.try_set_permits(0).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    sem.try_set_permits(2).await.unwrap();
+    assert!(matches!(
+        sem.acquire(0).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.acquire(3).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        client.semaphore("").try_set_permits(1).await,
+        Err(Error::InvalidArgument(_))
+    ));
+
+    let _: () = env
+        .admin
+        .set(sem_key("w"), "x", None, None, false)
+        .await
+        .unwrap();
+    let w = client.semaphore("w");
+    assert!(matches!(
+        w.try_set_permits(1).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        w.try_acquire(1, Duration::ZERO).await,
+        Err(Error::WrongType { .. })
+    ));
+    let v: String = env.admin.get(sem_key("w")).await.unwrap();
+    assert_eq!(v, "x");
+
+    let _: () = env.admin.script_flush(false).await.unwrap();
+    let p = sem.acquire(2).await.unwrap();
+    let _: () = env.admin.script_flush(false).await.unwrap();
+    p.release().await.unwrap();
+
+    // Cancelled at any point: no permit leaks.
+    for k in 0..100u64 {
+        let s = sem.clone();
+        let _ = tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_micros(k * 37 % 900), s.acquire(2)).await
+        })
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        2,
+        "a cancelled acquire leaked permits"
+    );
+}
