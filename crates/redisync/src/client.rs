@@ -13,14 +13,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldKind};
+use crate::hold::{Hold, RenewSpec};
 use crate::hub::Hub;
 use crate::keys;
 use crate::lock::Lock;
-use crate::script::{lua_script, LuaScript};
+use crate::script::LuaScript;
 use crate::semaphore::Semaphore;
-
-lua_script!(RENEW, "lock_renew.lua");
 
 /// Locks renewed by one watchdog script call.
 const RENEW_BATCH: usize = 100;
@@ -399,30 +397,38 @@ async fn watchdog(client: Weak<ClientInner>) {
             .flat_map(|s| s.holders())
             .filter(|h| h.renewed_by_watchdog())
             .collect();
-        let (locks, permits): (Vec<_>, Vec<_>) =
-            holds.into_iter().partition(|h| h.kind == HoldKind::Lock);
-        for batch in locks.chunks(RENEW_BATCH) {
-            renew(&client, batch).await;
+        // One batch script call per kind of hold and RENEW_BATCH holds.
+        let mut kinds: Vec<(&'static RenewSpec, Vec<Arc<Hold>>)> = Vec::new();
+        for h in holds {
+            match kinds
+                .iter_mut()
+                .find(|(spec, _)| std::ptr::eq(*spec, h.renew))
+            {
+                Some((_, list)) => list.push(h),
+                None => kinds.push((h.renew, vec![h])),
+            }
         }
-        for batch in permits.chunks(RENEW_BATCH) {
-            crate::semaphore::renew(&client, batch).await;
+        for (spec, list) in &kinds {
+            for batch in list.chunks(RENEW_BATCH) {
+                renew(&client, spec, batch).await;
+            }
         }
     }
 }
 
-/// Renews a batch of lock holds (one script call).
-async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
+/// Renews one batch of holds of one kind in one script call.
+async fn renew(client: &ClientInner, spec: &RenewSpec, batch: &[Arc<Hold>]) {
     let lease = client.settings.watchdog_timeout;
-    let keys: Vec<Key> = batch.iter().map(|h| Key::from(&*h.slot.key)).collect();
-    let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());
-    args.push(Value::Integer(
+    let mut keys = Vec::with_capacity(batch.len());
+    let mut args: Vec<Value> = vec![Value::Integer(
         i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-    ));
+    )];
     for h in batch {
-        args.push(h.owner.clone());
-        args.push(Value::String(h.token.to_string().into()));
+        let (key, hold_args) = (spec.hold_args)(h);
+        keys.push(key);
+        args.extend(hold_args);
     }
-    renew_batch(client, batch, &RENEW, keys, args).await;
+    renew_batch(client, batch, spec.script, keys, args).await;
 }
 
 /// Runs a batched renewal script whose reply has one flag per hold (1
@@ -430,7 +436,7 @@ async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
 /// gone ones are lost; on a connection error every hold is lost once its
 /// lease estimate has run out (retried next period until then).
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
-pub(crate) async fn renew_batch(
+async fn renew_batch(
     client: &ClientInner,
     batch: &[Arc<Hold>],
     script: &LuaScript,

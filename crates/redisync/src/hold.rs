@@ -12,19 +12,19 @@ use tokio::time::Instant;
 
 use crate::hub::{lock_unpoisoned, SlotRef};
 
-/// What a hold is, for the watchdog's renewal script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HoldKind {
-    /// A reentrant lock: `owner` is the owner id, the slot key the lock hash.
-    Lock,
-    /// Semaphore permits: `owner` is the permit id, the slot key the
-    /// semaphore hash (its lease zset is `<key>:leases`).
-    Semaphore,
+/// How the watchdog renews one kind of hold: a batched script whose
+/// `KEYS[i]` and per-hold arguments come from [`RenewSpec::hold_args`], with
+/// `ARGV[1]` the lease in milliseconds, replying one flag per hold (1 renewed,
+/// 0 gone). Each primitive defines one in its own module.
+pub(crate) struct RenewSpec {
+    pub(crate) script: &'static std::sync::LazyLock<crate::script::LuaScript>,
+    /// The key and the arguments of one hold.
+    pub(crate) hold_args: fn(&Hold) -> (fred::types::Key, Vec<Value>),
 }
 
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
-    pub(crate) kind: HoldKind,
+    pub(crate) renew: &'static RenewSpec,
     pub(crate) owner: Value,
     pub(crate) owner_str: std::sync::Arc<str>,
     pub(crate) token: u64,
@@ -46,7 +46,7 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(
-        kind: HoldKind,
+        renew: &'static RenewSpec,
         slot: SlotRef,
         owner: std::sync::Arc<str>,
         token: u64,
@@ -55,7 +55,7 @@ impl Hold {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Hold {
         Hold {
-            kind,
+            renew,
             owner: Value::String(owner.as_ref().into()),
             owner_str: owner,
             token,

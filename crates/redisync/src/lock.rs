@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{Hold, RenewSpec};
 use crate::hub::{Slot, SlotRef};
 use crate::keys;
 use crate::script::lua_script;
@@ -22,6 +22,18 @@ lua_script!(EXTEND, "lock_extend.lua");
 lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(INSPECT, "lock_inspect.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
+lua_script!(RENEW, "lock_renew.lua");
+
+/// Watchdog renewal of lock holds: `lock_renew.lua` with (owner, token).
+pub(crate) static LOCK_RENEW: RenewSpec = RenewSpec {
+    script: &RENEW,
+    hold_args: |h| {
+        (
+            Key::from(&*h.slot.key),
+            vec![h.owner.clone(), Value::String(h.token.to_string().into())],
+        )
+    },
+};
 
 /// Longest lease or wait bound accepted, to catch unit mistakes.
 const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -389,7 +401,7 @@ impl Lock {
         permit: Option<OwnedSemaphorePermit>,
     ) -> LockGuard {
         let hold = Arc::new(Hold::new(
-            crate::hold::HoldKind::Lock,
+            &LOCK_RENEW,
             slot.clone(),
             owner,
             token,

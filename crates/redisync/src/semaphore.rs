@@ -8,9 +8,9 @@ use fred::types::{Key, Value};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::client::{renew_batch, Client, ClientInner};
+use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldKind};
+use crate::hold::{Hold, RenewSpec};
 use crate::hub::{SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
 use crate::lock::checked_ms;
@@ -223,7 +223,7 @@ impl Semaphore {
                 Acquired::Token(token) => {
                     drop(turn); // the next local waiter may take what is left
                     let hold = Arc::new(Hold::new(
-                        HoldKind::Semaphore,
+                        &SEMAPHORE_RENEW,
                         slot.clone(),
                         id,
                         token,
@@ -401,20 +401,17 @@ impl Drop for Undo {
     }
 }
 
-/// Watchdog renewal of a batch of semaphore acquisitions.
-pub(crate) async fn renew(client: &ClientInner, batch: &[Arc<Hold>]) {
-    let lease = client.settings.watchdog_timeout;
-    let keys: Vec<Key> = batch
-        .iter()
-        .map(|h| Key::from(format!("{}:leases", h.slot.key)))
-        .collect();
-    let mut args = Vec::with_capacity(1 + batch.len());
-    args.push(Value::Integer(
-        i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-    ));
-    args.extend(batch.iter().map(|h| h.owner.clone()));
-    renew_batch(client, batch, &RENEW, keys, args).await;
-}
+/// Watchdog renewal of semaphore acquisitions: `semaphore_renew.lua` with
+/// the lease zset and the permit id.
+static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
+    script: &RENEW,
+    hold_args: |h| {
+        (
+            Key::from(format!("{}:leases", h.slot.key)),
+            vec![h.owner.clone()],
+        )
+    },
+};
 
 /// Permits of a [`Semaphore`]. Give them back with
 /// [`release`](SemaphorePermit::release).
