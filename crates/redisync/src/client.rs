@@ -424,8 +424,8 @@ async fn renew(client: &ClientInner, spec: &RenewSpec, batch: &[Arc<Hold>]) {
         i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
     )];
     for h in batch {
-        let (key, hold_args) = (spec.hold_args)(h);
-        keys.push(key);
+        let (hold_keys, hold_args) = (spec.hold_args)(h);
+        keys.extend(hold_keys);
         args.extend(hold_args);
     }
     renew_batch(client, batch, spec.script, keys, args).await;

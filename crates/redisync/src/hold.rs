@@ -12,14 +12,15 @@ use tokio::time::Instant;
 
 use crate::hub::{lock_unpoisoned, SlotRef};
 
-/// How the watchdog renews one kind of hold: a batched script whose
-/// `KEYS[i]` and per-hold arguments come from [`RenewSpec::hold_args`], with
-/// `ARGV[1]` the lease in milliseconds, replying one flag per hold (1 renewed,
-/// 0 gone). Each primitive defines one in its own module.
+/// How the watchdog renews one kind of hold: a batched script whose keys and
+/// per-hold arguments come from [`RenewSpec::hold_args`] (a fixed number per
+/// hold, appended in order), with `ARGV[1]` the lease in milliseconds,
+/// replying one flag per hold (1 renewed, 0 gone). Each primitive defines
+/// its own in its module.
 pub(crate) struct RenewSpec {
     pub(crate) script: &'static std::sync::LazyLock<crate::script::LuaScript>,
-    /// The key and the arguments of one hold.
-    pub(crate) hold_args: fn(&Hold) -> (fred::types::Key, Vec<Value>),
+    /// The keys and the arguments of one hold.
+    pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
 }
 
 /// One acquisition (one fencing token) held by one owner on this client.

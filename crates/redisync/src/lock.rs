@@ -29,7 +29,7 @@ pub(crate) static LOCK_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
     hold_args: |h| {
         (
-            Key::from(&*h.slot.key),
+            vec![Key::from(&*h.slot.key)],
             vec![h.owner.clone(), Value::String(h.token.to_string().into())],
         )
     },

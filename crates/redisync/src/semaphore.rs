@@ -407,7 +407,7 @@ static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
     hold_args: |h| {
         (
-            Key::from(format!("{}:leases", h.slot.key)),
+            vec![Key::from(format!("{}:leases", h.slot.key))],
             vec![h.owner.clone()],
         )
     },
