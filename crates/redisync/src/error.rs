@@ -19,6 +19,14 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// The write side of a read-write lock was asked by an owner that holds
+    /// only its read side: waiting would deadlock (two such readers would
+    /// wait for each other forever). Release the read side first.
+    #[error("read-write lock {name:?}: a reader cannot take the write side (release the read lock first)")]
+    UpgradeNotSupported {
+        /// The lock's name.
+        name: String,
+    },
     /// The semaphore has no permits set yet (see `Semaphore::try_set_permits`).
     #[error("semaphore {name:?} has no permits set; call try_set_permits first")]
     NotInitialized {

@@ -14,10 +14,12 @@ mod hold;
 mod hub;
 mod keys;
 mod lock;
+mod rw_lock;
 mod script;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
+pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};

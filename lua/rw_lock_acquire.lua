@@ -1,0 +1,93 @@
+-- Take the read or the write side of a read-write lock (re-entrant per owner).
+-- KEYS[1]  hash: '~mode' 'read'|'write'; 'w:<owner>' write holds, '~t' the
+--          writer's token; 'r:<owner>' read holds, 't:<owner>' that reader's token
+-- KEYS[2]  readers zset: <owner> -> end of that reader's lease (server ms)
+-- KEYS[3]  fencing counter
+-- ARGV[1]  owner id
+-- ARGV[2]  lease, milliseconds
+-- ARGV[3]  'r' read or 'w' write
+-- Returns {1, token} acquired, {2, token} re-entered, {0, ms} busy (ms to
+-- wait at most), {-3, 0} write asked by an owner holding only a read lock
+-- (an upgrade would deadlock: refused). Readers whose lease ended (crashed)
+-- are dropped first, whoever else keeps renewing.
+local h, readers, fence = KEYS[1], KEYS[2], KEYS[3]
+local owner, lease, side = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local expired = redis.call('zrangebyscore', readers, '-inf', now)
+for _, gone in ipairs(expired) do
+  redis.call('hdel', h, 'r:' .. gone, 't:' .. gone)
+end
+if #expired > 0 then
+  redis.call('zremrangebyscore', readers, '-inf', now)
+end
+local mode = redis.call('hget', h, '~mode')
+if mode == 'read' and redis.call('zcard', readers) == 0 then
+  redis.call('del', h)
+  mode = false
+end
+
+local function token()
+  local n = redis.call('incr', fence)
+  if n == 1 then
+    local resumed = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('set', fence, resumed)
+    n = tonumber(resumed)
+  end
+  return n
+end
+
+-- The hash and the readers zset live at least as long as any lease in them.
+local function cover()
+  for _, k in ipairs({h, readers}) do
+    local pttl = redis.call('pttl', k)
+    if pttl ~= -2 and pttl < lease then
+      redis.call('pexpire', k, lease)
+    end
+  end
+end
+
+if side == 'w' then
+  if not mode then
+    local n = token()
+    redis.call('hset', h, '~mode', 'write', 'w:' .. owner, 1, '~t', string.format('%.0f', n))
+    cover()
+    return {1, n}
+  end
+  if mode == 'write' then
+    if redis.call('hexists', h, 'w:' .. owner) == 1 then
+      redis.call('hincrby', h, 'w:' .. owner, 1)
+      cover()
+      return {2, tonumber(redis.call('hget', h, '~t'))}
+    end
+    return {0, redis.call('pttl', h)}
+  end
+  if redis.call('hexists', h, 'r:' .. owner) == 1 then
+    return {-3, 0}
+  end
+  local first = redis.call('zrange', readers, 0, 0, 'WITHSCORES')
+  return {0, math.max(0, tonumber(first[2]) - now)}
+end
+
+-- Read side: free, read mode, or write mode held by this owner (downgrade).
+if mode == 'write' and redis.call('hexists', h, 'w:' .. owner) == 0 then
+  return {0, redis.call('pttl', h)}
+end
+local until_ms = now + lease
+if redis.call('hexists', h, 'r:' .. owner) == 1 then
+  redis.call('hincrby', h, 'r:' .. owner, 1)
+  if tonumber(redis.call('zscore', readers, owner) or '0') < until_ms then
+    redis.call('zadd', readers, until_ms, owner)
+  end
+  cover()
+  return {2, tonumber(redis.call('hget', h, 't:' .. owner))}
+end
+local n = token()
+if not mode then
+  redis.call('hset', h, '~mode', 'read')
+end
+redis.call('hset', h, 'r:' .. owner, 1, 't:' .. owner, string.format('%.0f', n))
+redis.call('zadd', readers, until_ms, owner)
+cover()
+return {1, n}
