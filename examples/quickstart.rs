@@ -8,10 +8,12 @@
 //!
 //!     cargo run --example quickstart
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+mod support;
+use support::find_redis;
 
 use fred::prelude::*;
-use redisync_testkit::RedisServer;
 
 const CLIENTS: usize = 2;
 const TASKS_PER_CLIENT: usize = 4;
@@ -77,44 +79,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     }
     Ok(())
-}
-
-/// Picks the Redis to use and says which.
-async fn find_redis() -> Option<(String, Option<RedisServer>)> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        println!("using REDIS_URL={url}");
-        return Some((url, None));
-    }
-    if answers_ping("127.0.0.1:6379").await {
-        println!("using the Redis at 127.0.0.1:6379");
-        return Some(("redis://127.0.0.1:6379".into(), None));
-    }
-    match RedisServer::try_start().await {
-        Ok(server) => {
-            println!(
-                "no Redis at 127.0.0.1:6379: started a throwaway redis-server on {}",
-                server.url()
-            );
-            Some((server.url(), Some(server)))
-        }
-        Err(e) => {
-            eprintln!("no Redis found and none could be started: {e}");
-            None
-        }
-    }
-}
-
-async fn answers_ping(addr: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"PING\r\n").await.ok()?;
-        let mut buf = [0u8; 16];
-        let n = s.read(&mut buf).await.ok()?;
-        Some(buf[..n].starts_with(b"+PONG"))
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_millis(500), attempt).await,
-        Ok(Some(true))
-    )
 }

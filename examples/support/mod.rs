@@ -1,0 +1,49 @@
+//! Shared by the examples: which Redis to use.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use redisync_testkit::RedisServer;
+
+/// `REDIS_URL` when set; else 127.0.0.1:6379 if a Redis answers there; else
+/// a throwaway redis-server started through the testkit (kept alive by the
+/// returned handle). Says which on stdout; `None` (after saying how to
+/// install one) when there is no Redis and no redis-server binary.
+pub async fn find_redis() -> Option<(String, Option<RedisServer>)> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        println!("using REDIS_URL={url}");
+        return Some((url, None));
+    }
+    if answers_ping("127.0.0.1:6379").await {
+        println!("using the Redis at 127.0.0.1:6379");
+        return Some(("redis://127.0.0.1:6379".into(), None));
+    }
+    match RedisServer::try_start().await {
+        Ok(server) => {
+            println!(
+                "no Redis at 127.0.0.1:6379: started a throwaway redis-server on {}",
+                server.url()
+            );
+            Some((server.url(), Some(server)))
+        }
+        Err(e) => {
+            eprintln!("no Redis found and none could be started: {e}");
+            None
+        }
+    }
+}
+
+async fn answers_ping(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"PING\r\n").await.ok()?;
+        let mut buf = [0u8; 16];
+        let n = s.read(&mut buf).await.ok()?;
+        Some(buf[..n].starts_with(b"+PONG"))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), attempt).await,
+        Ok(Some(true))
+    )
+}
