@@ -1,0 +1,317 @@
+//! `MultiLock`: all-or-nothing over several locks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{join_all, select_all};
+use redisync::{Lock, LockGuard};
+use tokio::time::Instant;
+
+use crate::error::{Error, MemberError, Result};
+use crate::validity::{backoff_bound, Jitter};
+
+/// First bound of the random pause after a collision with another `MultiLock`.
+const BACKOFF_BASE: Duration = Duration::from_millis(5);
+/// Largest bound of that pause.
+const BACKOFF_CAP: Duration = Duration::from_millis(100);
+
+/// All-or-nothing over several [`Lock`]s, on the same or on different Redis
+/// servers: [`lock`](MultiLock::lock) returns once it holds every one of
+/// them, and never leaves some of them held when it gives up, fails or is
+/// cancelled.
+///
+/// # How it acquires
+///
+/// Every round first tries all members at once without waiting (one round
+/// trip when nothing is busy). If a member is busy, the members taken are
+/// released and the task waits for the busy member alone, with the lock's
+/// own wake-up on release (no polling), and then tries the others at once
+/// again. It never holds one member while waiting for another, so two
+/// `MultiLock`s over the same locks given in different orders cannot
+/// deadlock; members are tried and waited for in one canonical order (by
+/// name, then client id), and repeated collisions back off a random pause
+/// (full jitter, 5 ms doubling up to 100 ms) so two of them cannot chase
+/// each other forever.
+///
+/// # Leases
+///
+/// Each member's lease starts when that member is granted: `lease: None`
+/// means every member is renewed by its own client's watchdog; a fixed lease
+/// applies to each member from its own grant, all of which happen within one
+/// round of tries. Members are reentrant like [`Lock`]: a task that holds
+/// some of them already holds them once more.
+///
+/// The guard is a [`MultiLockGuard`]. Cloning a `MultiLock` is cheap and
+/// gives a handle on the same locks.
+#[derive(Clone)]
+pub struct MultiLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// In the order given to `new`.
+    locks: Vec<Lock>,
+    /// Indices into `locks`, in the canonical order.
+    order: Vec<usize>,
+    jitter: Jitter,
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field(
+                "locks",
+                &self.inner.locks.iter().map(Lock::name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiLock {
+    /// A `MultiLock` over `locks` (any clients, any servers; no I/O).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `locks` is empty.
+    pub fn new(locks: Vec<Lock>) -> Result<MultiLock> {
+        if locks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a MultiLock needs at least one lock".into(),
+            ));
+        }
+        let mut order: Vec<usize> = (0..locks.len()).collect();
+        order.sort_by(|&a, &b| {
+            (locks[a].name(), locks[a].client().id(), a).cmp(&(
+                locks[b].name(),
+                locks[b].client().id(),
+                b,
+            ))
+        });
+        Ok(MultiLock {
+            inner: Arc::new(Inner {
+                locks,
+                order,
+                jitter: Jitter::new(),
+            }),
+        })
+    }
+
+    /// The member locks, in the order given to [`MultiLock::new`].
+    pub fn locks(&self) -> &[Lock] {
+        &self.inner.locks
+    }
+
+    /// Waits until every member is held; each member's lease is renewed by
+    /// its client's watchdog until the guard is released.
+    ///
+    /// # Errors
+    /// [`Error::Member`] when a member fails (Redis down, wrong key type,
+    /// client shut down); the members taken are released first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future releases every member it took, in the
+    /// background, and the acquisition in flight is undone by the member lock.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(a: redisync::Client, b: redisync::Client) -> redisync_redlock::Result<()> {
+    /// use redisync_redlock::MultiLock;
+    /// let both = MultiLock::new(vec![a.lock("account:1"), b.lock("account:2")])?;
+    /// let guard = both.lock().await?;
+    /// // ... move money between the two accounts ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<MultiLockGuard> {
+        self.acquire(None, None).await?.ok_or_else(|| {
+            Error::InvalidArgument("a MultiLock wait ended without a deadline".into())
+        })
+    }
+
+    /// Tries to take every member within `wait` (zero: one round of tries,
+    /// one round trip per server). `lease: None` means each member is renewed
+    /// by its client's watchdog; `Some(lease)` is a fixed lease per member.
+    /// `Ok(None)` when the wait ran out; then no member is held.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero lease; [`Error::Member`] when a
+    /// member fails (the members taken are released first).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`MultiLock::lock`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync_redlock::Result<()> {
+    /// use std::time::Duration;
+    /// use redisync_redlock::MultiLock;
+    /// let pair = MultiLock::new(vec![client.lock("seat:12A"), client.lock("seat:12B")])?;
+    /// match pair.try_lock(Duration::from_secs(2), Some(Duration::from_secs(30))).await? {
+    ///     Some(guard) => guard.unlock().await?,
+    ///     None => println!("one of the seats is taken"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Instant::now().checked_add(wait), lease).await
+    }
+
+    #[tracing::instrument(level = "debug", name = "redisync.multilock.acquire", skip_all, fields(locks = self.inner.locks.len()))]
+    async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        if lease.is_some_and(|l| l.is_zero()) {
+            return Err(Error::InvalidArgument("lease must not be zero".into()));
+        }
+        let inner = &*self.inner;
+        let n = inner.locks.len();
+        // The member to wait for alone before trying the others; none in the
+        // first round.
+        let mut first: Option<usize> = None;
+        let mut collisions = 0u32;
+        loop {
+            let mut held: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();
+            if let Some(i) = first {
+                let wait = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                match inner.locks[i].try_lock(wait, lease).await {
+                    Ok(Some(g)) => held[i] = Some(g),
+                    Ok(None) => return Ok(None),
+                    Err(e) => return Err(Error::Member(MemberError::new(i, &inner.locks[i], e))),
+                }
+            }
+            let tries = inner
+                .order
+                .iter()
+                .copied()
+                .filter(|&j| Some(j) != first)
+                .map(|j| async move { (j, inner.locks[j].try_lock(Duration::ZERO, lease).await) });
+            let mut busy = None;
+            let mut failure = None;
+            for (j, result) in join_all(tries).await {
+                match result {
+                    Ok(Some(g)) => held[j] = Some(g),
+                    Ok(None) => {
+                        busy.get_or_insert(j);
+                    }
+                    Err(e) => {
+                        failure.get_or_insert((j, e));
+                    }
+                }
+            }
+            if let Some((j, e)) = failure {
+                // Dropping the guards releases them in the background.
+                drop(held);
+                return Err(Error::Member(MemberError::new(j, &inner.locks[j], e)));
+            }
+            let Some(j) = busy else {
+                return Ok(Some(MultiLockGuard {
+                    guards: held.into_iter().flatten().collect(),
+                }));
+            };
+            drop(held);
+            tracing::debug!(
+                busy = j,
+                "a member is busy: released the others, waiting for it"
+            );
+            if first.is_some() {
+                // A second collision: another MultiLock may be chasing the
+                // same members in step with us; fall out of step.
+                let pause =
+                    inner
+                        .jitter
+                        .below(backoff_bound(BACKOFF_BASE, collisions, BACKOFF_CAP));
+                collisions += 1;
+                let wake = Instant::now() + pause;
+                tokio::time::sleep_until(deadline.map_or(wake, |d| d.min(wake))).await;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            first = Some(j);
+        }
+    }
+}
+
+/// Every member of a [`MultiLock`], held. Release it with
+/// [`unlock`](MultiLockGuard::unlock).
+///
+/// Dropping the guard without `unlock` drops every member's guard: their
+/// renewal stops at once and each is released in a background task that only
+/// logs errors (`unlock().await` returns them).
+#[must_use = "if unused the locks are released immediately"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    /// In the order given to `MultiLock::new`.
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The member guards, in the order the locks were given to
+    /// [`MultiLock::new`].
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The fencing token of every member, in the order the locks were given.
+    pub fn fencing_tokens(&self) -> Vec<u64> {
+        self.guards.iter().map(LockGuard::fencing_token).collect()
+    }
+
+    /// Whether some member is known to be lost (see [`LockGuard::lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves when the first member is known to be lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        let all = self.guards.iter().map(|g| Box::pin(g.lost()));
+        let _ = select_all(all).await;
+    }
+
+    /// Releases every member, all at once, and reports every failure.
+    ///
+    /// # Errors
+    /// [`Error::Release`] listing each member whose release failed
+    /// ([`redisync::Error::NotHeld`] when it was lost meanwhile, Redis errors);
+    /// the others were released.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: renewal of every member stops on the first
+    /// poll; releases not sent when the future is dropped are left to the
+    /// lease expiry.
+    #[tracing::instrument(level = "debug", name = "redisync.multilock.release", skip_all, fields(locks = self.guards.len()))]
+    pub async fn unlock(self) -> Result<()> {
+        let total = self.guards.len();
+        let releases = self.guards.into_iter().enumerate().map(|(i, g)| {
+            let lock = g.lock().clone();
+            async move { (i, lock, g.unlock().await) }
+        });
+        let mut failures = Vec::new();
+        for (i, lock, result) in join_all(releases).await {
+            if let Err(e) = result {
+                failures.push(MemberError::new(i, &lock, e));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Release {
+                released: total - failures.len(),
+                required: total,
+                pending: 0,
+                failures,
+            })
+        }
+    }
+}

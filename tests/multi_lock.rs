@@ -1,0 +1,336 @@
+//! `MultiLock` against real servers: all-or-nothing, no deadlock between
+//! opposite orders, cancellation, waiting, and release reporting every failure.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redisync::Client;
+use redisync_redlock::{Error, MultiLock, MultiLockGuard};
+use redisync_testkit::RedisNodes;
+use tokio::time::{sleep, timeout, Instant};
+
+/// Two independent servers and a client on each, for one "process".
+struct Pair {
+    a: Client,
+    b: Client,
+}
+
+async fn pair(nodes: &RedisNodes) -> Pair {
+    Pair {
+        a: Client::connect(&nodes[0].url()).await.expect("connect a"),
+        b: Client::connect(&nodes[1].url()).await.expect("connect b"),
+    }
+}
+
+/// x and y on server A, z on server B.
+fn xyz(p: &Pair) -> MultiLock {
+    MultiLock::new(vec![p.a.lock("x"), p.a.lock("y"), p.b.lock("z")]).expect("multi")
+}
+
+async fn locked(client: &Client, name: &str) -> bool {
+    client.lock(name).is_locked().await.expect("is_locked")
+}
+
+/// Polls until none of `names` is locked on `client`; false after `within`.
+async fn all_free(client: &Client, names: &[&str], within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut any = false;
+        for n in names {
+            any |= locked(client, n).await;
+        }
+        if !any {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn bounds() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<MultiLock>();
+    send_sync::<MultiLockGuard>();
+    send_sync::<Error>();
+}
+
+/// Type-checked only: the futures are `Send`.
+#[allow(dead_code)]
+fn futures_are_send(m: &MultiLock, g: MultiLockGuard) {
+    fn send<T: Send>(_: &T) {}
+    send(&m.lock());
+    send(&m.try_lock(Duration::ZERO, None));
+    send(&g.lost());
+    send(&g.unlock());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_is_an_error() {
+    assert!(matches!(
+        MultiLock::new(Vec::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takes_every_member_and_releases_every_member() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let multi = xyz(&p);
+    let guard = multi
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .expect("try_lock")
+        .expect("free locks are granted");
+    assert_eq!(guard.guards().len(), 3);
+    assert_eq!(guard.guards()[2].lock().name(), "z");
+    assert!(locked(&p.a, "x").await && locked(&p.a, "y").await && locked(&p.b, "z").await);
+    assert!(guard.fencing_tokens().iter().all(|t| *t > 0));
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+    assert!(!locked(&p.a, "x").await && !locked(&p.a, "y").await && !locked(&p.b, "z").await);
+    // Watchdog leases too.
+    let guard = multi.lock().await.expect("lock");
+    guard.unlock().await.expect("unlock");
+}
+
+/// Done when: all-or-nothing (a busy member leaves no other member held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_member_leaves_no_other_member_held() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let other = pair(&nodes).await;
+    let multi = xyz(&p);
+    // Another client holds y (the middle one) and z (on the other server),
+    // in turn.
+    for busy in ["y", "z"] {
+        let client = if busy == "z" { &other.b } else { &other.a };
+        let holder = client.lock(busy).lock().await.expect("hold");
+        let started = Instant::now();
+        let got = multi
+            .try_lock(Duration::from_millis(300), Some(Duration::from_secs(10)))
+            .await
+            .expect("try_lock");
+        assert!(got.is_none(), "{busy} is held by someone else");
+        assert!(started.elapsed() >= Duration::from_millis(290));
+        // Nothing else of ours is left behind.
+        let free: Vec<&str> = ["x", "y", "z"].into_iter().filter(|n| *n != busy).collect();
+        let (a_names, b_names): (Vec<&str>, Vec<&str>) = free.iter().partition(|n| **n != "z");
+        assert!(
+            all_free(&p.a, &a_names, Duration::from_secs(1)).await,
+            "{a_names:?} left held"
+        );
+        assert!(
+            all_free(&p.b, &b_names, Duration::from_secs(1)).await,
+            "{b_names:?} left held"
+        );
+        // A zero wait is one round of tries, no waiting.
+        let started = Instant::now();
+        assert!(multi
+            .try_lock(Duration::ZERO, None)
+            .await
+            .expect("try_lock")
+            .is_none());
+        assert!(started.elapsed() < Duration::from_millis(500));
+        holder.unlock().await.expect("unlock holder");
+    }
+    let guard = multi
+        .try_lock(Duration::from_secs(2), None)
+        .await
+        .expect("try_lock")
+        .expect("all free again");
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_a_busy_member_and_takes_all_when_it_frees() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let other = pair(&nodes).await;
+    let multi = xyz(&p);
+    let holder = other.b.lock("z").lock().await.expect("hold z");
+    let release = tokio::spawn(async move {
+        sleep(Duration::from_millis(300)).await;
+        holder.unlock().await.expect("unlock z");
+        Instant::now()
+    });
+    let guard = multi
+        .try_lock(Duration::from_secs(5), Some(Duration::from_secs(10)))
+        .await
+        .expect("try_lock")
+        .expect("z frees after 300 ms");
+    let got_at = Instant::now();
+    let released_at = release.await.expect("release task");
+    // Woken by the release, not by polling late.
+    assert!(got_at >= released_at);
+    assert!(got_at - released_at < Duration::from_millis(500));
+    guard.unlock().await.expect("unlock");
+}
+
+/// Done when: opposite-order `MultiLock`s finish without deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_orders_finish_without_deadlock() {
+    let nodes = RedisNodes::start(2).await;
+    let holders = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for k in 0..4 {
+        // Four "processes": each has its own clients; half give the locks in
+        // one order, half in the other.
+        let p = pair(&nodes).await;
+        let locks = if k % 2 == 0 {
+            vec![p.a.lock("left"), p.b.lock("right"), p.a.lock("middle")]
+        } else {
+            vec![p.a.lock("middle"), p.b.lock("right"), p.a.lock("left")]
+        };
+        let multi = MultiLock::new(locks).expect("multi");
+        let (holders, overlaps) = (holders.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let guard = if i % 2 == 0 {
+                    multi.lock().await.expect("lock")
+                } else {
+                    multi
+                        .try_lock(Duration::from_secs(30), Some(Duration::from_secs(10)))
+                        .await
+                        .expect("try_lock")
+                        .expect("30 s is plenty")
+                };
+                if holders.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                sleep(Duration::from_millis(1)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+            drop(p);
+        }));
+    }
+    let all = futures::future::join_all(tasks);
+    let results = timeout(Duration::from_secs(8), all)
+        .await
+        .expect("100 acquisitions in opposite orders finish: no deadlock, no livelock");
+    for r in results {
+        r.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "mutual exclusion");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquisition_releases_what_it_took() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let other = pair(&nodes).await;
+    let multi = xyz(&p);
+    let holder = other.b.lock("z").lock().await.expect("hold z");
+    // Cancelled while waiting for z (x and y were taken in the first round
+    // and released), and while the first round is in flight.
+    assert!(timeout(Duration::from_millis(200), multi.lock())
+        .await
+        .is_err());
+    for _ in 0..20 {
+        let _ = timeout(Duration::from_micros(100), multi.lock()).await;
+    }
+    assert!(all_free(&p.a, &["x", "y"], Duration::from_secs(2)).await);
+    holder.unlock().await.expect("unlock z");
+    assert!(all_free(&p.b, &["z"], Duration::from_secs(2)).await);
+    // Cancelled after winning everything: the guard inside is dropped.
+    let won = multi.try_lock(Duration::ZERO, None);
+    let guard = won.await.expect("try_lock").expect("free");
+    drop(guard);
+    assert!(all_free(&p.a, &["x", "y"], Duration::from_secs(2)).await);
+    assert!(all_free(&p.b, &["z"], Duration::from_secs(2)).await);
+}
+
+/// Unlock releases every member and reports every failure, not the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_reports_every_failure() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let other = pair(&nodes).await;
+    let multi = xyz(&p);
+    let guard = multi.lock().await.expect("lock");
+    // Someone force-unlocks x and z; y is still ours.
+    assert!(other.a.lock("x").force_unlock().await.expect("force x"));
+    assert!(other.b.lock("z").force_unlock().await.expect("force z"));
+    let err = guard.unlock().await.expect_err("two members were lost");
+    match &err {
+        Error::Release {
+            released,
+            required,
+            failures,
+            ..
+        } => {
+            assert_eq!((*released, *required), (1, 3));
+            let lost: Vec<(usize, &str)> = failures
+                .iter()
+                .map(|f| (f.index, f.name.as_str()))
+                .collect();
+            assert_eq!(lost, [(0, "x"), (2, "z")]);
+            assert!(failures
+                .iter()
+                .all(|f| matches!(f.error, redisync::Error::NotHeld { .. })));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("\"x\"") && text.contains("\"z\""), "{text}");
+    assert!(
+        !locked(&p.a, "y").await,
+        "the member still held was released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_member_is_reported() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let multi = xyz(&p);
+    let guard = multi
+        .try_lock(Duration::ZERO, Some(Duration::from_millis(300)))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("a fixed lease runs out");
+    assert!(guard.is_lost());
+    assert!(guard.unlock().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_errors_name_the_member() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let admin = common::admin(&nodes[1].url()).await;
+    // z's key holds a string: the member fails, the others are released.
+    let _: () = fred::prelude::KeysInterface::set(
+        &admin,
+        common::lock_key("z"),
+        "not a lock",
+        None,
+        None,
+        false,
+    )
+    .await
+    .expect("SET");
+    let multi = xyz(&p);
+    match multi.try_lock(Duration::ZERO, None).await {
+        Err(Error::Member(m)) => {
+            assert_eq!((m.index, m.name.as_str()), (2, "z"));
+            assert!(matches!(m.error, redisync::Error::WrongType { .. }));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(all_free(&p.a, &["x", "y"], Duration::from_secs(2)).await);
+    assert!(matches!(
+        multi.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
