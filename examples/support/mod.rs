@@ -9,7 +9,7 @@ use redisync_testkit::RedisServer;
 /// a throwaway redis-server started through the testkit (kept alive by the
 /// returned handle). Says which on stdout; `None` (after saying how to
 /// install one) when there is no Redis and no redis-server binary.
-pub async fn find_redis() -> Option<(String, Option<RedisServer>)> {
+pub(crate) async fn find_redis() -> Option<(String, Option<RedisServer>)> {
     if let Ok(url) = std::env::var("REDIS_URL") {
         println!("using REDIS_URL={url}");
         return Some((url, None));
