@@ -343,7 +343,7 @@ async fn receive_messages(hub: Weak<Hub>) {
         let msg = rx.recv().await;
         let Some(hub) = hub.upgrade() else { return };
         match msg {
-            Ok(m) => hub.on_message(&m.channel),
+            Ok(m) => hub.on_message(&m.channel, &m.value),
             Err(RecvError::Lagged(n)) => {
                 tracing::debug!(missed = n, "unlock messages lagged: waking every waiter");
                 hub.wake_all();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::PubsubInterface;
-use fred::types::Key;
+use fred::types::{Key, Value};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
@@ -23,6 +23,10 @@ use crate::hold::Hold;
 
 /// Suffix of the unlock channel after the lock key.
 pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
+
+/// Payload that wakes every waiter of a slot, addressed ones included (what
+/// the plain lock's scripts publish).
+pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
 
 /// Locks a std mutex, ignoring poison (the data stays consistent: every
 /// critical section here is a few assignments).
@@ -49,6 +53,42 @@ pub(crate) struct Slot {
     /// Cross-client fairness: local hand-offs in a row while other clients
     /// contended, and the pause the next local contender keeps.
     fairness: Mutex<Fairness>,
+    /// Waiters woken only by a message whose payload is their owner id (fair
+    /// lock), with the number of local users of each registration.
+    addressed: Mutex<HashMap<Arc<str>, AddressedEntry>>,
+}
+
+/// A registration for addressed messages and its number of local users.
+type AddressedEntry = (Arc<Addressed>, usize);
+
+/// The wakeup of one owner that waits for messages addressed to it: a
+/// generation counter plus a `Notify`, as for the whole slot.
+pub(crate) struct Addressed {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+impl Addressed {
+    /// The current generation; read it before an attempt.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Waits until a message for this owner newer than `since` arrives, or `until`.
+    pub(crate) async fn wait(&self, since: u64, until: Instant) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.generation() != since {
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, notified).await;
+    }
+
+    fn wake(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
 }
 
 #[derive(Default)]
@@ -143,6 +183,46 @@ impl Slot {
         lock_unpoisoned(&self.pending_undo).retain(|o| &**o != owner);
     }
 
+    /// Registers `owner` for messages addressed to it (one registration per
+    /// owner, counted); undo with [`Slot::unregister_addressed`].
+    pub(crate) fn register_addressed(&self, owner: &Arc<str>) -> Arc<Addressed> {
+        let mut map = lock_unpoisoned(&self.addressed);
+        let entry = map.entry(owner.clone()).or_insert_with(|| {
+            (
+                Arc::new(Addressed {
+                    generation: AtomicU64::new(0),
+                    notify: Notify::new(),
+                }),
+                0,
+            )
+        });
+        entry.1 += 1;
+        entry.0.clone()
+    }
+
+    pub(crate) fn unregister_addressed(&self, owner: &str) {
+        let mut map = lock_unpoisoned(&self.addressed);
+        if let Some(entry) = map.get_mut(owner) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                map.remove(owner);
+            }
+        }
+    }
+
+    /// Wakes the local waiter of `owner`, if any.
+    pub(crate) fn wake_addressed(&self, owner: &str) {
+        if let Some((a, _)) = lock_unpoisoned(&self.addressed).get(owner) {
+            a.wake();
+        }
+    }
+
+    fn wake_all_addressed(&self) {
+        for (a, _) in lock_unpoisoned(&self.addressed).values() {
+            a.wake();
+        }
+    }
+
     /// The earliest local lease end among holders, for gate waiters.
     pub(crate) fn earliest_holder_deadline(&self) -> Option<Instant> {
         lock_unpoisoned(&self.holders)
@@ -208,6 +288,7 @@ impl Hub {
                 holders: Mutex::new(Vec::new()),
                 pending_undo: Mutex::new(Vec::new()),
                 fairness: Mutex::new(Fairness::default()),
+                addressed: Mutex::new(HashMap::new()),
             }),
             users: 0,
         });
@@ -316,11 +397,18 @@ impl Hub {
         Ok(())
     }
 
-    /// An unlock message arrived on `channel`.
-    pub(crate) fn on_message(&self, channel: &str) {
+    /// An unlock message with `payload` arrived on `channel`. It wakes the
+    /// slot's waiters; of the addressed waiters only the owner named by the
+    /// payload (all of them for [`WAKE_ALL_PAYLOAD`]).
+    pub(crate) fn on_message(&self, channel: &str, payload: &Value) {
         if let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) {
             if let Some(entry) = self.slots.get(key) {
                 entry.slot.wake();
+                match payload.as_str() {
+                    Some(p) if p == WAKE_ALL_PAYLOAD => entry.slot.wake_all_addressed(),
+                    Some(p) => entry.slot.wake_addressed(&p),
+                    None => {}
+                }
             }
         }
     }
@@ -330,6 +418,7 @@ impl Hub {
     pub(crate) fn wake_all(&self) {
         for entry in &self.slots {
             entry.slot.wake();
+            entry.slot.wake_all_addressed();
         }
     }
 }

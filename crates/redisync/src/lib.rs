@@ -10,6 +10,7 @@
 
 mod client;
 mod error;
+mod fair_lock;
 mod hold;
 mod hub;
 mod keys;
@@ -20,6 +21,7 @@ mod semaphore;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
+pub use fair_lock::{FairLock, FairLockGuard};
 pub use lock::{Lock, LockGuard};
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -1,0 +1,965 @@
+//! The fair lock: `FairLock` and `FairLockGuard`, FIFO across clients.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::hub::{Addressed, Slot, SlotRef, CHANNEL_SUFFIX};
+use crate::keys;
+use crate::lock::{checked_ms, EXTEND, INSPECT, LOCK_RENEW};
+use crate::script::lua_script;
+
+lua_script!(ACQUIRE, "fair_lock_acquire.lua");
+lua_script!(RELEASE, "fair_lock_release.lua");
+lua_script!(LEAVE, "fair_lock_leave.lua");
+lua_script!(FORCE_UNLOCK, "fair_lock_force_unlock.lua");
+
+/// Default queue lease: how long a queued waiter that stopped calling keeps
+/// its place.
+const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
+/// Shortest queue lease accepted: the heartbeat (a third of it) must stay
+/// well above a round trip.
+const MIN_QUEUE_LEASE: Duration = Duration::from_millis(30);
+
+impl Client {
+    /// A handle on the fair lock `name` (no I/O). See [`FairLock`].
+    pub fn fair_lock(&self, name: &str) -> FairLock {
+        FairLock::new(self.clone(), name)
+    }
+}
+
+/// A reentrant distributed lock that is fair across clients: waiters get it
+/// in the order they first asked for it (Redisson's `RFairLock`).
+///
+/// Besides the lock hash (laid out as [`Lock`](crate::Lock)'s: owner id ->
+/// hold count, with a fencing token) a fair lock keeps a Redis list of
+/// waiting owner ids and a sorted set of their *queue deadlines*, measured by
+/// the Redis server's clock (`TIME` inside the scripts; client clocks are
+/// never compared). Only the head of the queue may take a free lock; a
+/// task's first busy attempt puts it at the tail. A release publishes the id
+/// of the next owner and only that owner's task wakes (one subscription per
+/// lock per client, however many tasks wait): no herd.
+///
+/// Waiters that stop waiting leave at once: a wait that runs out removes its
+/// entry before `try_lock` returns, and a cancelled (dropped) acquisition
+/// removes it in a background task. A waiter that crashed is evicted when its
+/// queue deadline passes, so nobody waits behind it for longer than the
+/// [queue lease](FairLock::with_queue_lease). Live waiters are never evicted:
+/// they refresh their deadline every queue lease / 3 while they wait. Every
+/// script first evicts all expired waiters, which costs O(expired x queue
+/// length): fine for queues of hundreds, not of millions.
+///
+/// Waiting never polls Redis in a loop: a waiter sleeps until it is told it
+/// is next, its heartbeat is due, the head's queue deadline passes (a crashed
+/// head), or, when it is the head itself, the holder's lease ends (a crashed
+/// holder).
+///
+/// Leases, re-entry and fencing tokens are as for [`Lock`](crate::Lock):
+/// [`lock`](FairLock::lock) and `try_lock(wait, None)` take the client's
+/// watchdog lease and renew it while the guard lives; a task that holds the
+/// lock takes it again at once (queue or not); every non-reentrant
+/// acquisition gets a new token, strictly increasing per lock name.
+///
+/// Unlike [`Lock`](crate::Lock), every waiting task contends in Redis on its
+/// own (it needs its own place in the queue), so a fair lock costs one
+/// script call per waiter per heartbeat while it waits and one wakeup per
+/// hand-off.
+#[derive(Clone)]
+pub struct FairLock {
+    inner: Arc<FairLockInner>,
+    queue_lease: Duration,
+}
+
+struct FairLockInner {
+    client: Client,
+    name: String,
+    /// The lock hash's key; also the slot key of the hub.
+    key: Arc<str>,
+    hash: Key,
+    queue: Key,
+    deadlines: Key,
+    fence: Key,
+    channel: Key,
+}
+
+impl std::fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("name", &self.inner.name)
+            .field("key", &self.inner.key)
+            .field("queue_lease", &self.queue_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the acquire script said.
+enum Acquired {
+    Token(u64),
+    /// `pttl_ms`: the holder's remaining lease (-2 free, -1 no TTL);
+    /// `head_ms`: until the queue deadline of the head when that is another
+    /// owner, else -1.
+    Busy {
+        pttl_ms: i64,
+        head_ms: i64,
+    },
+}
+
+fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
+    match reply {
+        [1 | 2, token] => Ok(Acquired::Token(u64::try_from(*token).unwrap_or(0))),
+        [0, pttl_ms, head_ms] => Ok(Acquired::Busy {
+            pttl_ms: *pttl_ms,
+            head_ms: *head_ms,
+        }),
+        other => Err(Error::Script {
+            name: "fair_lock_acquire.lua",
+            message: format!("unexpected reply {other:?}"),
+        }),
+    }
+}
+
+/// `ms` milliseconds plus a little slack, for waking after a server-side
+/// deadline.
+fn after_ms(now: Instant, ms: i64) -> Option<Instant> {
+    u64::try_from(ms)
+        .ok()
+        .map(|ms| now + Duration::from_millis(ms.saturating_add(2)))
+}
+
+impl FairLock {
+    fn new(client: Client, name: &str) -> FairLock {
+        let key = format!("{}:fair", keys::lock_key(name));
+        FairLock {
+            inner: Arc::new(FairLockInner {
+                client,
+                name: name.to_owned(),
+                hash: Key::from(key.as_str()),
+                queue: Key::from(format!("{key}:queue")),
+                deadlines: Key::from(format!("{key}:deadlines")),
+                fence: Key::from(format!("{key}:fence")),
+                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                key: Arc::from(key),
+            }),
+            queue_lease: DEFAULT_QUEUE_LEASE,
+        }
+    }
+
+    /// The lock's name as given to [`Client::fair_lock`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The same lock with another queue lease: how long a waiter that
+    /// stopped refreshing its place (it crashed) keeps it before the others
+    /// skip it. Live waiters refresh every `queue_lease / 3`, so it bounds
+    /// both the delay a crashed waiter causes and the heartbeat traffic of
+    /// live ones. Each waiter uses the queue lease of the handle it waits on.
+    ///
+    /// Default: 5 s. Must be at least 30 ms (checked when acquiring) and
+    /// well above a Redis round trip.
+    #[must_use]
+    pub fn with_queue_lease(mut self, queue_lease: Duration) -> FairLock {
+        self.queue_lease = queue_lease;
+        self
+    }
+
+    /// The queue lease of this handle (see [`FairLock::with_queue_lease`]).
+    pub fn queue_lease(&self) -> Duration {
+        self.queue_lease
+    }
+
+    fn client_inner(&self) -> &ClientInner {
+        &self.inner.client.inner
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        self.client_inner().check_open()?;
+        if self.inner.name.is_empty() {
+            return Err(Error::InvalidArgument("lock name must not be empty".into()));
+        }
+        Ok(())
+    }
+
+    fn queue_lease_ms(&self) -> Result<i64> {
+        if self.queue_lease < MIN_QUEUE_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "queue lease must be at least {MIN_QUEUE_LEASE:?}, got {:?}",
+                self.queue_lease
+            )));
+        }
+        checked_ms("queue lease", self.queue_lease)
+    }
+
+    /// The four keys of the release, leave and force-unlock scripts.
+    fn queue_keys(&self) -> Vec<Key> {
+        vec![
+            self.inner.hash.clone(),
+            self.inner.queue.clone(),
+            self.inner.deadlines.clone(),
+            self.inner.channel.clone(),
+        ]
+    }
+
+    fn publish_command(&self) -> Value {
+        Value::String(self.client_inner().hub.publish_command().into())
+    }
+
+    /// Waits until the lock is acquired (in FIFO order with the other
+    /// waiters); the watchdog renews the lease until the guard is released.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name or a queue lease under
+    /// 30 ms, [`Error::WrongType`] when one of the lock's keys holds something
+    /// else, [`Error::Redis`] when Redis fails (each command is bounded by the
+    /// client's command timeout).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future loses its place in the queue (its entry
+    /// is removed in the background at once, and the next waiter is told if
+    /// it is now the head of a free lock); a lock already won in flight is
+    /// released in the background.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let guard = client.fair_lock("payouts").lock().await?;
+    /// // ... work, passing guard.fencing_token() to the protected store ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<FairLockGuard> {
+        let guard = self.acquire(None, None).await?;
+        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+    }
+
+    /// Waits until the lock is acquired, with a fixed lease nobody renews:
+    /// the lock is freed after `lease` even if the guard is still alive (the
+    /// guard then reports [`lost`](FairLockGuard::lost)).
+    ///
+    /// # Errors
+    /// As [`FairLock::lock`], plus [`Error::InvalidArgument`] for a zero or
+    /// absurd (over a year) lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`FairLock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<FairLockGuard> {
+        let guard = self.acquire(None, Some(lease)).await?;
+        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+    }
+
+    /// Redisson's `tryLock(waitTime, leaseTime)`: waits at most `wait` in the
+    /// queue. `lease: None` means watchdog-renewed. `Ok(None)` when the wait
+    /// ran out; the queue entry is gone by then.
+    ///
+    /// With a zero `wait` it is one round trip that never queues and never
+    /// subscribes; it succeeds only when the lock is free and nobody is
+    /// queued (it does not overtake waiters).
+    ///
+    /// # Errors
+    /// As [`FairLock::lock_with_lease`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`FairLock::lock`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.fair_lock("payouts");
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(5), None).await? {
+    ///     println!("token {}", guard.fencing_token());
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<FairLockGuard>> {
+        // A wait too long to represent is "forever".
+        self.acquire(Instant::now().checked_add(wait), lease).await
+    }
+
+    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "fair"))]
+    async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<FairLockGuard>> {
+        self.check_usable()?;
+        let client = self.client_inner();
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(client.settings.watchdog_timeout);
+        let lease_ms = checked_ms("lease", lease)?;
+        let queue_lease_ms = self.queue_lease_ms()?;
+        let owner = client.owner_id();
+        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
+        // Whatever an earlier, cancelled call of ours left goes first.
+        self.settle_pending(&slot, &owner).await?;
+
+        if let Some(hold) = slot.holder(&owner) {
+            let reentered = self
+                .reenter(&slot, &hold, watchdog, lease, lease_ms, queue_lease_ms)
+                .await?;
+            if let Some(guard) = reentered {
+                return Ok(Some(guard));
+            }
+        }
+
+        // A zero wait is one try that never queues.
+        let enqueue = deadline.is_none_or(|d| d > Instant::now());
+        let waiter = Registration::new(&slot, &owner);
+        let mut cleanup = Cleanup::new(self, &slot, &owner);
+        let mut queued = false;
+        loop {
+            client.check_open()?;
+            let since = waiter.addressed.generation();
+            let sent_at = Instant::now();
+            cleanup.arm(sent_at + lease.max(self.queue_lease));
+            let reply = self
+                .run_acquire(&owner, lease_ms, queue_lease_ms, enqueue)
+                .await;
+            let acquired = match reply {
+                Ok(acquired) => acquired,
+                Err(e) => {
+                    // Armed while the command may have run or we are queued.
+                    if !queued && !e.outcome_unknown() {
+                        cleanup.disarm();
+                    }
+                    return Err(e);
+                }
+            };
+            let (pttl_ms, head_ms) = match acquired {
+                Acquired::Token(token) => {
+                    cleanup.disarm();
+                    let owner = owner.clone();
+                    return Ok(Some(
+                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog),
+                    ));
+                }
+                Acquired::Busy { pttl_ms, head_ms } => (pttl_ms, head_ms),
+            };
+            queued = enqueue;
+            if !queued {
+                cleanup.disarm();
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                if queued && self.leave(&slot, &owner).await.is_ok() {
+                    cleanup.disarm();
+                }
+                // Otherwise the cleanup leaves in the background.
+                return Ok(None);
+            }
+            if !slot.is_subscribed() {
+                // Subscribe, then try again before parking: a message sent
+                // before the subscription is otherwise missed.
+                client.hub.ensure_subscribed(&slot).await?;
+                continue;
+            }
+            // Heartbeat: refresh our queue deadline well before it passes.
+            let mut wake = now + self.queue_lease / 3;
+            // Another owner is head: if it crashed, its entry expires then.
+            // We are head: a crashed holder's lease ends then.
+            if let Some(at) = after_ms(now, head_ms).or_else(|| after_ms(now, pttl_ms)) {
+                wake = wake.min(at);
+            }
+            if let Some(d) = deadline {
+                wake = wake.min(d);
+            }
+            waiter.addressed.wait(since, wake).await;
+        }
+    }
+
+    /// The calling owner holds the lock already: count one more hold (the
+    /// queue does not apply). `Ok(None)` when that hold turned out to be lost
+    /// (the caller then queues like anybody else).
+    async fn reenter(
+        &self,
+        slot: &SlotRef,
+        hold: &Arc<Hold>,
+        watchdog: bool,
+        lease: Duration,
+        lease_ms: i64,
+        queue_lease_ms: i64,
+    ) -> Result<Option<FairLockGuard>> {
+        let sent_at = Instant::now();
+        let mut cleanup = Cleanup::new(self, slot, &hold.owner_str);
+        cleanup.arm(sent_at + lease);
+        let reply = self
+            .run_acquire(&hold.owner_str, lease_ms, queue_lease_ms, false)
+            .await;
+        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
+            cleanup.disarm();
+        }
+        match reply? {
+            Acquired::Token(token) if token == hold.token => {
+                hold.add_hold(watchdog, sent_at, lease);
+                Ok(Some(FairLockGuard {
+                    lock: self.clone(),
+                    hold: Some(hold.clone()),
+                    watchdog,
+                }))
+            }
+            Acquired::Token(token) => {
+                // Our earlier acquisition had expired; this is a new one.
+                hold.mark_lost("re-entry found the lock expired");
+                let owner = hold.owner_str.clone();
+                Ok(Some(
+                    self.new_guard(slot, owner, token, sent_at, lease, watchdog),
+                ))
+            }
+            Acquired::Busy { .. } => {
+                hold.mark_lost("re-entry found the lock held by another owner");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn run_acquire(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        queue_lease_ms: i64,
+        enqueue: bool,
+    ) -> Result<Acquired> {
+        let client = self.client_inner();
+        let reply: Vec<i64> = ACQUIRE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.queue.clone(),
+                    self.inner.deadlines.clone(),
+                    self.inner.fence.clone(),
+                    self.inner.channel.clone(),
+                ],
+                vec![
+                    Value::String(owner.into()),
+                    Value::Integer(lease_ms),
+                    Value::Integer(queue_lease_ms),
+                    Value::String(if enqueue { "1" } else { "0" }.into()),
+                    self.publish_command(),
+                ],
+            )
+            .await?;
+        parse_acquire(&reply)
+    }
+
+    fn new_guard(
+        &self,
+        slot: &SlotRef,
+        owner: Arc<str>,
+        token: u64,
+        sent_at: Instant,
+        lease: Duration,
+        watchdog: bool,
+    ) -> FairLockGuard {
+        let hold = Arc::new(Hold::new(
+            &LOCK_RENEW,
+            slot.clone(),
+            owner,
+            token,
+            sent_at + lease,
+            watchdog,
+            None,
+        ));
+        slot.add_holder(hold.clone());
+        FairLockGuard {
+            lock: self.clone(),
+            hold: Some(hold),
+            watchdog,
+        }
+    }
+
+    /// Removes `owner` from the queue and deletes any acquisition of it
+    /// except a live local hold; tells the next owner when the lock is free
+    /// and its head changed. Returns whether an acquisition was deleted.
+    async fn leave(&self, slot: &Slot, owner: &str) -> Result<bool> {
+        let keep = slot
+            .holder(owner)
+            .map(|h| h.token.to_string())
+            .unwrap_or_default();
+        let client = self.client_inner();
+        let freed: i64 = LEAVE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                self.queue_keys(),
+                vec![
+                    Value::String(owner.into()),
+                    Value::String(keep.into()),
+                    self.publish_command(),
+                ],
+            )
+            .await?;
+        Ok(freed == 1)
+    }
+
+    /// Runs the cleanup an earlier cancelled call (or dropped guard) of
+    /// `owner` left pending, so that it cannot land after this call's
+    /// acquisition. The slot's gate orders it with the background cleanup.
+    async fn settle_pending(&self, slot: &SlotRef, owner: &str) -> Result<()> {
+        if !slot.has_pending_undo(owner) {
+            return Ok(());
+        }
+        let _turn = slot.gate.clone().acquire_owned().await;
+        if slot.has_pending_undo(owner) {
+            self.leave(slot, owner).await?;
+            slot.remove_pending_undo(owner);
+        }
+        Ok(())
+    }
+
+    async fn release(&self, hold: &Hold, last: bool) -> Result<(i64, String)> {
+        let client = self.client_inner();
+        let reply: Vec<Value> = RELEASE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                self.queue_keys(),
+                vec![
+                    hold.owner.clone(),
+                    Value::String(hold.token.to_string().into()),
+                    Value::String(if last { "1" } else { "0" }.into()),
+                    self.publish_command(),
+                ],
+            )
+            .await?;
+        match &reply[..] {
+            [code, next] => {
+                let code = code.as_i64().unwrap_or(-1);
+                let next = next
+                    .as_str()
+                    .map(std::borrow::Cow::into_owned)
+                    .unwrap_or_default();
+                if code == 3 {
+                    // A local next owner need not wait for the message.
+                    hold.slot.wake_addressed(&next);
+                }
+                Ok((code, next))
+            }
+            _ => Err(Error::Script {
+                name: "fair_lock_release.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
+        }
+    }
+
+    async fn inspect(&self) -> Result<(bool, i64, u32)> {
+        self.check_usable()?;
+        let client = self.client_inner();
+        let owner = client.owner_id();
+        let reply: Vec<i64> = INSPECT
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.hash.clone()],
+                vec![Value::String(owner.as_ref().into())],
+            )
+            .await?;
+        match reply[..] {
+            [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
+            _ => Err(Error::Script {
+                name: "lock_inspect.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
+        }
+    }
+
+    /// Whether anybody holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the key holds something else; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect().await?.0)
+    }
+
+    /// Whether the calling task (its owner id) holds the lock.
+    ///
+    /// # Errors
+    /// As [`FairLock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.inspect().await?.2 > 0)
+    }
+
+    /// How many holds the calling task has on the lock (0 when none).
+    ///
+    /// # Errors
+    /// As [`FairLock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn hold_count(&self) -> Result<u32> {
+        Ok(self.inspect().await?.2)
+    }
+
+    /// The lock's remaining lease; `None` when it is not locked. A key
+    /// without TTL (not written by redisync) reports `Duration::MAX`.
+    ///
+    /// # Errors
+    /// As [`FairLock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let (locked, pttl, _) = self.inspect().await?;
+        Ok(match (locked, u64::try_from(pttl)) {
+            (false, _) => None,
+            (true, Ok(ms)) => Some(Duration::from_millis(ms)),
+            (true, Err(_)) => Some(Duration::MAX),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and tells the next waiter in the
+    /// queue (the queue itself is kept). Guards of this client on the lock
+    /// report [`lost`](FairLockGuard::lost) at once; guards of other clients
+    /// when their watchdog next renews or their lease ends. `Ok(true)` if it
+    /// was locked.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when one of the lock's keys holds something else
+    /// (nothing is touched); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the delete is one script; dropping the future may leave
+    /// it done or not done, never half done.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_usable()?;
+        let client = self.client_inner();
+        let deleted: i64 = FORCE_UNLOCK
+            .run(
+                &client.redis,
+                &self.inner.key,
+                self.queue_keys(),
+                vec![self.publish_command()],
+            )
+            .await?;
+        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+            for hold in slot.holders() {
+                hold.mark_lost("force-unlocked");
+            }
+        }
+        Ok(deleted == 1)
+    }
+}
+
+fn unreachable_wait(name: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "wait for fair lock {name:?} ended without a deadline"
+    ))
+}
+
+/// A waiting owner's registration for messages addressed to it.
+struct Registration<'a> {
+    slot: &'a Slot,
+    owner: &'a str,
+    addressed: Arc<Addressed>,
+}
+
+impl<'a> Registration<'a> {
+    fn new(slot: &'a Slot, owner: &'a Arc<str>) -> Registration<'a> {
+        Registration {
+            slot,
+            owner,
+            addressed: slot.register_addressed(owner),
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.slot.unregister_addressed(self.owner);
+    }
+}
+
+/// What an acquisition in flight, a queued waiter or a release in flight may
+/// leave in Redis for its owner: a queue entry, an acquisition whose reply was
+/// lost, a hold that was not released. Dropped armed, it cleans up in the
+/// background (`fair_lock_leave.lua`).
+struct Cleanup {
+    armed: bool,
+    lock: FairLock,
+    slot: SlotRef,
+    owner: Arc<str>,
+    /// When whatever it may have left expires anyway.
+    expires_at: Instant,
+}
+
+impl Cleanup {
+    fn new(lock: &FairLock, slot: &SlotRef, owner: &Arc<str>) -> Cleanup {
+        Cleanup {
+            armed: false,
+            lock: lock.clone(),
+            slot: slot.clone(),
+            owner: owner.clone(),
+            expires_at: Instant::now(),
+        }
+    }
+
+    fn arm(&mut self, expires_at: Instant) {
+        self.armed = true;
+        self.expires_at = self.expires_at.max(expires_at);
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_cleanup(
+                self.lock.clone(),
+                self.slot.clone(),
+                self.owner.clone(),
+                self.expires_at,
+            );
+        }
+    }
+}
+
+/// Leaves the queue and undoes what `owner` may have left, in a background
+/// task, retried while Redis is unreachable until it would have expired
+/// anyway. The owner's next acquisition waits for it (see
+/// [`FairLock::settle_pending`]), so it never lands after that.
+fn spawn_cleanup(lock: FairLock, slot: SlotRef, owner: Arc<str>, expires_at: Instant) {
+    if lock.client_inner().check_open().is_err() {
+        return; // shut down: like a crash, the leases clean up
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(lock_key = %lock.inner.key, "fair lock dropped outside a tokio runtime; its queue entry and any hold expire with their leases");
+        return;
+    };
+    slot.add_pending_undo(&owner);
+    rt.spawn(async move {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let Ok(turn) = slot.gate.clone().acquire_owned().await else {
+                return;
+            };
+            if !slot.has_pending_undo(&owner) {
+                return; // the owner did it before acquiring again
+            }
+            match lock.leave(&slot, &owner).await {
+                Err(e)
+                    if e.is_retryable()
+                        && Instant::now() + pause < expires_at
+                        && lock.client_inner().check_open().is_ok() =>
+                {
+                    tracing::debug!(lock_key = %lock.inner.key, error = %e, "leaving the fair lock queue failed; retrying");
+                    drop(turn);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                result => {
+                    if let Err(e) = result {
+                        tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not leave the fair lock queue or release; entries and holds expire with their leases");
+                    }
+                    slot.remove_pending_undo(&owner);
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// One hold of a [`FairLock`]; the same methods as
+/// [`LockGuard`](crate::LockGuard). Release it with
+/// [`unlock`](FairLockGuard::unlock).
+///
+/// Dropping a guard without `unlock` stops its lease renewal at once and
+/// releases the hold in a background task on the current tokio runtime (the
+/// next waiter is told as with `unlock`); that task only logs errors
+/// (`unlock().await` returns them). Outside a runtime the lease expiry
+/// releases the lock.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct FairLockGuard {
+    lock: FairLock,
+    hold: Option<Arc<Hold>>,
+    watchdog: bool,
+}
+
+impl std::fmt::Debug for FairLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("FairLockGuard");
+        d.field("name", &self.lock.inner.name);
+        if let Some(h) = &self.hold {
+            d.field("owner", &h.owner_str).field("token", &h.token);
+        }
+        d.field("watchdog", &self.watchdog).finish()
+    }
+}
+
+impl FairLockGuard {
+    fn hold(&self) -> &Arc<Hold> {
+        // Present until unlock() consumes the guard or Drop runs.
+        self.hold
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("guard used after release"))
+    }
+
+    /// The fencing token of this acquisition: strictly increasing per lock
+    /// name across all clients for every non-reentrant acquisition; a
+    /// re-entrant acquisition returns the outer token.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold().token
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &FairLock {
+        &self.lock
+    }
+
+    /// Sets the remaining lease to `lease` if this acquisition still holds
+    /// the lock. With a watchdog lease the watchdog keeps renewing afterwards.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);
+    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let lease_ms = checked_ms("lease", lease)?;
+        let hold = self.hold();
+        if hold.is_lost() {
+            return Err(self.not_held());
+        }
+        let client = self.lock.client_inner();
+        let sent_at = Instant::now();
+        let extended: i64 = EXTEND
+            .run(
+                &client.redis,
+                &self.lock.inner.key,
+                vec![self.lock.inner.hash.clone()],
+                vec![
+                    hold.owner.clone(),
+                    Value::String(hold.token.to_string().into()),
+                    Value::Integer(lease_ms),
+                ],
+            )
+            .await?;
+        if extended == 1 {
+            hold.set_validity(sent_at, lease);
+            Ok(())
+        } else {
+            hold.mark_lost("extend found the lock gone");
+            Err(self.not_held())
+        }
+    }
+
+    /// Resolves when the client learns the lock was lost: its lease ran out,
+    /// the watchdog found it gone (expired, forced, Redis restarted or failed
+    /// over) or could not renew it before the lease ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.hold().lost().await;
+    }
+
+    /// Whether the lock is known to be lost (see [`FairLockGuard::lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.hold().is_lost()
+    }
+
+    /// Releases this hold; after the owner's last one the lock is free and
+    /// the next waiter in the queue is told. Renewal stops before the
+    /// release is sent.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if this acquisition no longer holds the lock
+    /// (nothing was written or published); [`Error::Redis`] if Redis failed
+    /// (the release of a last hold is then retried in the background while
+    /// the lease lasts).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: renewal stops at once; if the future is dropped before
+    /// the final release is done, it is done in the background.
+    #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.key, lock.kind = "fair"))]
+    pub async fn unlock(mut self) -> Result<()> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let last = detach(&hold, self.watchdog);
+        let mut cleanup = Cleanup::new(&self.lock, &hold.slot, &hold.owner_str);
+        if last {
+            cleanup.arm(hold.valid_until());
+        }
+        let released = self.lock.release(&hold, last).await;
+        if released.is_ok() {
+            cleanup.disarm();
+        }
+        match released? {
+            (0, _) => {
+                hold.mark_lost("unlock found the lock gone");
+                Err(self.not_held())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.lock.inner.name.clone(),
+        }
+    }
+}
+
+/// Takes one guard off its hold: stops its renewal; the last one also leaves
+/// the slot's holders. Returns whether it was the last.
+fn detach(hold: &Arc<Hold>, watchdog: bool) -> bool {
+    let last = hold.drop_hold(watchdog);
+    if last {
+        hold.slot.remove_holder(hold);
+    }
+    last
+}
+
+impl Drop for FairLockGuard {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let last = detach(&hold, self.watchdog);
+        let lock = self.lock.clone();
+        if last {
+            // The owner's next acquisition waits for this release.
+            spawn_cleanup(
+                lock,
+                hold.slot.clone(),
+                hold.owner_str.clone(),
+                hold.valid_until(),
+            );
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock_key = %lock.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
+            return;
+        };
+        rt.spawn(async move {
+            // Counting down a re-entrant hold: one try (not idempotent).
+            match lock.release(&hold, false).await {
+                Ok((0, _)) => hold.mark_lost("release on drop found the lock gone"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
+            }
+        });
+    }
+}

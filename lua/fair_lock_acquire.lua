@@ -1,0 +1,102 @@
+-- Acquire, re-enter or queue for a fair (FIFO) lock.
+-- KEYS[1]  lock hash: field <owner id> = hold count, '~t' = fencing token,
+--          '~w' = somebody queued while it was held (same layout as the plain lock)
+-- KEYS[2]  queue (list of owner ids, head first)
+-- KEYS[3]  queue deadlines (zset: owner id -> deadline, server time in ms)
+-- KEYS[4]  fencing counter (string, no TTL, never deleted)
+-- KEYS[5]  channel: the next owner's id is published on it
+-- ARGV[1]  owner id "<client uuid>:<task id>"
+-- ARGV[2]  lease, milliseconds (> 0)
+-- ARGV[3]  queue lease, milliseconds (> 0): a queued owner that does not call
+--          again within it is evicted (crashed waiter)
+-- ARGV[4]  '1' = queue up (or refresh the queue deadline) when busy; '0' = one
+--          try that never queues
+-- ARGV[5]  publish command: 'spublish' or 'publish'
+-- Returns {1, token} acquired, {2, token} re-entered (same token), or
+-- {0, pttl ms of the lock (-2 free), ms until the head's queue deadline when
+-- the head is another owner (-1 otherwise)} busy.
+-- Only the queue head (or anybody when the queue is empty) may take a free
+-- lock. Expired queue entries are purged first: O(expired x queue length).
+-- Keys of another type raise WRONGTYPE before anything is written.
+local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, lease, qlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+-- Reads first: each raises WRONGTYPE on a key of another type.
+local held = redis.call('hmget', lock, owner, '~t')
+local mine = redis.call('zscore', deadlines, owner)
+local old_head = redis.call('lindex', queue, 0)
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Evict waiters whose queue deadline passed (crashed or gone).
+local expired = redis.call('zrangebyscore', deadlines, '-inf', now)
+for _, gone in ipairs(expired) do
+  redis.call('lrem', queue, 0, gone)
+  if gone == owner then
+    mine = false
+  end
+end
+if #expired > 0 then
+  redis.call('zremrangebyscore', deadlines, '-inf', now)
+end
+-- A head without a deadline (keys edited by hand) would block everyone.
+local head = redis.call('lindex', queue, 0)
+while head and head ~= owner and not redis.call('zscore', deadlines, head) do
+  redis.call('lpop', queue)
+  head = redis.call('lindex', queue, 0)
+end
+
+if held[1] then
+  redis.call('hincrby', lock, owner, 1)
+  -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
+  if redis.call('pttl', lock) < lease then
+    redis.call('pexpire', lock, lease)
+  end
+  return {2, tonumber(held[2])}
+end
+
+local pttl = redis.call('pttl', lock)
+if pttl == -2 and (not head or head == owner) then
+  local token = redis.call('incr', fence)
+  if token == 1 then
+    -- The counter was lost (new server, restart without persistence, flush):
+    -- resume from server time in microseconds so tokens keep increasing.
+    local resumed = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('set', fence, resumed)
+    token = tonumber(resumed)
+  end
+  if head == owner then
+    redis.call('lpop', queue)
+  end
+  if mine then
+    redis.call('zrem', deadlines, owner)
+  end
+  redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
+  redis.call('pexpire', lock, lease)
+  return {1, token}
+end
+
+if ARGV[4] == '1' then
+  if not mine then
+    redis.call('rpush', queue, owner)
+    if not head then
+      head = owner
+    end
+  end
+  redis.call('zadd', deadlines, now + qlease, owner)
+  -- Tells a plain-lock release (client shutdown) to publish.
+  if held[2] then
+    redis.call('hset', lock, '~w', 1)
+  end
+end
+
+-- The purge made another owner head of a free lock: tell it.
+if pttl == -2 and head and head ~= old_head then
+  redis.call(ARGV[5], channel, head)
+end
+local head_ms = -1
+if head and head ~= owner then
+  head_ms = math.max(0, tonumber(redis.call('zscore', deadlines, head)) - now)
+end
+return {0, pttl, head_ms}

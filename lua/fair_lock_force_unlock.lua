@@ -1,0 +1,36 @@
+-- Delete a fair lock whoever holds it and tell the next owner in the queue.
+-- KEYS[1]  lock hash
+-- KEYS[2]  queue (list)
+-- KEYS[3]  queue deadlines (zset, server time in ms)
+-- KEYS[4]  channel
+-- ARGV[1]  publish command: 'spublish' or 'publish'
+-- Returns 1 if it was locked, 0 if not (nothing written). Keys of another
+-- type are an error and left untouched.
+for i = 1, 3 do
+  local kind = redis.call('type', KEYS[i]).ok
+  local want = ({'hash', 'list', 'zset'})[i]
+  if kind ~= 'none' and kind ~= want then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kind .. ', not part of a redisync fair lock')
+  end
+end
+if redis.call('del', KEYS[1]) == 0 then
+  return 0
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+for _, gone in ipairs(expired) do
+  redis.call('lrem', KEYS[2], 0, gone)
+end
+if #expired > 0 then
+  redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+end
+local head = redis.call('lindex', KEYS[2], 0)
+while head and not redis.call('zscore', KEYS[3], head) do
+  redis.call('lpop', KEYS[2])
+  head = redis.call('lindex', KEYS[2], 0)
+end
+if head then
+  redis.call(ARGV[1], KEYS[4], head)
+end
+return 1

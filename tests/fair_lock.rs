@@ -1,0 +1,843 @@
+//! `FairLock` against real redis-server processes: FIFO order across
+//! clients, eviction of crashed waiters (and only of those), cancellation,
+//! faults and owner checks. Every test runs against its own fresh server.
+
+mod common;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{lock_key, Env};
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+use redisync::{Client, Error, FairLock};
+use tokio::time::{sleep, timeout, Instant};
+
+fn hash_key(name: &str) -> String {
+    format!("{}:fair", lock_key(name))
+}
+
+fn queue_key(name: &str) -> String {
+    format!("{}:queue", hash_key(name))
+}
+
+fn deadlines_key(name: &str) -> String {
+    format!("{}:deadlines", hash_key(name))
+}
+
+async fn queue_len(env: &Env, name: &str) -> (i64, i64) {
+    let llen: i64 = env.admin.llen(queue_key(name)).await.unwrap();
+    let zcard: i64 = env.admin.zcard(deadlines_key(name)).await.unwrap();
+    (llen, zcard)
+}
+
+/// The server's clock in milliseconds.
+async fn server_ms(env: &Env) -> i64 {
+    let (secs, micros): (String, String) = env
+        .admin
+        .custom(
+            CustomCommand::new_static("TIME", ClusterHash::FirstKey, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    secs.parse::<i64>().unwrap() * 1000 + micros.parse::<i64>().unwrap() / 1000
+}
+
+/// What a crashed waiter leaves behind: a queue entry whose deadline is
+/// `left` from now (server time).
+async fn write_ghost(env: &Env, name: &str, ghost: &str, left: Duration) {
+    let deadline = server_ms(env).await + i64::try_from(left.as_millis()).unwrap();
+    let _: () = env.admin.rpush(queue_key(name), ghost).await.unwrap();
+    let _: () = env
+        .admin
+        .custom(
+            CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false),
+            vec![deadlines_key(name), deadline.to_string(), ghost.to_string()],
+        )
+        .await
+        .unwrap();
+}
+
+/// Polls `check` every 10 ms until it returns true; false if `within` passes first.
+async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// INFO commandstats as command -> calls.
+async fn command_calls(env: &Env) -> HashMap<String, u64> {
+    let info: String = env
+        .admin
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_across_three_clients() {
+    let env = Env::start().await;
+    let clients = [env.client().await, env.client().await, env.client().await];
+    let holder = clients[0].fair_lock("fifo").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..6usize {
+        let lock = clients[i % 3].fair_lock("fifo");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            sleep(Duration::from_millis(5)).await;
+            g.unlock().await.unwrap();
+        }));
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(queue_len(&env, "fifo").await, (6, 6));
+    let released_at = Instant::now();
+    holder.unlock().await.unwrap();
+    for t in tasks {
+        timeout(Duration::from_secs(5), t).await.unwrap().unwrap();
+    }
+    let took = released_at.elapsed();
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+    assert!(
+        took < Duration::from_millis(500),
+        "6 hand-offs took {took:?}"
+    );
+    assert_eq!(queue_len(&env, "fifo").await, (0, 0));
+    assert!(!clients[0].fair_lock("fifo").is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_waiter_delays_the_next_one_at_most_its_queue_lease() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+
+    // A crashed waiter at the head of a free lock: the next one gets in when
+    // the ghost's queue deadline passes, and not before.
+    write_ghost(&env, "ghost", "dead-client:1", Duration::from_millis(400)).await;
+    let started = Instant::now();
+    let g = a
+        .fair_lock("ghost")
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("the ghost was evicted");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_millis(900), "{waited:?}");
+    assert_eq!(queue_len(&env, "ghost").await, (0, 0));
+
+    // A waiter whose client is gone (shut down, so it cannot leave) sits
+    // between the holder and the next waiter.
+    let doomed = env.client().await;
+    let crashed = tokio::spawn({
+        let lock = doomed
+            .fair_lock("ghost")
+            .with_queue_lease(Duration::from_millis(300));
+        async move { lock.lock().await.map(drop) }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "ghost").await == (1, 1)
+        })
+        .await
+    );
+    doomed.shutdown().await.unwrap();
+    let next = tokio::spawn({
+        let lock = b.fair_lock("ghost");
+        async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "ghost").await == (2, 2)
+        })
+        .await
+    );
+    let released_at = Instant::now();
+    g.unlock().await.unwrap();
+    let got_at = timeout(Duration::from_secs(3), next)
+        .await
+        .unwrap()
+        .unwrap();
+    let delay = got_at - released_at;
+    assert!(
+        delay < Duration::from_millis(700),
+        "the crashed waiter delayed the next one by {delay:?}"
+    );
+    let r = timeout(Duration::from_secs(1), crashed)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+    assert_eq!(queue_len(&env, "ghost").await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_stop_waiting_leave_at_once() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let c = env.client().await;
+    let holder = a.fair_lock("leave").lock().await.unwrap();
+
+    // try_lock whose wait runs out: no entry left when it returns.
+    let none = b
+        .fair_lock("leave")
+        .try_lock(Duration::from_millis(100), None)
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    assert_eq!(queue_len(&env, "leave").await, (0, 0));
+
+    // A cancelled waiter (tokio timeout) ahead of another one.
+    let cancelled = tokio::spawn({
+        let lock = b.fair_lock("leave");
+        async move {
+            timeout(Duration::from_millis(200), lock.lock())
+                .await
+                .is_err()
+        }
+    });
+    sleep(Duration::from_millis(50)).await;
+    let next = tokio::spawn({
+        let lock = c.fair_lock("leave");
+        async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "leave").await == (2, 2)
+        })
+        .await
+    );
+    assert!(cancelled.await.unwrap(), "the waiter was cancelled");
+    assert!(
+        eventually(Duration::from_millis(50), || async {
+            queue_len(&env, "leave").await == (1, 1)
+        })
+        .await,
+        "the cancelled waiter is still queued"
+    );
+    let released_at = Instant::now();
+    holder.unlock().await.unwrap();
+    let got_at = timeout(Duration::from_secs(2), next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got_at - released_at < Duration::from_millis(100),
+        "next waiter was late: {:?}",
+        got_at - released_at
+    );
+    assert_eq!(queue_len(&env, "leave").await, (0, 0));
+
+    // The head leaves a free lock (its client is slow to take it): the next
+    // waiter is told by the leave. A ghost head stands in for the slow one.
+    write_ghost(&env, "leave", "slow-client:1", Duration::from_secs(30)).await;
+    let next = tokio::spawn({
+        let lock = c.fair_lock("leave");
+        async move {
+            let g = lock.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "leave").await == (2, 2)
+        })
+        .await
+    );
+    // What fair_lock_leave.lua does for a cancelled head, done by hand.
+    let _: () = env.admin.lpop(queue_key("leave"), None).await.unwrap();
+    let _: () = env
+        .admin
+        .zrem(deadlines_key("leave"), "slow-client:1")
+        .await
+        .unwrap();
+    // The waiter now heads a free lock but was not told: its heartbeat
+    // (default queue lease 5 s / 3) is the bound.
+    let left_at = Instant::now();
+    let got_at = timeout(Duration::from_secs(3), next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got_at - left_at < Duration::from_millis(1900));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_waiter_is_never_evicted() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let queue_lease = Duration::from_millis(300);
+    let holder = a.fair_lock("live").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..2usize {
+        let lock = [&a, &b][i].fair_lock("live").with_queue_lease(queue_lease);
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            g.unlock().await.unwrap();
+        }));
+        sleep(Duration::from_millis(50)).await;
+    }
+    // Seven queue leases: somebody else's script purges expired entries now
+    // and then (a third waiter with an instant timeout).
+    for _ in 0..7 {
+        sleep(queue_lease).await;
+        assert!(b
+            .fair_lock("live")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            queue_len(&env, "live").await,
+            (2, 2),
+            "a live waiter was evicted"
+        );
+    }
+    holder.unlock().await.unwrap();
+    for t in tasks {
+        timeout(Duration::from_secs(2), t).await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_wait_never_queues_nor_overtakes() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.fair_lock("zero");
+    let g = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    g.unlock().await.unwrap();
+    // A queued waiter (a ghost here) comes first even though the lock is free.
+    write_ghost(&env, "zero", "other-client:1", Duration::from_secs(30)).await;
+    assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
+    assert_eq!(queue_len(&env, "zero").await, (1, 1));
+    let channels: Vec<String> = env.admin.pubsub_shardchannels("redisync:*").await.unwrap();
+    assert!(channels.is_empty(), "a zero wait subscribed: {channels:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_tokens_and_inspection() {
+    let env = Env::start().await;
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = env.client().await;
+        for _ in 0..3 {
+            let lock = client.fair_lock("fenced");
+            let tokens = tokens.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = lock.lock().await.unwrap();
+                    // Recorded while holding: grant order = list order.
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        timeout(Duration::from_secs(8), t).await.unwrap().unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 90);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+
+    let client = env.client().await;
+    let lock = client.fair_lock("fenced");
+    tokio::spawn(async move {
+        let outer = lock.lock().await.unwrap();
+        assert!(outer.fencing_token() > *tokens.last().unwrap());
+        let inner = lock
+            .try_lock(Duration::ZERO, Some(Duration::from_mins(1)))
+            .await
+            .unwrap()
+            .expect("re-entry");
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        assert!(lock.is_held_by_current_task().await.unwrap());
+        let left = lock.remaining_lease().await.unwrap().unwrap();
+        assert!(
+            left > Duration::from_secs(59),
+            "re-entry never shortens: {left:?}"
+        );
+        // Another task is excluded and queues.
+        let probe = lock.clone();
+        let other = tokio::spawn(async move {
+            assert!(!probe.is_held_by_current_task().await.unwrap());
+            probe
+                .try_lock(Duration::from_millis(100), None)
+                .await
+                .unwrap()
+                .is_some()
+        });
+        assert!(!other.await.unwrap());
+        inner.unlock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        outer.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+        assert_eq!(lock.remaining_lease().await.unwrap(), None);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_drop_and_force_unlock_hand_over_to_the_next_waiter() {
+    let env = Env::start().await;
+    let lease = Duration::from_millis(300);
+    let a = env.client_with_watchdog(lease).await;
+    let b = env.client().await;
+    let guard = a.fair_lock("dog").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = b.fair_lock("dog");
+        async move {
+            let g = lock.lock().await.unwrap();
+            (Instant::now(), g)
+        }
+    });
+    sleep(lease * 3).await;
+    assert!(!guard.is_lost(), "the watchdog let the lease run out");
+    assert!(!waiter.is_finished());
+    let dropped_at = Instant::now();
+    drop(guard);
+    let (got_at, g) = timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got_at - dropped_at < Duration::from_millis(100),
+        "drop released late: {:?}",
+        got_at - dropped_at
+    );
+
+    // Force unlock: the holder is lost, the next waiter is told.
+    let held_by_a = a.fair_lock("dog2").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = b.fair_lock("dog2");
+        async move {
+            let g = lock.lock().await.unwrap();
+            (Instant::now(), g)
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "dog2").await == (1, 1)
+        })
+        .await
+    );
+    let forced_at = Instant::now();
+    assert!(b.fair_lock("dog2").force_unlock().await.unwrap());
+    let (got_at, g2) = timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got_at - forced_at < Duration::from_millis(100));
+    timeout(Duration::from_secs(1), held_by_a.lost())
+        .await
+        .expect("lost by the watchdog");
+    assert!(matches!(
+        held_by_a.unlock().await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(g2.fencing_token() > 0);
+    g2.unlock().await.unwrap();
+    g.unlock().await.unwrap();
+    assert!(!b.fair_lock("dog2").force_unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_and_the_next_waiter_gets_in() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let guard = a.fair_lock("bye").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = b.fair_lock("bye");
+        async move {
+            let g = lock.lock().await.unwrap();
+            (Instant::now(), g)
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "bye").await == (1, 1)
+        })
+        .await
+    );
+    let shut_at = Instant::now();
+    a.shutdown().await.unwrap();
+    assert!(guard.is_lost());
+    let (got_at, g) = timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got_at - shut_at < Duration::from_millis(200),
+        "{:?}",
+        got_at - shut_at
+    );
+    g.unlock().await.unwrap();
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_changes_nothing() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let flush = || async { env.admin.script_flush(false).await.unwrap() };
+    flush().await;
+    let g = a.fair_lock("flush").lock().await.unwrap();
+    flush().await;
+    let waiter = tokio::spawn({
+        let lock = b.fair_lock("flush");
+        async move { lock.lock().await.unwrap() }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "flush").await == (1, 1)
+        })
+        .await
+    );
+    flush().await;
+    assert!(a.fair_lock("flush").is_locked().await.unwrap());
+    flush().await;
+    g.extend(Duration::from_secs(10)).await.unwrap();
+    flush().await;
+    g.unlock().await.unwrap();
+    let g = timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    flush().await;
+    assert!(a.fair_lock("flush").force_unlock().await.unwrap());
+    assert!(g.is_lost() || matches!(g.unlock().await, Err(Error::NotHeld { .. })));
+    flush().await;
+    assert!(a
+        .fair_lock("flush")
+        .try_lock(Duration::from_millis(100), None)
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_type_keys_and_bad_input() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = |name: &str| client.fair_lock(name);
+    for (name, key) in [
+        ("wh", hash_key("wh")),
+        ("wq", queue_key("wq")),
+        ("wd", deadlines_key("wd")),
+    ] {
+        let _: () = env.admin.set(&key, "x", None, None, false).await.unwrap();
+        let err = lock(name).try_lock(Duration::ZERO, None).await.unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{name}: {err}");
+        let err = lock(name).lock().await.unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{name}: {err}");
+        let err = lock(name).force_unlock().await.unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{name}: {err}");
+        let v: String = env.admin.get(&key).await.unwrap();
+        assert_eq!(v, "x", "{name}: the foreign key was changed");
+        let keys: Vec<String> = env
+            .admin
+            .custom(
+                CustomCommand::new_static("KEYS", ClusterHash::FirstKey, false),
+                vec![format!("{}*", lock_key(name))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(keys, vec![key.clone()], "{name}: something was written");
+    }
+    assert!(matches!(
+        lock("wh").is_locked().await,
+        Err(Error::WrongType { .. })
+    ));
+    let err = lock("").lock().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    let err = lock("x").lock_with_lease(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    let err = lock("x")
+        .with_queue_lease(Duration::from_millis(10))
+        .lock()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    let g = lock("x")
+        .try_lock(Duration::MAX, None)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_owner_unlock_writes_and_publishes_nothing() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let c = env.client().await;
+    let stale = a
+        .fair_lock("owner")
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    sleep(Duration::from_millis(300)).await;
+    assert!(stale.is_lost());
+    let fresh = b.fair_lock("owner").lock().await.unwrap();
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    let waiter = tokio::spawn({
+        let lock = c.fair_lock("owner");
+        async move { lock.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "owner").await == (1, 1)
+        })
+        .await
+    );
+
+    let sub = common::admin(&env.server.url()).await;
+    let mut messages = sub.message_rx();
+    sub.ssubscribe(format!("{}:ch", hash_key("owner")))
+        .await
+        .unwrap();
+    let before: HashMap<String, String> = env.admin.hgetall(hash_key("owner")).await.unwrap();
+    let queue_before: Vec<String> = env.admin.lrange(queue_key("owner"), 0, -1).await.unwrap();
+    let calls_before = command_calls(&env).await;
+
+    assert!(matches!(
+        stale.extend(Duration::from_secs(5)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
+
+    let calls_after = command_calls(&env).await;
+    for write in [
+        "del", "hset", "hincrby", "pexpire", "lpop", "lrem", "zrem", "spublish", "publish",
+    ] {
+        assert_eq!(
+            calls_before.get(write),
+            calls_after.get(write),
+            "{write} ran for a non-owner"
+        );
+    }
+    let after: HashMap<String, String> = env.admin.hgetall(hash_key("owner")).await.unwrap();
+    assert_eq!(before, after);
+    let queue_after: Vec<String> = env.admin.lrange(queue_key("owner"), 0, -1).await.unwrap();
+    assert_eq!(queue_before, queue_after);
+    sleep(Duration::from_millis(100)).await;
+    assert!(messages.try_recv().is_err(), "a non-owner unlock published");
+
+    fresh.unlock().await.unwrap();
+    timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let msg = messages
+        .try_recv()
+        .expect("the release told the next owner");
+    let payload: String = msg.value.convert().unwrap();
+    assert!(
+        payload.starts_with(&c.id().to_string()),
+        "addressed to {payload}"
+    );
+}
+
+/// Cancels `fut` after `after` (a zero or tiny duration cancels at the first
+/// await points).
+async fn cancel_after<F: Future>(after: Duration, fut: F) -> Option<F::Output> {
+    timeout(after, fut).await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_at_any_point_leaves_no_lock_and_no_queue_entry() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    // A holder that keeps the lock busy now and then.
+    let busy = tokio::spawn({
+        let lock = a.fair_lock("cancel");
+        async move {
+            let end = Instant::now() + Duration::from_millis(1500);
+            while Instant::now() < end {
+                let g = lock.lock().await.unwrap();
+                sleep(Duration::from_millis(3)).await;
+                g.unlock().await.unwrap();
+                sleep(Duration::from_millis(2)).await;
+            }
+        }
+    });
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut tasks = Vec::new();
+    for i in 0..200u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let client = if i % 2 == 0 { &a } else { &b };
+        let lock = client.fair_lock("cancel");
+        let after = Duration::from_micros(seed % 4000);
+        let hold = i % 3 == 0;
+        tasks.push(tokio::spawn(async move {
+            if let Some(Ok(g)) = cancel_after(after, lock.lock()).await {
+                if hold {
+                    // Dropped mid-hold, or released with its unlock cancelled.
+                    let _ = cancel_after(Duration::from_micros(seed % 700), g.unlock()).await;
+                }
+            }
+        }));
+        if i % 10 == 0 {
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    busy.await.unwrap();
+    let lock = b.fair_lock("cancel");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            queue_len(&env, "cancel").await == (0, 0)
+                && env
+                    .admin
+                    .exists::<i64, _>(hash_key("cancel"))
+                    .await
+                    .unwrap()
+                    == 0
+        })
+        .await,
+        "left behind: queue {:?}, lock {:?}",
+        queue_len(&env, "cancel").await,
+        env.admin
+            .hgetall::<HashMap<String, String>, _>(hash_key("cancel"))
+            .await
+            .unwrap()
+    );
+    let g = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free after the cancellations");
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakeups_are_addressed_constant_commands_per_acquisition() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let holder = a.fair_lock("herd").lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..10usize {
+        let lock = [&a, &b][i % 2].fair_lock("herd");
+        tasks.push(tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            sleep(Duration::from_millis(5)).await;
+            g.unlock().await.unwrap();
+        }));
+        sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queue_len(&env, "herd").await == (10, 10)
+        })
+        .await
+    );
+    // One subscription per client, however many of its tasks wait.
+    let counts: Vec<fred::types::Value> = env
+        .admin
+        .custom(
+            CustomCommand::new_static("PUBSUB", ClusterHash::FirstKey, false),
+            vec![
+                "SHARDNUMSUB".to_string(),
+                format!("{}:ch", hash_key("herd")),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts[1].as_i64(), Some(2), "{counts:?}");
+    let before = command_calls(&env).await;
+    holder.unlock().await.unwrap();
+    for t in tasks {
+        timeout(Duration::from_secs(3), t).await.unwrap().unwrap();
+    }
+    let after = command_calls(&env).await;
+    let delta = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+    // 11 releases and 10 acquisitions: one script each, plus at most a few
+    // spurious attempts (a herd would be ~10 per hand-off).
+    let scripts = delta("evalsha") + delta("eval");
+    assert!(scripts <= 25, "{scripts} script calls for 10 hand-offs");
+    let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    assert!(total <= 10 * 40, "{total} commands for 10 hand-offs");
+}
+
+#[test]
+fn bounds() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<redisync::FairLock>();
+    send_sync::<redisync::FairLockGuard>();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let env = Env::start().await;
+        let client: Client = env.client().await;
+        let lock: FairLock = client.fair_lock("bounds");
+        send(&lock.lock());
+        send(&lock.try_lock(Duration::ZERO, None));
+    });
+}
