@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
-//!                [--lease fixed|watchdog] [--clients N]
+//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair]
 //! redisync-bench --all [--quick]
 //! ```
 //!
@@ -10,8 +10,9 @@
 //! exactly one JSON line is printed on stdout (logs go to stderr); the exit
 //! status is 0 even when the line says `"ok": false` (2 for a bad command
 //! line). `--all` starts a fresh `redis-server` through `redisync-testkit`
-//! for every run of S1, S2 (fixed lease), S2 (watchdog lease) and S3 and
-//! prints one line per run; it exits with 1 if any run was not ok.
+//! for every run of S1, S2 (fixed lease), S2 (watchdog lease), S2 with the
+//! fair lock (fixed lease) and S3 and prints one line per run; it exits with
+//! 1 if any run was not ok.
 //!
 //! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
 //! one `redisync::Client` (`--clients N` spreads the S2/S3 tasks over N
@@ -23,7 +24,7 @@ mod scenarios;
 mod stats;
 
 use redis_stats::RedisStats;
-use scenarios::{run_s1, run_s2, run_s3, warm_up, Target};
+use scenarios::{run_s1, run_s2, run_s3, warm_up, Handle, Target};
 use serde_json::{json, Map, Value};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -39,11 +40,16 @@ parameters (defaults per scenario as in BENCH.md):
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
-  --clients N              S2/S3: spread the workers over N redisync Clients (default 1)";
+  --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
+  --kind lock|fair         lock: redisync::Lock (default); fair: redisync::FairLock";
 
 const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
      unlock messages over pub/sub";
+const FAIR_ALGORITHM: &str = "redisync::FairLock: reentrant owner hash + fencing counter, \
+     FIFO queue (list) with server-time queue deadlines (zset), only the head may take it; \
+     acquire/release/leave as EVALSHA Lua scripts; the release publishes the next owner's id \
+     and only that waiter wakes (one subscription per client); every waiting task queues in Redis";
 const RETRY: &str = "try_lock(wait, lease): local waiters queue in the client's FIFO gate, the \
      gate holder retries on an unlock message or after the holder's PTTL, until `wait` runs out \
      (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of wait-s)";
@@ -64,6 +70,15 @@ enum Lease {
     Watchdog,
 }
 
+/// Which lock type every acquisition uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `redisync::Lock`.
+    Lock,
+    /// `redisync::FairLock`.
+    Fair,
+}
+
 /// One scenario run.
 #[derive(Clone, Debug)]
 struct Opts {
@@ -79,6 +94,7 @@ struct Opts {
     lease: Lease,
     /// redisync Clients the S2/S3 workers are spread over (round-robin).
     clients: usize,
+    kind: Kind,
 }
 
 impl Opts {
@@ -97,6 +113,7 @@ impl Opts {
             ttl: Duration::from_millis(if s3 { 60_000 } else { 10_000 }),
             lease: Lease::Fixed,
             clients: 1,
+            kind: Kind::Lock,
         }
     }
 
@@ -116,7 +133,10 @@ impl Opts {
 
     fn settings(&self) -> Value {
         json!({
-            "algorithm": ALGORITHM,
+            "algorithm": match self.kind {
+                Kind::Lock => ALGORITHM,
+                Kind::Fair => FAIR_ALGORITHM,
+            },
             "retry": RETRY,
             "ttl_ms": self.ttl_ms(),
             "watchdog_timeout": match self.lease {
@@ -255,6 +275,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "wait-s" => o.wait = secs(value)?,
             "hold-ms" => o.hold = secs(value)? / 1000,
             "ttl-ms" => o.ttl = secs(value)? / 1000,
+            "kind" => {
+                o.kind = match value.as_str() {
+                    "lock" => Kind::Lock,
+                    "fair" => Kind::Fair,
+                    _ => return Err("--kind lock|fair".into()),
+                }
+            }
             "lease" => {
                 o.lease = match value.as_str() {
                     "fixed" => Lease::Fixed,
@@ -271,7 +298,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     Ok(Command::One(o))
 }
 
-/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S3.
+/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S2 (fair lock), S3.
 fn all_runs(quick: bool) -> Vec<Opts> {
     let mut s1 = Opts::defaults(Scenario::S1);
     let mut s2 = Opts::defaults(Scenario::S2);
@@ -286,7 +313,11 @@ fn all_runs(quick: bool) -> Vec<Opts> {
         lease: Lease::Watchdog,
         ..s2.clone()
     };
-    vec![s1, s2, s2_watchdog, s3]
+    let s2_fair = Opts {
+        kind: Kind::Fair,
+        ..s2.clone()
+    };
+    vec![s1, s2, s2_watchdog, s2_fair, s3]
 }
 
 /// The fields every line starts with (`ok` stays false until the run is done).
@@ -327,7 +358,10 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     let targets: Vec<Target> = clients
         .iter()
         .map(|c| Target {
-            lock: c.lock(KEY),
+            lock: match o.kind {
+                Kind::Lock => Handle::Lock(c.lock(KEY)),
+                Kind::Fair => Handle::Fair(c.fair_lock(KEY)),
+            },
             lease: o.lease(),
         })
         .collect();
@@ -406,8 +440,9 @@ async fn run_all(quick: bool) -> ExitCode {
         let server = redisync_testkit::RedisServer::start().await;
         o.ports = vec![server.port()];
         eprintln!(
-            "running {:?} (lease {:?}) against {}",
+            "running {:?} ({:?}, lease {:?}) against {}",
             o.scenario,
+            o.kind,
             o.lease,
             server.url()
         );
@@ -479,6 +514,12 @@ mod tests {
             panic!("--clients did not parse");
         };
         assert_eq!(o.clients, 4);
+        assert_eq!(o.kind, Kind::Lock);
+        let Ok(Command::One(o)) = parse("--scenario S2 --ports 1 --kind fair") else {
+            panic!("--kind did not parse");
+        };
+        assert_eq!(o.kind, Kind::Fair);
+        assert!(parse("--scenario S2 --ports 1 --kind spin").is_err());
         assert!(matches!(
             parse("--all --quick"),
             Ok(Command::All { quick: true })

@@ -1,7 +1,7 @@
 //! The measured scenarios of BENCH.md: S1 (uncontended), S2 (contended loop)
 //! and S3 (the blog-post scenario: N requests at once, each once).
 //!
-//! Every worker uses the `redisync::Lock` handle of one shared
+//! Every worker uses the `redisync::Lock` (or `FairLock`) handle of one shared
 //! `redisync::Client` (or, with `--clients N`, of client `worker % N`), acquires with `try_lock(wait, lease)`, holds the lock
 //! for the simulated work and releases it with `LockGuard::unlock`. An
 //! in-process holder counter (incremented right after acquire returns,
@@ -29,10 +29,53 @@ const EARLY_WINDOW: Duration = Duration::from_millis(300);
 /// Uncounted acquire/release pairs before the S1 window.
 const S1_WARMUP: usize = 50;
 
+/// The lock under test: the reentrant `Lock`, or (`--kind fair`) the
+/// `FairLock`, which has the same methods.
+#[derive(Clone)]
+pub(crate) enum Handle {
+    Lock(redisync::Lock),
+    Fair(redisync::FairLock),
+}
+
+/// A guard of either kind.
+pub(crate) enum Guard {
+    Lock(redisync::LockGuard),
+    Fair(redisync::FairLockGuard),
+}
+
+impl Handle {
+    async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> redisync::Result<Option<Guard>> {
+        Ok(match self {
+            Handle::Lock(l) => l.try_lock(wait, lease).await?.map(Guard::Lock),
+            Handle::Fair(l) => l.try_lock(wait, lease).await?.map(Guard::Fair),
+        })
+    }
+}
+
+impl Guard {
+    fn fencing_token(&self) -> u64 {
+        match self {
+            Guard::Lock(g) => g.fencing_token(),
+            Guard::Fair(g) => g.fencing_token(),
+        }
+    }
+
+    async fn unlock(self) -> redisync::Result<()> {
+        match self {
+            Guard::Lock(g) => g.unlock().await,
+            Guard::Fair(g) => g.unlock().await,
+        }
+    }
+}
+
 /// The lock under test plus the lease every acquisition asks for.
 #[derive(Clone)]
 pub(crate) struct Target {
-    pub(crate) lock: redisync::Lock,
+    pub(crate) lock: Handle,
     /// `Some(ttl)`: fixed lease; `None`: watchdog.
     pub(crate) lease: Option<Duration>,
 }
@@ -40,7 +83,7 @@ pub(crate) struct Target {
 impl Target {
     /// One `try_lock` call, bounded by `wait + CALL_SLACK` in case the
     /// library hangs.
-    async fn try_lock(&self, wait: Duration) -> Result<Option<redisync::LockGuard>, String> {
+    async fn try_lock(&self, wait: Duration) -> Result<Option<Guard>, String> {
         match tokio::time::timeout(wait + CALL_SLACK, self.lock.try_lock(wait, self.lease)).await {
             Ok(Ok(guard)) => Ok(guard),
             Ok(Err(e)) => Err(format!("try_lock: {e}")),
@@ -51,7 +94,7 @@ impl Target {
     }
 
     /// Acquire with `wait`, or fail.
-    pub(crate) async fn acquire(&self, wait: Duration) -> Result<redisync::LockGuard, String> {
+    pub(crate) async fn acquire(&self, wait: Duration) -> Result<Guard, String> {
         self.try_lock(wait)
             .await?
             .ok_or_else(|| format!("could not acquire an uncontended lock within {wait:?}"))
@@ -59,7 +102,7 @@ impl Target {
 }
 
 /// Release, bounded by `CALL_SLACK`.
-async fn release(guard: redisync::LockGuard) -> Result<(), String> {
+async fn release(guard: Guard) -> Result<(), String> {
     match tokio::time::timeout(CALL_SLACK, guard.unlock()).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("unlock: {e}")),
