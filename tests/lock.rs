@@ -551,3 +551,41 @@ async fn advancing_the_fence_raises_later_tokens_and_uptime_is_read() {
     assert!(client.server_uptime().await.unwrap() < Duration::from_mins(1));
     assert_eq!(lock.client().watchdog_timeout(), Duration::from_secs(30));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_validity_follows_extend_renewal_and_loss() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(Duration::from_millis(300)).await;
+    let lock = client.lock("validity");
+    let fixed = lock
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let v = fixed.validity();
+    assert!(
+        v <= Duration::from_secs(10) && v > Duration::from_secs(9),
+        "{v:?}"
+    );
+    fixed.extend(Duration::from_secs(2)).await.unwrap();
+    let v = fixed.validity();
+    assert!(
+        v <= Duration::from_secs(2) && v > Duration::from_secs(1),
+        "{v:?}"
+    );
+    lock.force_unlock().await.unwrap();
+    assert_eq!(fixed.validity(), Duration::ZERO, "lost: nothing left");
+    drop(fixed);
+    // Watchdog lease (300 ms, renewed every 100 ms): still valid long after
+    // the first lease would have run out.
+    let renewed = lock.lock().await.unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let v = renewed.validity();
+        assert!(
+            v > Duration::ZERO && v <= Duration::from_millis(300),
+            "{v:?}"
+        );
+    }
+    renewed.unlock().await.unwrap();
+}

@@ -905,6 +905,20 @@ impl LockGuard {
             name: self.lock.inner.name.clone(),
         }
     }
+
+    /// How much of the lease is left by this client's clock: measured from
+    /// when the command that last set the lease (the acquisition, an
+    /// [`extend`](LockGuard::extend) or a watchdog renewal) was sent, so it
+    /// is never longer than what Redis has left, clock drift aside. Zero once
+    /// the lock is known to be lost. Redlock uses it to tell how long a
+    /// majority of its nodes stays valid while their watchdogs renew them.
+    pub fn validity(&self) -> Duration {
+        let hold = self.hold();
+        if hold.is_lost() {
+            return Duration::ZERO;
+        }
+        hold.valid_until().saturating_duration_since(Instant::now())
+    }
 }
 
 /// Takes one guard off its hold: stops its renewal; the last one also leaves
