@@ -132,7 +132,6 @@ pub struct Votes {
 }
 
 impl Votes {
-    #[allow(dead_code)]
     pub(crate) fn new(nodes: usize, required: usize) -> Votes {
         Votes {
             nodes,

@@ -11,9 +11,10 @@
 
 mod error;
 mod multi_lock;
-#[allow(dead_code)] // Redlock (next) uses the rest
+mod redlock;
 mod validity;
 
 pub use error::{Error, MemberError, Result, Votes};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use redisync;
+pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};

@@ -8,6 +8,7 @@ use redisync::{Lock, LockGuard};
 use tokio::time::Instant;
 
 use crate::error::{Error, MemberError, Result};
+use crate::redlock::give_back;
 use crate::validity::{backoff_bound, Jitter};
 
 /// First bound of the random pause after a collision with another `MultiLock`.
@@ -206,8 +207,7 @@ impl MultiLock {
                 }
             }
             if let Some((j, e)) = failure {
-                // Dropping the guards releases them in the background.
-                drop(held);
+                give_back(held.into_iter().flatten().collect()).await;
                 return Err(Error::Member(MemberError::new(j, &inner.locks[j], e)));
             }
             let Some(j) = busy else {
@@ -215,7 +215,8 @@ impl MultiLock {
                     guards: held.into_iter().flatten().collect(),
                 }));
             };
-            drop(held);
+            // Released before the next round tries them again.
+            give_back(held.into_iter().flatten().collect()).await;
             tracing::debug!(
                 busy = j,
                 "a member is busy: released the others, waiting for it"

@@ -1,0 +1,939 @@
+//! `Redlock`: one lock name on N independent Redis masters, held while a
+//! majority of them grants it.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::future::{join, join_all, select_all};
+use futures::stream::{FuturesUnordered, StreamExt};
+use redisync::{Lock, LockGuard};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::{Error, MemberError, Result, Votes};
+use crate::validity::{drift, kth_largest, quorum, validity, Jitter};
+
+/// Default bound on one node's answer.
+const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default clock drift factor (plus 2 ms).
+const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default bound of the random pause between attempts.
+const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// `lock()` has no wait that could run out: it gives up after this many
+/// attempts in a row failed for want of nodes (not because the lock is busy).
+const LOCK_UNAVAILABLE_ATTEMPTS: u32 = 3;
+
+/// Redis reports `uptime_in_seconds` as the difference of two wall-clock
+/// times truncated to seconds (now and the start), so it can overstate the
+/// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
+const UPTIME_SLACK: Duration = Duration::from_secs(1);
+
+/// How a node did in its last attempt: a node whose attempt was cancelled
+/// or failed may answer the next ones "busy" from its client's local queue
+/// while the undo of that attempt is still running, so such answers are
+/// not counted as refusals until the node grants again.
+const HEALTHY: u8 = 0;
+const TIMED_OUT: u8 = 1;
+const FAILED: u8 = 2;
+
+/// Builds a [`Redlock`] with non-default settings.
+///
+/// ```no_run
+/// # async fn demo(locks: Vec<redisync::Lock>) -> redisync_redlock::Result<()> {
+/// use std::time::Duration;
+/// let redlock = redisync_redlock::Redlock::builder(locks)
+///     .max_lease(Duration::from_secs(60))
+///     .node_timeout(Duration::from_millis(50))
+///     .drift_factor(0.01)
+///     .retry_delay(Duration::from_millis(200))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct RedlockBuilder {
+    locks: Vec<Lock>,
+    max_lease: Option<Duration>,
+    node_timeout: Duration,
+    drift_factor: f64,
+    retry_delay: Duration,
+}
+
+impl RedlockBuilder {
+    /// The restart guard: a node whose uptime (`INFO server`, whole
+    /// seconds) is below `max_lease` does not count toward the majority,
+    /// because it may have restarted without persistence and forgotten a
+    /// grant that is still valid elsewhere. Leases longer than `max_lease`
+    /// are refused. A freshly started set of nodes therefore grants nothing
+    /// for one `max_lease`.
+    ///
+    /// `Duration::ZERO` turns the rule off: only for nodes that keep their
+    /// data across restarts (AOF with `appendfsync always`), or tests.
+    ///
+    /// Default: the longest watchdog timeout of the locks' clients (30 s
+    /// unless configured), so watchdog-renewed locks are covered.
+    pub fn max_lease(mut self, d: Duration) -> Self {
+        self.max_lease = Some(d);
+        self
+    }
+
+    /// Bound on each node's answer in an attempt (and on each node's part in
+    /// an extension or release). Keep it far below the lease: a hung node
+    /// costs at most this much per attempt.
+    ///
+    /// Default: 100 ms.
+    pub fn node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = d;
+        self
+    }
+
+    /// Clock drift allowed between this client and the nodes, as a share
+    /// of the lease; 2 ms are added. Must be in `[0, 1)`.
+    ///
+    /// Default: 0.01.
+    pub fn drift_factor(mut self, f: f64) -> Self {
+        self.drift_factor = f;
+        self
+    }
+
+    /// Bound of the random pause between two attempts (full jitter: uniform
+    /// in `[0, retry_delay)`).
+    ///
+    /// Default: 200 ms.
+    pub fn retry_delay(mut self, d: Duration) -> Self {
+        self.retry_delay = d;
+        self
+    }
+
+    /// Checks the settings (no I/O).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when there are no locks, two locks share a
+    /// client (they would not be independent nodes), the node timeout is
+    /// zero, or the drift factor is outside `[0, 1)`.
+    pub fn build(self) -> Result<Redlock> {
+        let invalid = |s: String| Err(Error::InvalidArgument(s));
+        if self.locks.is_empty() {
+            return invalid("a Redlock needs at least one lock (one per node)".into());
+        }
+        for (i, a) in self.locks.iter().enumerate() {
+            for (j, b) in self.locks.iter().enumerate().skip(i + 1) {
+                if a.client().id() == b.client().id() {
+                    return invalid(format!(
+                        "locks #{i} and #{j} share a client: a Redlock needs one lock per \
+                         independent Redis node, each from its own Client"
+                    ));
+                }
+            }
+        }
+        if self.node_timeout.is_zero() {
+            return invalid("node_timeout must not be zero".into());
+        }
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return invalid(format!(
+                "drift_factor must be in [0, 1), got {}",
+                self.drift_factor
+            ));
+        }
+        let watchdogs = self.locks.iter().map(|l| l.client().watchdog_timeout());
+        let watchdog_max = watchdogs.clone().max().unwrap_or_default();
+        let watchdog_min = watchdogs.min().unwrap_or_default();
+        let nodes: Vec<Node> = self
+            .locks
+            .into_iter()
+            .map(|lock| Node {
+                lock,
+                health: AtomicU8::new(HEALTHY),
+            })
+            .collect();
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                name: nodes[0].lock.name().to_owned(),
+                quorum: quorum(nodes.len()),
+                nodes,
+                max_lease: self.max_lease.unwrap_or(watchdog_max),
+                node_timeout: self.node_timeout,
+                drift_factor: self.drift_factor,
+                retry_delay: self.retry_delay,
+                watchdog_min,
+                watchdog_max,
+                gate: Arc::new(Semaphore::new(1)),
+                jitter: Jitter::new(),
+            }),
+        })
+    }
+}
+
+/// Redlock: the same lock on N independent Redis masters (not replicas, not
+/// one cluster), held while a majority (N/2+1) of them grants it within its
+/// validity time. It tolerates the failure of a minority of nodes.
+///
+/// Each node is a [`redisync::Lock`] from its own [`redisync::Client`], so
+/// leases, watchdog renewal, owner checks and per-node fencing counters are
+/// those of the core lock.
+///
+/// # Acquisition
+///
+/// 1. Try the lock on every node at once (one attempt each, no waiting),
+///    each bounded by the node timeout, and read every node's uptime in the
+///    same round trip.
+/// 2. Acquired when at least N/2+1 nodes that have been up for at least
+///    `max_lease` granted it **and** `lease - elapsed - drift > 0`, where
+///    `elapsed` runs from the start of this attempt and `drift` is
+///    `lease * drift_factor + 2 ms`.
+/// 3. Otherwise release on every node won (nodes that did not answer in time
+///    are undone by the core lock) and retry after a random pause (full
+///    jitter below `retry_delay`) within the wait.
+///
+/// Tasks of one process sharing a `Redlock` (clones included) queue in
+/// FIFO order and only the first of them contends for the nodes; across
+/// processes it is not fair. It is not reentrant: a task that holds it and
+/// asks again waits for itself, like `tokio::sync::Mutex`.
+///
+/// # Restarted nodes
+///
+/// A node that restarts without persistence forgets its grants, so with it
+/// a second client could win a majority while the first still holds the
+/// lock. A node takes part only once it has been up for `max_lease` (the
+/// "delayed restarts" of the Redis docs), checked on every attempt; see
+/// [`RedlockBuilder::max_lease`].
+///
+/// # Fencing tokens
+///
+/// Each node keeps its own counter per lock name. The token of an
+/// acquisition is the largest counter of the granting majority, written
+/// back to the granting nodes that were behind before the guard is
+/// returned, so a majority of nodes holds a counter at least that large.
+/// Any later majority includes one of them, so tokens strictly increase
+/// across acquisitions as long as that node kept its counter: persistence,
+/// or never a majority of nodes losing their data at once (a node that lost
+/// its counter resumes from its clock in microseconds, which in practice is
+/// larger still).
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> redisync_redlock::Result<()> {
+/// use redisync_redlock::Redlock;
+/// let mut locks = Vec::new();
+/// for url in ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"] {
+///     locks.push(redisync::Client::connect(url).await?.lock("orders:42"));
+/// }
+/// let redlock = Redlock::new(locks)?;
+/// let guard = redlock.lock().await?;
+/// println!("token {}, valid for {:?}", guard.fencing_token(), guard.validity());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    nodes: Vec<Node>,
+    quorum: usize,
+    max_lease: Duration,
+    node_timeout: Duration,
+    drift_factor: f64,
+    retry_delay: Duration,
+    /// Shortest watchdog lease of the nodes' clients (validity in watchdog mode).
+    watchdog_min: Duration,
+    /// Longest one (checked against `max_lease`).
+    watchdog_max: Duration,
+    /// FIFO among the tasks of this process: one contender at a time.
+    gate: Arc<Semaphore>,
+    jitter: Jitter,
+}
+
+struct Node {
+    lock: Lock,
+    health: AtomicU8,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Redlock")
+            .field("name", &i.name)
+            .field("nodes", &i.nodes.len())
+            .field("quorum", &i.quorum)
+            .field("max_lease", &i.max_lease)
+            .field("node_timeout", &i.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One node's answer to one attempt.
+enum Vote {
+    Granted(LockGuard),
+    /// Granted, but the node has been up for less than `max_lease`: the
+    /// grant does not count and is given back.
+    Restarted(LockGuard),
+    Refused,
+    TimedOut,
+    /// The node failed; a grant whose uptime could not be read is given back.
+    Failed(redisync::Error, Option<LockGuard>),
+}
+
+/// Everything one attempt learned.
+struct Round {
+    votes: Votes,
+    granted: Vec<(usize, LockGuard)>,
+    /// Grants that do not count (node too young, uptime unknown).
+    extra: Vec<LockGuard>,
+    errors: Vec<MemberError>,
+}
+
+impl Redlock {
+    /// A `Redlock` over `locks`, one per independent Redis node, each from
+    /// its own [`redisync::Client`], with default settings (no I/O).
+    ///
+    /// # Errors
+    /// As [`RedlockBuilder::build`].
+    pub fn new(locks: Vec<Lock>) -> Result<Redlock> {
+        Redlock::builder(locks).build()
+    }
+
+    /// A builder for non-default settings.
+    pub fn builder(locks: Vec<Lock>) -> RedlockBuilder {
+        RedlockBuilder {
+            locks,
+            max_lease: None,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+
+    /// The name of the first node's lock (used in errors).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Nodes that must grant: N/2+1.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The restart guard in force (see [`RedlockBuilder::max_lease`]).
+    pub fn max_lease(&self) -> Duration {
+        self.inner.max_lease
+    }
+
+    /// Waits until a majority grants the lock; each node's lease is renewed
+    /// by its client's watchdog until the guard is released.
+    ///
+    /// Waiting while others hold it has no bound. When attempts fail for want
+    /// of nodes rather than because the lock is busy, it gives up after
+    /// three such attempts in a row.
+    ///
+    /// # Errors
+    /// [`Error::QuorumNotReached`] when three attempts in a row could not
+    /// reach a majority because nodes timed out, failed, or restarted less
+    /// than `max_lease` ago (the error says how each node answered);
+    /// [`Error::InvalidArgument`] when a client's watchdog timeout exceeds
+    /// `max_lease`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future gives up its place in the local queue;
+    /// nodes already won are released in the background and attempts in
+    /// flight are undone by the core lock.
+    pub async fn lock(&self) -> Result<RedlockGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::InvalidArgument("a Redlock wait ended without a deadline".into()))
+    }
+
+    /// Tries to win a majority within `wait` (zero: one attempt, one
+    /// parallel round trip). `lease: None` means each node's lease is
+    /// renewed by its client's watchdog; `Some(lease)` is a fixed lease.
+    /// `Ok(None)` when the wait ran out while others held the lock.
+    ///
+    /// # Errors
+    /// [`Error::QuorumNotReached`] when the wait ran out and the last attempt
+    /// failed for want of nodes (timed out, failed, restarted recently) rather
+    /// than because the lock is busy; [`Error::InvalidArgument`] for a zero
+    /// lease or one above `max_lease`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Redlock::lock`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(redlock: redisync_redlock::Redlock) -> redisync_redlock::Result<()> {
+    /// use std::time::Duration;
+    /// let lease = Duration::from_secs(10);
+    /// if let Some(guard) = redlock.try_lock(Duration::from_secs(1), Some(lease)).await? {
+    ///     assert!(guard.validity() < lease);
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<RedlockGuard>> {
+        self.acquire(Instant::now().checked_add(wait), lease).await
+    }
+
+    #[tracing::instrument(level = "debug", name = "redisync.redlock.acquire", skip_all, fields(lock.key = %self.inner.name, lock.kind = "redlock"))]
+    async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<RedlockGuard>> {
+        let inner = &self.inner;
+        let lease_len = inner.check_lease(lease)?;
+        let drift = drift(lease_len, inner.drift_factor);
+        let gate = inner.gate.clone().acquire_owned();
+        let permit = match deadline {
+            None => gate.await.ok(),
+            Some(d) => tokio::time::timeout_at(d, gate)
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
+        let Some(permit) = permit else {
+            return Ok(None);
+        };
+        let mut unavailable = 0u32;
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
+            let t1 = Instant::now();
+            let mut round = inner.fan_out(lease).await;
+            let elapsed = t1.elapsed();
+            give_back(std::mem::take(&mut round.extra)).await;
+            if round.votes.granted >= inner.quorum {
+                if validity(lease_len, elapsed, drift).is_none() {
+                    round.votes.expired = true;
+                } else if let Some(token) = inner.fence(&mut round).await {
+                    // The write-back took time too: check again.
+                    if validity(lease_len, t1.elapsed(), drift).is_some() {
+                        return Ok(Some(RedlockGuard {
+                            inner: inner.clone(),
+                            nodes: round.granted,
+                            token,
+                            watchdog: lease.is_none(),
+                            drift,
+                            valid_until: Mutex::new(t1 + lease_len.saturating_sub(drift)),
+                            lost: AtomicBool::new(false),
+                            lost_notify: Notify::new(),
+                            permit: Some(permit),
+                        }));
+                    }
+                    round.votes.expired = true;
+                }
+            }
+            // Release every node won before anyone retries.
+            give_back(round.granted.drain(..).map(|(_, g)| g).collect()).await;
+            let busy = round.votes.is_busy();
+            tracing::debug!(attempt, votes = %round.votes, "redlock attempt failed");
+            unavailable = if busy { 0 } else { unavailable + 1 };
+            let give_up = match deadline {
+                Some(d) => {
+                    let wake = Instant::now() + inner.jitter.below(inner.retry_delay);
+                    tokio::time::sleep_until(wake.min(d)).await;
+                    wake >= d
+                }
+                None if unavailable >= LOCK_UNAVAILABLE_ATTEMPTS => true,
+                None => {
+                    tokio::time::sleep(inner.jitter.below(inner.retry_delay)).await;
+                    false
+                }
+            };
+            if give_up {
+                return if busy {
+                    Ok(None)
+                } else {
+                    Err(Error::QuorumNotReached {
+                        name: inner.name.clone(),
+                        votes: round.votes,
+                        errors: round.errors,
+                    })
+                };
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The lease every node gets (fixed, or the watchdog's), checked
+    /// against the restart guard.
+    fn check_lease(&self, lease: Option<Duration>) -> Result<Duration> {
+        let guarded = !self.max_lease.is_zero();
+        match lease {
+            Some(l) if l.is_zero() => Err(Error::InvalidArgument("lease must not be zero".into())),
+            Some(l) if guarded && l > self.max_lease => Err(Error::InvalidArgument(format!(
+                "lease {l:?} is longer than max_lease {:?}: a node restarted within that lease \
+                 could grant the lock twice; raise RedlockBuilder::max_lease",
+                self.max_lease
+            ))),
+            Some(l) => Ok(l),
+            None if guarded && self.watchdog_max > self.max_lease => {
+                Err(Error::InvalidArgument(format!(
+                    "a client's watchdog timeout {:?} is longer than max_lease {:?}; raise \
+                     RedlockBuilder::max_lease",
+                    self.watchdog_max, self.max_lease
+                )))
+            }
+            None => Ok(self.watchdog_min),
+        }
+    }
+
+    /// One attempt on every node at once.
+    async fn fan_out(&self, lease: Option<Duration>) -> Round {
+        let votes = join_all(self.nodes.iter().map(|n| self.vote(n, lease))).await;
+        let mut round = Round {
+            votes: Votes::new(self.nodes.len(), self.quorum),
+            granted: Vec::with_capacity(self.nodes.len()),
+            extra: Vec::new(),
+            errors: Vec::new(),
+        };
+        for (i, (node, vote)) in self.nodes.iter().zip(votes).enumerate() {
+            let v = &mut round.votes;
+            match vote {
+                Vote::Granted(g) => {
+                    node.health.store(HEALTHY, Ordering::Relaxed);
+                    v.granted += 1;
+                    round.granted.push((i, g));
+                }
+                Vote::Restarted(g) => {
+                    node.health.store(HEALTHY, Ordering::Relaxed);
+                    v.restarted += 1;
+                    round.extra.push(g);
+                }
+                Vote::Refused => match node.health.load(Ordering::Relaxed) {
+                    TIMED_OUT => v.timed_out += 1,
+                    FAILED => v.failed += 1,
+                    _ => v.refused += 1,
+                },
+                Vote::TimedOut => {
+                    node.health.store(TIMED_OUT, Ordering::Relaxed);
+                    v.timed_out += 1;
+                }
+                Vote::Failed(e, g) => {
+                    node.health.store(FAILED, Ordering::Relaxed);
+                    v.failed += 1;
+                    round.errors.push(MemberError::new(i, &node.lock, e));
+                    round.extra.extend(g);
+                }
+            }
+        }
+        round
+    }
+
+    /// One node's attempt: the acquire script, and the node's uptime in the
+    /// same round trip when the restart guard is on, bounded by the node
+    /// timeout. Cancel safe: the core lock undoes an acquisition whose
+    /// future is dropped, and a guard dropped here is released.
+    async fn vote(&self, node: &Node, lease: Option<Duration>) -> Vote {
+        let acquire = node.lock.try_lock(Duration::ZERO, lease);
+        if self.max_lease.is_zero() {
+            return match tokio::time::timeout(self.node_timeout, acquire).await {
+                Err(_) => Vote::TimedOut,
+                Ok(Ok(Some(g))) => Vote::Granted(g),
+                Ok(Ok(None)) => Vote::Refused,
+                Ok(Err(e)) => Vote::Failed(e, None),
+            };
+        }
+        let uptime = node.lock.client().server_uptime();
+        match tokio::time::timeout(self.node_timeout, join(acquire, uptime)).await {
+            Err(_) => Vote::TimedOut,
+            Ok((Ok(None), _)) => Vote::Refused,
+            Ok((Err(e), _)) => Vote::Failed(e, None),
+            Ok((Ok(Some(g)), Ok(up))) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => {
+                Vote::Granted(g)
+            }
+            Ok((Ok(Some(g)), Ok(up))) => {
+                tracing::debug!(lock.key = %self.name, redis.node = ?node.lock.client(), ?up, "node restarted less than max_lease ago: its grant does not count");
+                Vote::Restarted(g)
+            }
+            Ok((Ok(Some(g)), Err(e))) => Vote::Failed(e, Some(g)),
+        }
+    }
+
+    /// Makes the round's token safe to hand out: the largest token of the
+    /// granting nodes, written back to those behind until a majority of
+    /// nodes has a counter at least that large. `None` when too few writes
+    /// succeeded (the round's votes then say which nodes failed).
+    async fn fence(&self, round: &mut Round) -> Option<u64> {
+        let max = round.granted.iter().map(|(_, g)| g.fencing_token()).max()?;
+        let mut at_max = round
+            .granted
+            .iter()
+            .filter(|(_, g)| g.fencing_token() == max)
+            .count();
+        if at_max >= self.quorum {
+            return Some(max);
+        }
+        let behind = round
+            .granted
+            .iter()
+            .filter(|(_, g)| g.fencing_token() < max)
+            .map(|(i, g)| async move {
+                let write = g.lock().advance_fencing_token(max);
+                (*i, tokio::time::timeout(self.node_timeout, write).await)
+            });
+        for (i, result) in join_all(behind).await {
+            let v = &mut round.votes;
+            match result {
+                Ok(Ok(counter)) if counter >= max => at_max += 1,
+                Ok(Ok(_)) => {
+                    v.granted -= 1;
+                    v.failed += 1;
+                }
+                Ok(Err(e)) => {
+                    v.granted -= 1;
+                    v.failed += 1;
+                    round
+                        .errors
+                        .push(MemberError::new(i, &self.nodes[i].lock, e));
+                }
+                Err(_) => {
+                    v.granted -= 1;
+                    v.timed_out += 1;
+                }
+            }
+        }
+        (at_max >= self.quorum).then_some(max)
+    }
+}
+
+/// A [`Redlock`] held on a majority of its nodes. Release it with
+/// [`unlock`](RedlockGuard::unlock).
+///
+/// Dropping the guard without `unlock` releases every node in a background
+/// task on the current tokio runtime that only logs errors
+/// (`unlock().await` returns them); outside a runtime the leases expire.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct RedlockGuard {
+    inner: Arc<Inner>,
+    /// (node index, that node's guard) for every node that counted.
+    nodes: Vec<(usize, LockGuard)>,
+    token: u64,
+    watchdog: bool,
+    drift: Duration,
+    /// Fixed lease: start of the winning attempt (or of the last extension)
+    /// + lease - drift.
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+    /// The local queue's turn; handed on once the releases are sent.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("name", &self.inner.name)
+            .field(
+                "nodes",
+                &self.nodes.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            )
+            .field("token", &self.token)
+            .field("watchdog", &self.watchdog)
+            .field("validity", &self.validity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedlockGuard {
+    /// The fencing token: strictly increasing across acquisitions of this
+    /// lock by any client (see "Fencing tokens" on [`Redlock`] for the
+    /// assumption). Pass it to the protected resource and have it reject
+    /// writes with an older token.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Indices (in the `Vec` given to [`Redlock::new`]) of the nodes this
+    /// guard holds.
+    pub fn nodes(&self) -> Vec<usize> {
+        self.nodes.iter().map(|(i, _)| *i).collect()
+    }
+
+    /// Time left before the lock may be held by someone else: `lease -
+    /// elapsed - drift`, measured from the start of the attempt that won it
+    /// (or of the last [`extend`](RedlockGuard::extend)). In watchdog mode,
+    /// from the renewals of the nodes: the time until fewer than a majority
+    /// of the nodes would still be within their lease, minus the drift.
+    /// Zero once lost.
+    pub fn validity(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |u| {
+            u.saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// When the lock stops being safely held, `None` once lost (and then for good).
+    fn valid_until(&self) -> Option<Instant> {
+        if self.lost.load(Ordering::Acquire) {
+            return None;
+        }
+        let now = Instant::now();
+        let mut ends: Vec<Instant> = self
+            .nodes
+            .iter()
+            .map(|(_, g)| g.validity())
+            .filter(|v| !v.is_zero())
+            .map(|v| now + v)
+            .collect();
+        let until = kth_largest(&mut ends, self.inner.quorum)
+            .and_then(|edge| edge.checked_sub(self.drift))
+            .map(|by_nodes| {
+                if self.watchdog {
+                    by_nodes
+                } else {
+                    by_nodes.min(
+                        *self
+                            .valid_until
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner),
+                    )
+                }
+            })
+            .filter(|u| *u > now);
+        if until.is_none() {
+            self.mark_lost();
+        }
+        until
+    }
+
+    fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "redisync.lease.lost", lock_key = %self.inner.name, token = self.token, "redlock lost: its validity ran out, an extension failed, or fewer than a majority of nodes still hold it");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
+    /// Whether the lock is known to be lost: its validity ran out, fewer
+    /// than a majority of its nodes still hold it (each node's guard reports
+    /// its own loss: lease ended, renewal found it gone or failed), or an
+    /// extension failed.
+    pub fn is_lost(&self) -> bool {
+        self.valid_until().is_none()
+    }
+
+    /// Resolves once the lock is known to be lost (see
+    /// [`is_lost`](RedlockGuard::is_lost)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some(until) = self.valid_until() else {
+                return;
+            };
+            let alive: Vec<_> = self
+                .nodes
+                .iter()
+                .filter(|(_, g)| !g.is_lost())
+                .map(|(_, g)| Box::pin(g.lost()))
+                .collect();
+            if alive.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                _ = select_all(alive) => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    /// Sets every node's remaining lease to `lease`; succeeds when a
+    /// majority of the nodes still held by this guard did so within the
+    /// node timeout and `lease - elapsed - drift` is still positive. A failed
+    /// extension marks the guard lost and deletes nothing (the nodes that
+    /// did extend keep the lock until their lease ends or the guard is
+    /// released). With a watchdog lease the watchdogs keep renewing.
+    ///
+    /// # Errors
+    /// [`Error::QuorumNotReached`] when fewer than a majority extended (votes:
+    /// `refused` counts nodes that no longer hold it or never granted it);
+    /// `Error::Lock(`[`redisync::Error::NotHeld`]`)` when the guard was
+    /// already lost; [`Error::InvalidArgument`] for a zero lease or one
+    /// above `max_lease`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each node's extension is one script, done or not done;
+    /// a dropped future leaves the guard's local validity as it was.
+    #[tracing::instrument(level = "debug", name = "redisync.redlock.extend", skip_all, fields(lock.key = %self.inner.name))]
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let inner = &*self.inner;
+        let lease = inner.check_lease(Some(lease))?;
+        if self.is_lost() {
+            return Err(Error::Lock(redisync::Error::NotHeld {
+                name: inner.name.clone(),
+            }));
+        }
+        let t1 = Instant::now();
+        let extensions = self.nodes.iter().map(|(i, g)| async move {
+            (
+                *i,
+                tokio::time::timeout(inner.node_timeout, g.extend(lease)).await,
+            )
+        });
+        let mut votes = Votes::new(inner.nodes.len(), inner.quorum);
+        votes.refused = inner.nodes.len() - self.nodes.len();
+        let mut errors = Vec::new();
+        for (i, result) in join_all(extensions).await {
+            match result {
+                Ok(Ok(())) => votes.granted += 1,
+                Ok(Err(redisync::Error::NotHeld { .. })) => votes.refused += 1,
+                Ok(Err(e)) => {
+                    votes.failed += 1;
+                    errors.push(MemberError::new(i, &inner.nodes[i].lock, e));
+                }
+                Err(_) => votes.timed_out += 1,
+            }
+        }
+        let drift = drift(lease, inner.drift_factor);
+        if votes.granted >= inner.quorum {
+            if validity(lease, t1.elapsed(), drift).is_some() {
+                *self
+                    .valid_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = t1 + lease.saturating_sub(drift);
+                return Ok(());
+            }
+            votes.expired = true;
+        }
+        self.mark_lost();
+        Err(Error::QuorumNotReached {
+            name: inner.name.clone(),
+            votes,
+            errors,
+        })
+    }
+
+    /// Releases the lock on every node it holds, all at once.
+    ///
+    /// Succeeds when a majority of the nodes confirmed within the node
+    /// timeout; releases still in flight then finish in the background, and
+    /// nodes that failed free themselves when their lease ends.
+    ///
+    /// # Errors
+    /// [`Error::Release`] when fewer than a majority of the nodes confirmed,
+    /// listing every node that failed ([`redisync::Error::NotHeld`] where
+    /// the lock had been lost) and how many were still in flight.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: every release is sent on the first poll and the
+    /// local queue moves on then; a dropped future leaves releases not yet
+    /// confirmed to finish or to the lease expiry.
+    pub async fn unlock(mut self) -> Result<()> {
+        let nodes = std::mem::take(&mut self.nodes);
+        let permit = self.permit.take();
+        release(self.inner.clone(), nodes, permit).await
+    }
+}
+
+/// Sends the release of every guard now (each one's first poll queues it on
+/// its node's connection and lets the node's next local contender in) and
+/// leaves the replies to a background task. Dropping the guards instead
+/// would release them from spawned tasks that may run after our next attempt.
+pub(crate) async fn give_back(guards: Vec<LockGuard>) {
+    if guards.is_empty() {
+        return;
+    }
+    let mut in_flight: FuturesUnordered<_> = guards.into_iter().map(LockGuard::unlock).collect();
+    while let std::task::Poll::Ready(Some(_)) = futures::poll!(in_flight.next()) {}
+    if !in_flight.is_empty() {
+        tokio::spawn(async move { while in_flight.next().await.is_some() {} });
+    }
+}
+
+/// Releases `nodes` all at once. The local queue's `permit` is handed on
+/// as soon as every release is on its way (the next local contender's
+/// attempts then reach each node after the release).
+#[tracing::instrument(level = "debug", name = "redisync.redlock.release", skip_all, fields(lock.key = %inner.name))]
+async fn release(
+    inner: Arc<Inner>,
+    nodes: Vec<(usize, LockGuard)>,
+    permit: Option<OwnedSemaphorePermit>,
+) -> Result<()> {
+    let mut in_flight: FuturesUnordered<_> = nodes
+        .into_iter()
+        .map(|(i, g)| async move {
+            let lock = g.lock().clone();
+            (i, lock, g.unlock().await)
+        })
+        .collect();
+    let mut results = Vec::with_capacity(in_flight.len());
+    // Poll every release once (FuturesUnordered polls each new future on the
+    // first call), then let the next local waiter go.
+    while let std::task::Poll::Ready(Some(r)) = futures::poll!(in_flight.next()) {
+        results.push(r);
+    }
+    drop(permit);
+    let deadline = Instant::now() + inner.node_timeout;
+    let mut pending = 0;
+    loop {
+        match tokio::time::timeout_at(deadline, in_flight.next()).await {
+            Ok(Some(r)) => results.push(r),
+            Ok(None) => break,
+            Err(_) => {
+                pending = in_flight.len();
+                let name = inner.name.clone();
+                tokio::spawn(async move {
+                    while let Some((i, _, result)) = in_flight.next().await {
+                        if let Err(e) = result {
+                            tracing::warn!(target: "redisync.release.failed", lock_key = %name, node = i, error = %e, "late redlock release failed; the node's lease expires");
+                        }
+                    }
+                });
+                break;
+            }
+        }
+    }
+    let mut released = 0;
+    let mut failures = Vec::new();
+    for (i, lock, result) in results {
+        match result {
+            Ok(()) => released += 1,
+            Err(e) => failures.push(MemberError::new(i, &lock, e)),
+        }
+    }
+    if released >= inner.quorum {
+        for f in &failures {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %inner.name, error = %f, "redlock release failed on a node; its lease expires");
+        }
+        return Ok(());
+    }
+    Err(Error::Release {
+        released,
+        required: inner.quorum,
+        pending,
+        failures,
+    })
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        let nodes = std::mem::take(&mut self.nodes);
+        let permit = self.permit.take();
+        if nodes.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            rt.spawn(async move {
+                if let Err(e) = release(inner.clone(), nodes, permit).await {
+                    tracing::warn!(target: "redisync.release.failed", lock_key = %inner.name, error = %e, "redlock release on drop failed; the nodes' leases expire");
+                }
+            });
+        } else {
+            tracing::warn!(lock_key = %self.inner.name, "redlock guard dropped outside a tokio runtime; the nodes' leases expire");
+            drop(nodes);
+            drop(permit);
+        }
+    }
+}

@@ -1,0 +1,628 @@
+//! `Redlock` against real, independent redis-server processes: minority
+//! failures tolerated, majority failures reported in bounded time, validity,
+//! mutual exclusion and fencing tokens across clients, the restart guard,
+//! extension, watchdog loss, cancellation.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::KeysInterface;
+use redisync::Client;
+use redisync_redlock::{Error, Redlock, RedlockGuard, Votes};
+use redisync_testkit::RedisNodes;
+use tokio::time::{sleep, timeout, Instant};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Slack for a loaded 2-core machine running many tests at once.
+const SLACK: Duration = Duration::from_millis(400);
+const LEASE: Duration = Duration::from_secs(10);
+
+/// One "process": its own client on every node.
+async fn clients(nodes: &RedisNodes) -> Vec<Client> {
+    clients_with_watchdog(nodes, Duration::from_secs(30)).await
+}
+
+async fn clients_with_watchdog(nodes: &RedisNodes, watchdog: Duration) -> Vec<Client> {
+    let mut out = Vec::new();
+    for url in nodes.urls() {
+        let c = Client::builder(&url)
+            .command_timeout(Duration::from_millis(500))
+            .watchdog_timeout(watchdog)
+            .connect()
+            .await
+            .expect("connect");
+        out.push(c);
+    }
+    out
+}
+
+/// A Redlock on `name` over `clients`, restart guard off unless a test sets it.
+fn redlock(clients: &[Client], name: &str) -> Redlock {
+    redlock_with(clients, name, Duration::ZERO)
+}
+
+fn redlock_with(clients: &[Client], name: &str, max_lease: Duration) -> Redlock {
+    Redlock::builder(clients.iter().map(|c| c.lock(name)).collect())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(50))
+        .max_lease(max_lease)
+        .build()
+        .expect("build")
+}
+
+/// Which of the nodes `which` (not paused) hold `name` right now (plain
+/// EXISTS through an admin client).
+async fn held_on(nodes: &RedisNodes, name: &str, which: &[usize]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for &i in which {
+        let admin = common::admin(&nodes[i].url()).await;
+        let exists: i64 = admin.exists(common::lock_key(name)).await.expect("EXISTS");
+        if exists == 1 {
+            out.push(i);
+        }
+        let _ = fred::prelude::ClientLike::quit(&admin).await;
+    }
+    out
+}
+
+/// Polls until `name` is held on none of `which` (not paused); false after 2 s.
+async fn released_on(nodes: &RedisNodes, name: &str, which: &[usize]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if held_on(nodes, name, which).await.is_empty() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn votes_of(r: Result<Option<RedlockGuard>, Error>) -> Votes {
+    match r {
+        Err(Error::QuorumNotReached { votes, .. }) => votes,
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+}
+
+#[test]
+fn bounds() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Redlock>();
+    send_sync::<RedlockGuard>();
+}
+
+/// Type-checked only: the futures are `Send`.
+#[allow(dead_code)]
+fn futures_are_send(r: &Redlock, g: RedlockGuard) {
+    fn send<T: Send>(_: &T) {}
+    send(&r.lock());
+    send(&r.try_lock(Duration::ZERO, None));
+    send(&g.extend(LEASE));
+    send(&g.lost());
+    send(&g.unlock());
+}
+
+/// Done when: acquisition succeeds with 2 of 5 nodes paused, within about
+/// one node timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_with_two_of_five_nodes_paused() {
+    let nodes = RedisNodes::start(5).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "two-paused");
+    nodes[0].pause();
+    nodes[3].pause();
+    for round in 0..3 {
+        let started = Instant::now();
+        let guard = rl
+            .try_lock(Duration::ZERO, Some(LEASE))
+            .await
+            .expect("try_lock")
+            .expect("3 of 5 grant");
+        let took = started.elapsed();
+        assert!(took < NODE_TIMEOUT + SLACK, "round {round} took {took:?}");
+        assert_eq!(guard.nodes(), [1, 2, 4]);
+        let v = guard.validity();
+        assert!(v > Duration::ZERO && v + took < LEASE, "{v:?}");
+        guard
+            .unlock()
+            .await
+            .expect("unlock: 3 of 3 held nodes confirm");
+    }
+    assert!(held_on(&nodes, "two-paused", &[1, 2, 4]).await.is_empty());
+}
+
+/// Done when: acquisition fails in bounded time with 3 of 5 nodes paused,
+/// saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_in_bounded_time_with_three_of_five_nodes_paused() {
+    let nodes = RedisNodes::start(5).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "three-paused");
+    for i in [0, 2, 4] {
+        nodes[i].pause();
+    }
+    let expect = |v: Votes| {
+        assert_eq!((v.nodes, v.required), (5, 3), "{v}");
+        assert_eq!((v.granted, v.timed_out, v.refused), (2, 3, 0), "{v}");
+    };
+    // One attempt.
+    let started = Instant::now();
+    expect(votes_of(rl.try_lock(Duration::ZERO, Some(LEASE)).await));
+    assert!(started.elapsed() < NODE_TIMEOUT + SLACK);
+    // Attempts until the wait runs out; the paused nodes still count as
+    // timed out (not as refusals from their clients' busy local queues).
+    let started = Instant::now();
+    let err = rl
+        .try_lock(Duration::from_millis(500), Some(LEASE))
+        .await
+        .expect_err("no majority");
+    assert!(started.elapsed() < Duration::from_millis(500) + NODE_TIMEOUT + SLACK);
+    assert!(err.is_retryable());
+    let text = err.to_string();
+    assert!(text.contains("2 of 5 nodes granted, 3 required"), "{text}");
+    expect(votes_of(Err(err)));
+    // lock() gives up after a few attempts that fail for want of nodes.
+    let started = Instant::now();
+    match rl.lock().await {
+        Err(Error::QuorumNotReached { votes, .. }) => expect(votes),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Nothing is left held on the live nodes.
+    assert!(released_on(&nodes, "three-paused", &[1, 3]).await);
+}
+
+/// Done when: validity is below the lease and positive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_is_positive_and_below_the_lease() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients_with_watchdog(&nodes, Duration::from_millis(600)).await;
+    let rl = redlock(&cs, "validity");
+    let lease = Duration::from_secs(2);
+    let started = Instant::now();
+    let guard = rl
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let v1 = guard.validity();
+    // lease - elapsed - (1% + 2 ms) = at most 2000 - 22 ms.
+    assert!(v1 > Duration::ZERO, "{v1:?}");
+    assert!(v1 + Duration::from_millis(22) <= lease, "{v1:?}");
+    assert!(
+        v1 + Duration::from_millis(22) + started.elapsed() >= lease,
+        "{v1:?}"
+    );
+    sleep(Duration::from_millis(300)).await;
+    let v2 = guard.validity();
+    assert!(v2 + Duration::from_millis(300) <= v1, "{v1:?} then {v2:?}");
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+
+    // Watchdog mode: the nodes' renewals keep it valid past the first lease.
+    let guard = rl.lock().await.expect("lock");
+    for _ in 0..5 {
+        sleep(Duration::from_millis(250)).await;
+        let v = guard.validity();
+        assert!(
+            v > Duration::ZERO && v < Duration::from_millis(600),
+            "{v:?}"
+        );
+        assert!(!guard.is_lost());
+    }
+    guard.unlock().await.expect("unlock");
+
+    // A lease too short for the attempt never hands out a guard.
+    let short = rl
+        .try_lock(Duration::ZERO, Some(Duration::from_millis(2)))
+        .await;
+    match short {
+        Err(Error::QuorumNotReached { votes, .. }) => assert!(votes.expired, "{votes}"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Done when: mutual exclusion and unique increasing tokens across 4 clients
+/// sharing 3 nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_and_increasing_tokens_across_four_clients() {
+    let nodes = RedisNodes::start(3).await;
+    let holders = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for client in 0..4 {
+        let cs = clients(&nodes).await;
+        let rl = Redlock::builder(cs.iter().map(|c| c.lock("shared")).collect())
+            .node_timeout(NODE_TIMEOUT)
+            .retry_delay(Duration::from_millis(20))
+            .max_lease(Duration::ZERO)
+            .build()
+            .expect("build");
+        let (holders, overlaps, tokens) = (holders.clone(), overlaps.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                let guard = rl
+                    .try_lock(Duration::from_secs(8), Some(Duration::from_secs(2)))
+                    .await
+                    .expect("try_lock")
+                    .unwrap_or_else(|| panic!("client {client} attempt {i} starved"));
+                if holders.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokens.lock().unwrap().push((client, guard.fencing_token()));
+                sleep(Duration::from_millis(2)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+            drop(cs);
+        }));
+    }
+    let results = timeout(Duration::from_secs(9), futures::future::join_all(tasks))
+        .await
+        .expect("40 acquisitions finish");
+    for r in results {
+        r.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "mutual exclusion");
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 40);
+    // Recorded while holding the lock, so in acquisition order.
+    for w in tokens.windows(2) {
+        assert!(w[1].1 > w[0].1, "tokens must strictly increase: {w:?}");
+    }
+}
+
+/// Done when: a node that restarted empty cannot make a second client win
+/// while the first holder's lock is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_node_cannot_grant_the_lock_twice() {
+    let mut nodes = RedisNodes::start(3).await;
+    let max_lease = Duration::from_secs(1);
+    let a = redlock_with(&clients(&nodes).await, "restart", max_lease);
+    let b = redlock_with(&clients(&nodes).await, "restart", max_lease);
+    // Fresh nodes count only once they are up for max_lease (unless this
+    // machine took over a second to get here).
+    if let Err(Error::QuorumNotReached { votes, .. }) =
+        a.try_lock(Duration::ZERO, Some(max_lease)).await
+    {
+        assert_eq!(votes.restarted + votes.granted, 3, "{votes}");
+        assert!(votes.to_string().contains("max_lease"), "{votes}");
+    }
+    assert!(released_on(&nodes, "restart", &[0, 1, 2]).await);
+    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
+    nodes[2].pause();
+    let held = a
+        .try_lock(Duration::from_secs(3), Some(max_lease))
+        .await
+        .expect("try_lock")
+        .expect("nodes come of age within 3 s (2 s of uptime as Redis rounds it)");
+    let a_valid_until = Instant::now() + held.validity();
+    assert_eq!(held.nodes(), [0, 1]);
+    nodes[2].resume();
+    // Node 1 restarts empty: it forgets A's grant.
+    nodes[1].restart().await;
+    // B gets nodes 1 and 2, but node 1 is too young to count.
+    let mut tries = 0;
+    let won_at = loop {
+        match b.try_lock(Duration::ZERO, Some(max_lease)).await {
+            Ok(Some(g)) => {
+                let at = Instant::now();
+                g.unlock().await.expect("unlock b");
+                break at;
+            }
+            // Busy, or node 1 still reconnecting: not a majority either way.
+            Ok(None) | Err(Error::QuorumNotReached { .. }) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        tries += 1;
+        assert!(tries < 200, "B never won");
+        sleep(Duration::from_millis(25)).await;
+    };
+    assert!(
+        won_at >= a_valid_until,
+        "B won {:?} before A's validity ended",
+        a_valid_until - won_at
+    );
+    assert!(tries > 3, "B was refused while A held the lock");
+    drop(held);
+}
+
+/// The hazard the restart guard removes: with it off, a node that restarted
+/// empty hands the lock to a second client while the first still holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_restart_guard_a_restarted_node_grants_twice() {
+    let mut nodes = RedisNodes::start(3).await;
+    let a = redlock(&clients(&nodes).await, "unguarded");
+    let b = redlock(&clients(&nodes).await, "unguarded");
+    nodes[2].pause();
+    let held = a
+        .try_lock(Duration::ZERO, Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("2 of 3");
+    nodes[2].resume();
+    nodes[1].restart().await;
+    let mut second = None;
+    for _ in 0..100 {
+        if let Ok(Some(g)) = b.try_lock(Duration::ZERO, Some(LEASE)).await {
+            second = Some(g);
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    let second = second.expect("B wins while A still believes it holds the lock");
+    assert!(held.validity() > Duration::ZERO);
+    assert!(
+        second.fencing_token() > held.fencing_token(),
+        "fencing still tells them apart"
+    );
+    drop((held, second));
+}
+
+/// Done when: extend fails without a majority and succeeds with one; a
+/// failed extend marks the guard lost and deletes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_needs_a_majority_and_deletes_nothing_when_it_fails() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "extend");
+    let lease = Duration::from_secs(3);
+    let guard = rl
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    sleep(Duration::from_millis(300)).await;
+    let before = guard.validity();
+    // One node of three hangs: two still make a majority.
+    nodes[0].pause();
+    let started = Instant::now();
+    guard.extend(lease).await.expect("2 of 3 extend");
+    assert!(started.elapsed() < NODE_TIMEOUT + SLACK);
+    let after = guard.validity();
+    assert!(after > before, "{before:?} then {after:?}");
+    assert!(after < lease);
+    // Two of three hang: no majority.
+    nodes[1].pause();
+    let err = guard.extend(lease).await.expect_err("1 of 3");
+    match &err {
+        Error::QuorumNotReached { votes, .. } => {
+            assert_eq!(
+                (votes.granted, votes.timed_out, votes.required),
+                (1, 2, 2),
+                "{votes}"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(guard.is_lost());
+    assert_eq!(guard.validity(), Duration::ZERO);
+    timeout(Duration::from_millis(100), guard.lost())
+        .await
+        .expect("lost() resolves at once");
+    assert!(matches!(
+        guard.extend(lease).await,
+        Err(Error::Lock(redisync::Error::NotHeld { .. }))
+    ));
+    nodes[0].resume();
+    nodes[1].resume();
+    // Nothing was deleted: all three nodes still hold it (rslock would DEL).
+    assert_eq!(held_on(&nodes, "extend", &[0, 1, 2]).await, [0, 1, 2]);
+    guard.unlock().await.expect("the nodes still held release");
+    assert!(held_on(&nodes, "extend", &[0, 1, 2]).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_mode_reports_loss_of_the_majority() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients_with_watchdog(&nodes, Duration::from_millis(300)).await;
+    let other = clients(&nodes).await;
+    let rl = redlock(&cs, "watched");
+    let guard = rl.lock().await.expect("lock");
+    sleep(Duration::from_millis(700)).await;
+    assert!(!guard.is_lost(), "renewed on every node");
+    assert_eq!(held_on(&nodes, "watched", &[0, 1, 2]).await, [0, 1, 2]);
+    // Losing one node is tolerated.
+    assert!(other[0]
+        .lock("watched")
+        .force_unlock()
+        .await
+        .expect("force"));
+    sleep(Duration::from_millis(300)).await;
+    assert!(!guard.is_lost());
+    // Losing a second one is not.
+    assert!(other[2]
+        .lock("watched")
+        .force_unlock()
+        .await
+        .expect("force"));
+    timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("the watchdog notices within a renewal period");
+    assert!(guard.is_lost());
+    assert_eq!(guard.validity(), Duration::ZERO);
+    // Unlock still releases the node it holds, but reports that fewer than
+    // a majority confirmed.
+    match guard.unlock().await {
+        Err(Error::Release {
+            released, required, ..
+        }) => assert_eq!((released, required), (1, 2)),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(held_on(&nodes, "watched", &[0, 1, 2]).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_are_carried_to_the_majority() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "fenced");
+    // Node 2's counter is far ahead of the others (fresh counters start
+    // from the server clock in microseconds, ~1.8e15; Lua keeps integers
+    // exact below 2^53 ~ 9e15).
+    let admin2 = common::admin(&nodes[2].url()).await;
+    let far: u64 = 4_000_000_000_000_000;
+    let _: () = admin2
+        .set(
+            format!("{}:fence", common::lock_key("fenced")),
+            far,
+            None,
+            None,
+            false,
+        )
+        .await
+        .expect("SET");
+    let first = rl
+        .try_lock(Duration::ZERO, Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert_eq!(first.fencing_token(), far + 1);
+    first.unlock().await.expect("unlock");
+    // The next majority is nodes 0 and 1 only: they were brought up to date.
+    nodes[2].pause();
+    let second = rl
+        .try_lock(Duration::ZERO, Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("2 of 3");
+    assert_eq!(second.nodes(), [0, 1]);
+    assert_eq!(second.fencing_token(), far + 2);
+    second.unlock().await.expect("unlock");
+    nodes[2].resume();
+    let third = rl
+        .try_lock(Duration::from_secs(2), Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(third.fencing_token() > far + 2);
+    third.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_lock_is_not_an_error_and_leaves_nothing_held() {
+    let nodes = RedisNodes::start(3).await;
+    let ours = clients(&nodes).await;
+    let theirs = clients(&nodes).await;
+    let rl = redlock(&ours, "busy");
+    // Another client holds the plain lock on nodes 0 and 1.
+    let g0 = theirs[0].lock("busy").lock().await.expect("hold 0");
+    let g1 = theirs[1].lock("busy").lock().await.expect("hold 1");
+    let started = Instant::now();
+    let got = rl
+        .try_lock(Duration::from_millis(300), Some(LEASE))
+        .await
+        .expect("busy is Ok(None)");
+    assert!(got.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    // Node 2, won in every attempt, was given back each time.
+    assert!(released_on(&nodes, "busy", &[2]).await);
+    // Cancelled while retrying, and in the middle of attempts.
+    assert!(timeout(Duration::from_millis(200), rl.lock())
+        .await
+        .is_err());
+    for _ in 0..10 {
+        let _ = timeout(Duration::from_micros(300), rl.lock()).await;
+    }
+    assert!(released_on(&nodes, "busy", &[2]).await);
+    g0.unlock().await.expect("unlock 0");
+    g1.unlock().await.expect("unlock 1");
+    let guard = rl
+        .try_lock(Duration::from_secs(1), Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("free now");
+    // Dropping a guard releases every node in the background.
+    drop(guard);
+    assert!(released_on(&nodes, "busy", &[0, 1, 2]).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_sharing_a_redlock_take_turns() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "turns");
+    let holders = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (rl, holders) = (rl.clone(), holders.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = rl.lock().await.expect("lock");
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0);
+                    sleep(Duration::from_millis(1)).await;
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    if rand_bit() {
+                        g.unlock().await.expect("unlock");
+                    } else {
+                        drop(g);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    // 80 local hand-offs: the queue hands over without retry pauses.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn rand_bit() -> bool {
+    use std::sync::atomic::AtomicU64;
+    static X: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
+    let x = X.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    (x >> 61) & 1 == 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_are_refused() {
+    let nodes = RedisNodes::start(2).await;
+    let cs = clients(&nodes).await;
+    let invalid = |r: Result<Redlock, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(Redlock::new(Vec::new())));
+    assert!(invalid(Redlock::new(vec![
+        cs[0].lock("x"),
+        cs[0].lock("x")
+    ])));
+    let two = || vec![cs[0].lock("x"), cs[1].lock("x")];
+    assert!(invalid(
+        Redlock::builder(two()).node_timeout(Duration::ZERO).build()
+    ));
+    for f in [1.0, -0.1, f64::NAN, f64::INFINITY] {
+        assert!(
+            invalid(Redlock::builder(two()).drift_factor(f).build()),
+            "{f}"
+        );
+    }
+    // Default max_lease: the clients' watchdog timeout (30 s).
+    let rl = Redlock::new(two()).expect("new");
+    assert_eq!(rl.max_lease(), Duration::from_secs(30));
+    assert_eq!(rl.quorum(), 2);
+    assert!(matches!(
+        rl.try_lock(Duration::ZERO, Some(Duration::from_secs(31)))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        rl.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // A watchdog lease above max_lease is refused too.
+    let short = Redlock::builder(two())
+        .max_lease(Duration::from_secs(5))
+        .build()
+        .expect("build");
+    assert!(matches!(short.lock().await, Err(Error::InvalidArgument(_))));
+}
