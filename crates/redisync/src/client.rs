@@ -288,8 +288,10 @@ impl Client {
         Lock::new(self.clone(), name)
     }
 
-    /// Stops the watchdog and background tasks, releases the locks this
-    /// client holds (their guards then report lost), and closes the connections.
+    /// Stops the watchdog and background tasks, releases the locks
+    /// ([`Lock`], fair lock) this client holds (their guards then report
+    /// lost), and closes the connections. Semaphore permits and read-write
+    /// holds are not released: they end with their leases.
     /// Later calls on this client or its locks fail with [`Error::Shutdown`].
     ///
     /// # Errors
@@ -308,6 +310,11 @@ impl Client {
         for slot in self.inner.hub.all_slots() {
             for hold in slot.holders() {
                 hold.mark_lost("client shut down");
+                // Lock and FairLock holds share the hash layout the lock
+                // release script expects; other kinds end with their leases.
+                if !std::ptr::eq(hold.renew, &crate::lock::LOCK_RENEW) {
+                    continue;
+                }
                 if let Err(e) = crate::lock::release_hold(&self.inner, &hold, true).await {
                     tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
                 }
