@@ -173,6 +173,11 @@ impl FairLock {
         self.queue_lease
     }
 
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
     fn client_inner(&self) -> &ClientInner {
         &self.inner.client.inner
     }
