@@ -22,7 +22,7 @@ local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local owner, lease, qlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- Reads first: each raises WRONGTYPE on a key of another type.
-local held = redis.call('hmget', lock, owner, '~t')
+local held = redis.call('hmget', lock, owner, '~t', '~w')
 local mine = redis.call('zscore', deadlines, owner)
 local old_head = redis.call('lindex', queue, 0)
 
@@ -37,12 +37,18 @@ for _, gone in ipairs(expired) do
     mine = false
   end
 end
+local head = old_head
 if #expired > 0 then
   redis.call('zremrangebyscore', deadlines, '-inf', now)
+  head = redis.call('lindex', queue, 0)
 end
 -- A head without a deadline (keys edited by hand) would block everyone.
-local head = redis.call('lindex', queue, 0)
-while head and head ~= owner and not redis.call('zscore', deadlines, head) do
+local head_deadline = false
+while head and head ~= owner do
+  head_deadline = redis.call('zscore', deadlines, head)
+  if head_deadline then
+    break
+  end
   redis.call('lpop', queue)
   head = redis.call('lindex', queue, 0)
 end
@@ -86,7 +92,7 @@ if ARGV[4] == '1' then
   end
   redis.call('zadd', deadlines, now + qlease, owner)
   -- Tells a plain-lock release (client shutdown) to publish.
-  if held[2] then
+  if held[2] and not held[3] then
     redis.call('hset', lock, '~w', 1)
   end
 end
@@ -97,6 +103,6 @@ if pttl == -2 and head and head ~= old_head then
 end
 local head_ms = -1
 if head and head ~= owner then
-  head_ms = math.max(0, tonumber(redis.call('zscore', deadlines, head)) - now)
+  head_ms = math.max(0, tonumber(head_deadline) - now)
 end
 return {0, pttl, head_ms}

@@ -24,7 +24,7 @@ if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
 end
 -- Raise WRONGTYPE before the delete rather than after it.
 redis.call('zscore', deadlines, owner)
-redis.call('lindex', queue, 0)
+local head = redis.call('lindex', queue, 0)
 redis.call('del', lock)
 
 local t = redis.call('time')
@@ -35,8 +35,8 @@ for _, gone in ipairs(expired) do
 end
 if #expired > 0 then
   redis.call('zremrangebyscore', deadlines, '-inf', now)
+  head = redis.call('lindex', queue, 0)
 end
-local head = redis.call('lindex', queue, 0)
 while head and not redis.call('zscore', deadlines, head) do
   redis.call('lpop', queue)
   head = redis.call('lindex', queue, 0)

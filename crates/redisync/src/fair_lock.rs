@@ -159,6 +159,9 @@ impl FairLock {
     /// skip it. Live waiters refresh every `queue_lease / 3`, so it bounds
     /// both the delay a crashed waiter causes and the heartbeat traffic of
     /// live ones. Each waiter uses the queue lease of the handle it waits on.
+    /// A waiter that cannot refresh for longer than its queue lease (a
+    /// frozen process, Redis unreachable) counts as crashed: it queues again
+    /// at the tail when it resumes.
     ///
     /// Default: 5 s. Must be at least 30 ms (checked when acquiring) and
     /// well above a Redis round trip.
