@@ -312,7 +312,7 @@ impl Client {
                 hold.mark_lost("client shut down");
                 // Lock and FairLock holds share the hash layout the lock
                 // release script expects; other kinds end with their leases.
-                if !std::ptr::eq(hold.renew, &crate::lock::LOCK_RENEW) {
+                if !std::ptr::eq(hold.renew, std::ptr::from_ref(&crate::lock::LOCK_RENEW)) {
                     continue;
                 }
                 if let Err(e) = crate::lock::release_hold(&self.inner, &hold, true).await {
