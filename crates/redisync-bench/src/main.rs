@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
-//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair]
+//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore]
 //! redisync-bench --all [--quick]
 //! ```
 //!
@@ -41,7 +41,8 @@ parameters (defaults per scenario as in BENCH.md):
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
   --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
-  --kind lock|fair         lock: redisync::Lock (default); fair: redisync::FairLock";
+  --kind lock|fair|semaphore  lock: redisync::Lock (default); fair: redisync::FairLock;
+                           semaphore: redisync::Semaphore with 1 permit (watchdog-leased)";
 
 const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
@@ -50,6 +51,9 @@ const FAIR_ALGORITHM: &str = "redisync::FairLock: reentrant owner hash + fencing
      FIFO queue (list) with server-time queue deadlines (zset), only the head may take it; \
      acquire/release/leave as EVALSHA Lua scripts; the release publishes the next owner's id \
      and only that waiter wakes (one subscription per client); every waiting task queues in Redis";
+const SEMAPHORE_ALGORITHM: &str = "redisync::Semaphore(1): permits hash + lease zset (server \
+     time), acquire/release as EVALSHA Lua scripts, permits watchdog-leased; per-client FIFO \
+     turn (one Redis contender per client), release messages over pub/sub";
 const RETRY: &str = "try_lock(wait, lease): local waiters queue in the client's FIFO gate, the \
      gate holder retries on an unlock message or after the holder's PTTL, until `wait` runs out \
      (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of wait-s)";
@@ -77,6 +81,8 @@ enum Kind {
     Lock,
     /// `redisync::FairLock`.
     Fair,
+    /// `redisync::Semaphore` with one permit.
+    Semaphore,
 }
 
 /// One scenario run.
@@ -136,6 +142,7 @@ impl Opts {
             "algorithm": match self.kind {
                 Kind::Lock => ALGORITHM,
                 Kind::Fair => FAIR_ALGORITHM,
+                Kind::Semaphore => SEMAPHORE_ALGORITHM,
             },
             "retry": RETRY,
             "ttl_ms": self.ttl_ms(),
@@ -279,7 +286,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 o.kind = match value.as_str() {
                     "lock" => Kind::Lock,
                     "fair" => Kind::Fair,
-                    _ => return Err("--kind lock|fair".into()),
+                    "semaphore" => Kind::Semaphore,
+                    _ => return Err("--kind lock|fair|semaphore".into()),
                 }
             }
             "lease" => {
@@ -298,7 +306,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     Ok(Command::One(o))
 }
 
-/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S2 (fair lock), S3.
+/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S2 (fair lock),
+/// S2 (semaphore with one permit), S3.
 fn all_runs(quick: bool) -> Vec<Opts> {
     let mut s1 = Opts::defaults(Scenario::S1);
     let mut s2 = Opts::defaults(Scenario::S2);
@@ -317,7 +326,12 @@ fn all_runs(quick: bool) -> Vec<Opts> {
         kind: Kind::Fair,
         ..s2.clone()
     };
-    vec![s1, s2, s2_watchdog, s2_fair, s3]
+    let s2_semaphore = Opts {
+        kind: Kind::Semaphore,
+        lease: Lease::Watchdog,
+        ..s2.clone()
+    };
+    vec![s1, s2, s2_watchdog, s2_fair, s2_semaphore, s3]
 }
 
 /// The fields every line starts with (`ok` stays false until the run is done).
@@ -361,10 +375,16 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
             lock: match o.kind {
                 Kind::Lock => Handle::Lock(c.lock(KEY)),
                 Kind::Fair => Handle::Fair(c.fair_lock(KEY)),
+                Kind::Semaphore => Handle::Semaphore(c.semaphore(KEY)),
             },
             lease: o.lease(),
         })
         .collect();
+    if o.kind == Kind::Semaphore {
+        // One permit: the semaphore is a mutex (kept if a previous run set it).
+        let set = clients[0].semaphore(KEY).try_set_permits(1).await;
+        set.map_err(|e| format!("try_set_permits: {e}"))?;
+    }
     let result = async {
         for target in &targets {
             warm_up(target).await?;

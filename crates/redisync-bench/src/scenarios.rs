@@ -35,12 +35,16 @@ const S1_WARMUP: usize = 50;
 pub(crate) enum Handle {
     Lock(redisync::Lock),
     Fair(redisync::FairLock),
+    /// A `Semaphore` with one permit, used as a mutex (its permits are
+    /// always watchdog-leased: the fixed lease does not apply).
+    Semaphore(redisync::Semaphore),
 }
 
 /// A guard of either kind.
 pub(crate) enum Guard {
     Lock(redisync::LockGuard),
     Fair(redisync::FairLockGuard),
+    Semaphore(redisync::SemaphorePermit),
 }
 
 impl Handle {
@@ -52,6 +56,7 @@ impl Handle {
         Ok(match self {
             Handle::Lock(l) => l.try_lock(wait, lease).await?.map(Guard::Lock),
             Handle::Fair(l) => l.try_lock(wait, lease).await?.map(Guard::Fair),
+            Handle::Semaphore(s) => s.try_acquire(1, wait).await?.map(Guard::Semaphore),
         })
     }
 }
@@ -61,6 +66,7 @@ impl Guard {
         match self {
             Guard::Lock(g) => g.fencing_token(),
             Guard::Fair(g) => g.fencing_token(),
+            Guard::Semaphore(p) => p.fencing_token(),
         }
     }
 
@@ -68,6 +74,7 @@ impl Guard {
         match self {
             Guard::Lock(g) => g.unlock().await,
             Guard::Fair(g) => g.unlock().await,
+            Guard::Semaphore(p) => p.release().await,
         }
     }
 }
