@@ -478,3 +478,39 @@ impl Drop for SlotRef {
         }
     }
 }
+
+impl SlotRef {
+    /// After a busy attempt: `None` when `deadline` has passed (give up).
+    /// Otherwise subscribes if not yet and returns at once: the caller must
+    /// try again before parking, or an unlock published before the
+    /// subscription would be missed. Else parks until an unlock message newer
+    /// than `since`, the server's wait bound `wait_ms` (the holder's PTTL or
+    /// the earliest lease end, since a crashed holder publishes nothing;
+    /// negative: `fallback`), or `deadline`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn park_after_busy(
+        &self,
+        since: u64,
+        wait_ms: i64,
+        fallback: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<()>> {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
+        if !self.is_subscribed() {
+            self.hub.ensure_subscribed(self).await?;
+            return Ok(Some(()));
+        }
+        let bound = match u64::try_from(wait_ms) {
+            Ok(ms) => now + Duration::from_millis(ms + 1),
+            Err(_) => now + fallback,
+        };
+        self.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
+            .await;
+        Ok(Some(()))
+    }
+}

@@ -277,23 +277,13 @@ impl Lock {
                 }
                 Acquired::Busy { pttl_ms } => pttl_ms,
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if slot
+                .park_after_busy(since, pttl_ms, NO_TTL_POLL, deadline)
+                .await?
+                .is_none()
+            {
                 return Ok(None);
             }
-            if !slot.is_subscribed() {
-                // Subscribe, then try again before parking: an unlock
-                // published before the subscription is otherwise missed.
-                client.hub.ensure_subscribed(&slot).await?;
-                continue;
-            }
-            // A crashed holder publishes nothing: wait at most its PTTL.
-            let bound = match u64::try_from(pttl_ms) {
-                Ok(ms) => now + Duration::from_millis(ms + 1),
-                Err(_) => now + NO_TTL_POLL,
-            };
-            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
-                .await;
         }
     }
 

@@ -236,20 +236,13 @@ impl RwLock {
                 }
                 Acquired::Busy { wait_ms } => wait_ms,
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if slot
+                .park_after_busy(since, wait_ms, NO_TTL_POLL, deadline)
+                .await?
+                .is_none()
+            {
                 return Ok(None);
             }
-            if !slot.is_subscribed() {
-                client.hub.ensure_subscribed(&slot).await?;
-                continue;
-            }
-            let bound = match u64::try_from(wait_ms) {
-                Ok(ms) => now + Duration::from_millis(ms + 1),
-                Err(_) => now + NO_TTL_POLL,
-            };
-            slot.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
-                .await;
         }
     }
 
