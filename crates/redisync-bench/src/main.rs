@@ -11,8 +11,16 @@
 //! status is 0 even when the line says `"ok": false` (2 for a bad command
 //! line). `--all` starts a fresh `redis-server` through `redisync-testkit`
 //! for every run of S1, S2 (fixed lease), S2 (watchdog lease), S2 with the
-//! fair lock (fixed lease) and S3 and prints one line per run; it exits with
-//! 1 if any run was not ok.
+//! fair lock (fixed lease) and S3, then three fresh servers for each of S4.1
+//! (S1 through a `Redlock`) and S4.2 (S2 through a `Redlock`), and prints
+//! one line per run; it exits with 1 if any run was not ok.
+//!
+//! Three ports mean scenario S4: the same scenario through a
+//! `redisync_redlock::Redlock` over the three servers (one `redisync::Client`
+//! per server). Its restart guard stays on with `max_lease` = the lease in
+//! use; servers younger than that do not count, so the bench first waits
+//! until every server has been up that long (`--all` starts the S4 servers
+//! first, so they come of age during the other runs).
 //!
 //! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
 //! one `redisync::Client` (`--clients N` spreads the S2/S3 tasks over N
@@ -54,6 +62,16 @@ const FAIR_ALGORITHM: &str = "redisync::FairLock: reentrant owner hash + fencing
 const SEMAPHORE_ALGORITHM: &str = "redisync::Semaphore(1): permits hash + lease zset (server \
      time), acquire/release as EVALSHA Lua scripts, permits watchdog-leased; per-client FIFO \
      turn (one Redis contender per client), release messages over pub/sub";
+const REDLOCK_ALGORITHM: &str = "redisync_redlock::Redlock over 3 independent servers (one \
+     redisync::Lock per server, each from its own Client): acquire = the Lock's acquire script \
+     on all 3 at once (try_lock with zero wait, 100 ms node timeout) plus INFO server on each \
+     in the same round trip (restart guard: a node up for less than max_lease does not count), \
+     majority 2, validity = lease - elapsed - (1% + 2 ms); fencing token = max of the \
+     majority's tokens, written back to nodes behind (only when they differ); release on all \
+     3 at once; per-process FIFO gate (one contender per process)";
+const REDLOCK_RETRY: &str = "try_lock(wait, lease): local waiters queue in the Redlock's FIFO \
+     gate; the gate holder retries a failed attempt after a random pause (full jitter below \
+     200 ms) until `wait` runs out (S1/S2: 10 s per call, the driver calls again after None)";
 const RETRY: &str = "try_lock(wait, lease): local waiters queue in the client's FIFO gate, the \
      gate holder retries on an unlock message or after the holder's PTTL, until `wait` runs out \
      (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of wait-s)";
@@ -101,6 +119,8 @@ struct Opts {
     /// redisync Clients the S2/S3 workers are spread over (round-robin).
     clients: usize,
     kind: Kind,
+    /// Shown as `"label"` (e.g. "S4.1"); none for plain runs.
+    label: Option<&'static str>,
 }
 
 impl Opts {
@@ -120,7 +140,19 @@ impl Opts {
             lease: Lease::Fixed,
             clients: 1,
             kind: Kind::Lock,
+            label: None,
         }
+    }
+
+    /// Three ports: scenario S4, through a Redlock.
+    fn redlock(&self) -> bool {
+        self.ports.len() == 3
+    }
+
+    /// The Redlock's restart guard: the lease in use (the clients' default
+    /// watchdog timeout, 30 s, with watchdog leases).
+    fn max_lease(&self) -> Duration {
+        self.lease().unwrap_or(Duration::from_secs(30))
     }
 
     fn lease(&self) -> Option<Duration> {
@@ -138,6 +170,27 @@ impl Opts {
     }
 
     fn settings(&self) -> Value {
+        if self.redlock() {
+            return json!({
+                "algorithm": REDLOCK_ALGORITHM,
+                "retry": REDLOCK_RETRY,
+                "ttl_ms": self.ttl_ms(),
+                "lease": match self.lease {
+                    Lease::Fixed => "fixed",
+                    Lease::Watchdog => "watchdog",
+                },
+                "watchdog_timeout": match self.lease {
+                    Lease::Fixed => Value::Null,
+                    Lease::Watchdog => json!("library default"),
+                },
+                "node_timeout_ms": 100,
+                "drift_factor": 0.01,
+                "max_lease_ms": u64::try_from(self.max_lease().as_millis()).unwrap_or(u64::MAX),
+                "restart_guard": "on, max_lease = the lease in use: nodes up for less than \
+                    max_lease do not count; the bench waits until every server is that old \
+                    (restart_guard_wait_s)",
+            });
+        }
         json!({
             "algorithm": match self.kind {
                 Kind::Lock => ALGORITHM,
@@ -183,9 +236,13 @@ impl Opts {
     }
 
     fn model(&self) -> String {
-        let clients = match self.clients {
-            1 => "one redisync Client".to_string(),
-            n => format!("{n} redisync Clients (task i uses client i % {n})"),
+        let clients = match (self.redlock(), self.clients) {
+            (false, 1) => "one redisync Client".to_string(),
+            (false, n) => format!("{n} redisync Clients (task i uses client i % {n})"),
+            (true, 1) => "one Redlock over 3 redisync Clients (one per server)".to_string(),
+            (true, n) => format!(
+                "{n} Redlocks (task i uses Redlock i % {n}), each over its own 3 redisync Clients"
+            ),
         };
         let runtime = format!(
             "multi-thread runtime ({} workers), {clients}",
@@ -334,6 +391,19 @@ fn all_runs(quick: bool) -> Vec<Opts> {
     vec![s1, s2, s2_watchdog, s2_fair, s2_semaphore, s3]
 }
 
+/// The S4 runs of `--all`: S1 and S2 (fixed lease) through a Redlock.
+fn s4_runs(quick: bool) -> Vec<Opts> {
+    let mut s41 = Opts::defaults(Scenario::S1);
+    let mut s42 = Opts::defaults(Scenario::S2);
+    if quick {
+        s41.iterations = 500;
+        s42.duration = Duration::from_secs(2);
+    }
+    s41.label = Some("S4.1");
+    s42.label = Some("S4.2");
+    vec![s41, s42]
+}
+
 /// The fields every line starts with (`ok` stays false until the run is done).
 fn header(o: &Opts) -> Map<String, Value> {
     let mut out = Map::new();
@@ -344,6 +414,9 @@ fn header(o: &Opts) -> Map<String, Value> {
     out.insert("client".into(), json!("fred 10.1 (redisync::Client)"));
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
+    if let Some(label) = o.label {
+        out.insert("label".into(), json!(label));
+    }
     out.insert("instances".into(), json!(o.ports.len()));
     out.insert("settings".into(), o.settings());
     out.insert("model".into(), json!(o.model()));
@@ -364,26 +437,42 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     } else {
         o.clients
     };
-    let mut clients = Vec::with_capacity(n_clients);
+    let mut clients = Vec::with_capacity(n_clients * urls.len());
+    let mut targets = Vec::with_capacity(n_clients);
     for _ in 0..n_clients {
-        let client = redisync::Client::connect(urls[0].as_str()).await;
-        clients.push(client.map_err(|e| format!("connect {}: {e}", urls[0]))?);
-    }
-    let targets: Vec<Target> = clients
-        .iter()
-        .map(|c| Target {
-            lock: match o.kind {
-                Kind::Lock => Handle::Lock(c.lock(KEY)),
-                Kind::Fair => Handle::Fair(c.fair_lock(KEY)),
-                Kind::Semaphore => Handle::Semaphore(c.semaphore(KEY)),
-            },
+        let mut locks = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let client = redisync::Client::connect(url.as_str()).await;
+            let client = client.map_err(|e| format!("connect {url}: {e}"))?;
+            locks.push(client.lock(KEY));
+            clients.push(client);
+        }
+        let last = &clients[clients.len() - 1];
+        let lock = match (o.kind, o.redlock()) {
+            (Kind::Lock, false) => Handle::Lock(locks.remove(0)),
+            (Kind::Fair, false) => Handle::Fair(last.fair_lock(KEY)),
+            (Kind::Semaphore, false) => Handle::Semaphore(last.semaphore(KEY)),
+            (Kind::Lock, true) => Handle::Redlock(
+                redisync_redlock::Redlock::builder(locks)
+                    .max_lease(o.max_lease())
+                    .build()
+                    .map_err(|e| format!("Redlock: {e}"))?,
+            ),
+            (kind, true) => return Err(format!("--kind {kind:?} has no Redlock (S4) variant")),
+        };
+        targets.push(Target {
+            lock,
             lease: o.lease(),
-        })
-        .collect();
+        });
+    }
     if o.kind == Kind::Semaphore {
         // One permit: the semaphore is a mutex (kept if a previous run set it).
         let set = clients[0].semaphore(KEY).try_set_permits(1).await;
         set.map_err(|e| format!("try_set_permits: {e}"))?;
+    }
+    if o.redlock() {
+        let waited = wait_for_restart_guard(&clients[..urls.len()], o.max_lease()).await?;
+        out.insert("restart_guard_wait_s".into(), json!(secs_f(waited)));
     }
     let result = async {
         for target in &targets {
@@ -407,16 +496,44 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     shutdown
 }
 
+/// Waits until every server has been up for `max_lease` as the Redlock's
+/// restart guard reads it (whole seconds, so one more); returns how long.
+async fn wait_for_restart_guard(
+    clients: &[redisync::Client],
+    max_lease: Duration,
+) -> Result<Duration, String> {
+    let started = std::time::Instant::now();
+    let needed = max_lease + Duration::from_secs(1);
+    loop {
+        let mut youngest = Duration::MAX;
+        for c in clients {
+            let up = c
+                .server_uptime()
+                .await
+                .map_err(|e| format!("uptime: {e}"))?;
+            youngest = youngest.min(up);
+        }
+        if youngest >= needed {
+            return Ok(started.elapsed());
+        }
+        let left = needed.saturating_sub(youngest);
+        eprintln!(
+            "restart guard: the youngest server is up {youngest:?}; waiting {left:?} so it counts"
+        );
+        tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+    }
+}
+
+fn secs_f(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
 /// One scenario run as one JSON object.
 async fn run_one(o: &Opts) -> Map<String, Value> {
     let mut out = header(o);
     // The machine is shared: note its load next to every run.
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         eprintln!("{:?} start, loadavg {}", o.scenario, load.trim());
-    }
-    if o.ports.len() == 3 {
-        out.insert("error".into(), json!("S4 (Redlock) not implemented yet"));
-        return out;
     }
     match run(o, &mut out).await {
         Ok(()) => {
@@ -456,6 +573,12 @@ fn emit(out: Map<String, Value>) -> bool {
 
 async fn run_all(quick: bool) -> ExitCode {
     let mut all_ok = true;
+    // S4's fresh servers start now, so they are older than the restart
+    // guard's max_lease by the time their runs come.
+    let mut s4 = Vec::new();
+    for o in s4_runs(quick) {
+        s4.push((o, redisync_testkit::RedisNodes::start(3).await));
+    }
     for mut o in all_runs(quick) {
         let server = redisync_testkit::RedisServer::start().await;
         o.ports = vec![server.port()];
@@ -468,6 +591,19 @@ async fn run_all(quick: bool) -> ExitCode {
         );
         let out = run_one(&o).await;
         drop(server);
+        all_ok &= emit(out);
+    }
+    for (mut o, nodes) in s4 {
+        o.ports = nodes.ports();
+        eprintln!(
+            "running {} ({:?} through a Redlock, lease {:?}) against ports {:?}",
+            o.label.unwrap_or("S4"),
+            o.scenario,
+            o.lease,
+            o.ports
+        );
+        let out = run_one(&o).await;
+        drop(nodes);
         all_ok &= emit(out);
     }
     if all_ok {

@@ -3,14 +3,18 @@
 //! One plain `fred` client per instance (separate from the client under
 //! test) takes a snapshot before and after the measured window. The count of
 //! a command is `calls + rejected_calls`; commands run inside Lua scripts are
-//! included (Redis counts them too). `info` itself is left out of the delta,
-//! and `CONFIG RESETSTAT` is never sent, so other observers can take their
-//! own snapshots.
+//! included (Redis counts them too). The harness's own `INFO` calls are
+//! left out (each snapshot knows how many came before it); `INFO` sent by
+//! the library under test (the Redlock restart guard reads `INFO server`)
+//! is counted. `CONFIG RESETSTAT` is never sent, so other observers can take
+//! their own snapshots (their `INFO` calls would count as the library's).
 
 use fred::prelude::{ClientLike, Config};
 use fred::types::{Builder, InfoKind};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Command name -> calls + rejected calls, for one instance.
 pub(crate) type CmdCounts = BTreeMap<String, u64>;
@@ -19,11 +23,13 @@ pub(crate) type CmdCounts = BTreeMap<String, u64>;
 #[derive(Clone)]
 pub(crate) struct RedisStats {
     clients: Vec<fred::clients::Client>,
+    /// Snapshots taken so far: each sent one `INFO` to every instance.
+    snapshots: Arc<AtomicU64>,
 }
 
 /// Commands executed between two snapshots, summed over the instances.
 pub(crate) struct CmdDelta {
-    /// All commands except `info`.
+    /// All commands except the harness's own `INFO` calls.
     pub(crate) total: u64,
     /// Command name -> count, only commands that ran.
     pub(crate) breakdown: Value,
@@ -44,18 +50,28 @@ impl RedisStats {
                 .map_err(|e| format!("admin connect {url}: {e}"))?;
             clients.push(client);
         }
-        Ok(Self { clients })
+        Ok(Self {
+            clients,
+            snapshots: Arc::new(AtomicU64::new(0)),
+        })
     }
 
-    /// One `INFO commandstats` per instance.
+    /// One `INFO commandstats` per instance. The `info` count excludes the
+    /// calls of earlier snapshots (Redis counts a command once it has run,
+    /// so a snapshot never sees its own call).
     pub(crate) async fn snapshot(&self) -> Result<Vec<CmdCounts>, String> {
+        let earlier = self.snapshots.fetch_add(1, Ordering::SeqCst);
         let mut out = Vec::with_capacity(self.clients.len());
         for client in &self.clients {
             let raw: String = client
                 .info(Some(InfoKind::CommandStats))
                 .await
                 .map_err(|e| format!("INFO commandstats: {e}"))?;
-            out.push(parse_commandstats(&raw));
+            let mut counts = parse_commandstats(&raw);
+            if let Some(info) = counts.get_mut("info") {
+                *info = info.saturating_sub(earlier);
+            }
+            out.push(counts);
         }
         Ok(out)
     }
@@ -91,14 +107,11 @@ pub(crate) fn parse_commandstats(raw: &str) -> CmdCounts {
     out
 }
 
-/// `after - before` per command, summed over instances, without `info`.
+/// `after - before` per command, summed over instances.
 pub(crate) fn delta(before: &[CmdCounts], after: &[CmdCounts]) -> CmdDelta {
     let mut sums = BTreeMap::<&str, u64>::new();
     for (b, a) in before.iter().zip(after) {
         for (name, calls) in a {
-            if name == "info" {
-                continue;
-            }
             let d = calls.saturating_sub(b.get(name).copied().unwrap_or(0));
             if d > 0 {
                 *sums.entry(name).or_insert(0) += d;
@@ -135,10 +148,11 @@ mod tests {
         let b = parse_commandstats(BEFORE);
         assert_eq!(b.get("evalsha"), Some(&11));
         let d = delta(&[b], &[parse_commandstats(AFTER)]);
-        assert_eq!(d.total, 27);
+        // (Unadjusted counts: snapshot() takes the harness's INFO out.)
+        assert_eq!(d.total, 29);
         assert_eq!(
             d.breakdown,
-            json!({"evalsha": 20, "hset": 5, "client|setinfo": 2})
+            json!({"evalsha": 20, "hset": 5, "client|setinfo": 2, "info": 2})
         );
     }
 }

@@ -29,8 +29,9 @@ const EARLY_WINDOW: Duration = Duration::from_millis(300);
 /// Uncounted acquire/release pairs before the S1 window.
 const S1_WARMUP: usize = 50;
 
-/// The lock under test: the reentrant `Lock`, or (`--kind fair`) the
-/// `FairLock`, which has the same methods.
+/// The lock under test: the reentrant `Lock`, (`--kind fair`) the
+/// `FairLock`, or (three ports) a `Redlock` over three `Lock`s; they have
+/// the same methods.
 #[derive(Clone)]
 pub(crate) enum Handle {
     Lock(redisync::Lock),
@@ -38,13 +39,15 @@ pub(crate) enum Handle {
     /// A `Semaphore` with one permit, used as a mutex (its permits are
     /// always watchdog-leased: the fixed lease does not apply).
     Semaphore(redisync::Semaphore),
+    Redlock(redisync_redlock::Redlock),
 }
 
-/// A guard of either kind.
+/// A guard of any kind.
 pub(crate) enum Guard {
     Lock(redisync::LockGuard),
     Fair(redisync::FairLockGuard),
     Semaphore(redisync::SemaphorePermit),
+    Redlock(redisync_redlock::RedlockGuard),
 }
 
 impl Handle {
@@ -52,11 +55,29 @@ impl Handle {
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> redisync::Result<Option<Guard>> {
+    ) -> Result<Option<Guard>, String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
         Ok(match self {
-            Handle::Lock(l) => l.try_lock(wait, lease).await?.map(Guard::Lock),
-            Handle::Fair(l) => l.try_lock(wait, lease).await?.map(Guard::Fair),
-            Handle::Semaphore(s) => s.try_acquire(1, wait).await?.map(Guard::Semaphore),
+            Handle::Lock(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map_err(|e| text(&e))?
+                .map(Guard::Lock),
+            Handle::Fair(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map_err(|e| text(&e))?
+                .map(Guard::Fair),
+            Handle::Redlock(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map_err(|e| text(&e))?
+                .map(Guard::Redlock),
+            Handle::Semaphore(s) => s
+                .try_acquire(1, wait)
+                .await
+                .map_err(|e| text(&e))?
+                .map(Guard::Semaphore),
         })
     }
 }
@@ -67,14 +88,16 @@ impl Guard {
             Guard::Lock(g) => g.fencing_token(),
             Guard::Fair(g) => g.fencing_token(),
             Guard::Semaphore(p) => p.fencing_token(),
+            Guard::Redlock(g) => g.fencing_token(),
         }
     }
 
-    async fn unlock(self) -> redisync::Result<()> {
+    async fn unlock(self) -> Result<(), String> {
         match self {
-            Guard::Lock(g) => g.unlock().await,
-            Guard::Fair(g) => g.unlock().await,
-            Guard::Semaphore(p) => p.release().await,
+            Guard::Lock(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Fair(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Redlock(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Semaphore(p) => p.release().await.map_err(|e| e.to_string()),
         }
     }
 }

@@ -757,7 +757,8 @@ impl RedlockGuard {
     ///
     /// # Errors
     /// [`Error::QuorumNotReached`] when fewer than a majority extended (votes:
-    /// `refused` counts nodes that no longer hold it or never granted it);
+    /// `refused` counts nodes that no longer hold it; nodes the guard never
+    /// held count as they answered the acquisition);
     /// `Error::Lock(`[`redisync::Error::NotHeld`]`)` when the guard was
     /// already lost; [`Error::InvalidArgument`] for a zero lease or one
     /// above `max_lease`.
@@ -782,7 +783,17 @@ impl RedlockGuard {
             )
         });
         let mut votes = Votes::new(inner.nodes.len(), inner.quorum);
-        votes.refused = inner.nodes.len() - self.nodes.len();
+        // Nodes this guard does not hold count as their last attempt went.
+        for (i, node) in inner.nodes.iter().enumerate() {
+            if self.nodes.iter().any(|(j, _)| *j == i) {
+                continue;
+            }
+            match node.health.load(Ordering::Relaxed) {
+                TIMED_OUT => votes.timed_out += 1,
+                FAILED => votes.failed += 1,
+                _ => votes.refused += 1,
+            }
+        }
         let mut errors = Vec::new();
         for (i, result) in join_all(extensions).await {
             match result {
