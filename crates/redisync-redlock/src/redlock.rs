@@ -937,8 +937,19 @@ impl Drop for RedlockGuard {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
             rt.spawn(async move {
-                if let Err(e) = release(inner.clone(), nodes, permit).await {
-                    tracing::warn!(target: "redisync.release.failed", lock_key = %inner.name, error = %e, "redlock release on drop failed; the nodes' leases expire");
+                match release(inner.clone(), nodes, permit).await {
+                    Ok(()) => {}
+                    // Its leases had run out already: nothing left to release.
+                    Err(Error::Release { failures, pending: 0, .. })
+                        if failures
+                            .iter()
+                            .all(|f| matches!(f.error, redisync::Error::NotHeld { .. })) =>
+                    {
+                        tracing::debug!(lock_key = %inner.name, "redlock dropped after it was lost");
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "redisync.release.failed", lock_key = %inner.name, error = %e, "redlock release on drop failed; the nodes' leases expire");
+                    }
                 }
             });
         } else {
