@@ -251,8 +251,11 @@ impl Client {
     }
 
     /// How long the Redis server has been running (`INFO server`,
-    /// `uptime_in_seconds`, so whole seconds). Redlock uses it to ignore
-    /// nodes that restarted more recently than the longest lease in use.
+    /// `uptime_in_seconds`). Whole seconds, computed by Redis from truncated
+    /// wall-clock times, so it can overstate the real uptime by up to one
+    /// second: subtract a second when using it as a lower bound. Redlock uses
+    /// it to ignore nodes that restarted more recently than the longest lease
+    /// in use.
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis fails or the field is missing.
