@@ -248,3 +248,28 @@ async fn bad_input_wrong_type_flush_and_cancellation() {
         "a cancelled acquire leaked permits"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_permits_and_read_holds_back() {
+    let env = Env::start().await;
+    let leaving = env.client().await;
+    let staying = env.client().await;
+    staying.semaphore("bye").try_set_permits(2).await.unwrap();
+    let permit = leaving.semaphore("bye").acquire(2).await.unwrap();
+    let read = leaving.rw_lock("bye").read().lock().await.unwrap();
+    leaving.shutdown().await.unwrap();
+    assert!(permit.is_lost() && read.is_lost());
+    let w = staying.rw_lock("bye").write();
+    let got = tokio::spawn(async move { w.try_lock(Duration::ZERO, None).await.unwrap() });
+    got.await
+        .unwrap()
+        .expect("read hold released at shutdown")
+        .unlock()
+        .await
+        .unwrap();
+    assert_eq!(
+        staying.semaphore("bye").available_permits().await.unwrap(),
+        2
+    );
+    drop((permit, read));
+}

@@ -291,10 +291,9 @@ impl Client {
         Lock::new(self.clone(), name)
     }
 
-    /// Stops the watchdog and background tasks, releases the locks
-    /// ([`Lock`], fair lock) this client holds (their guards then report
-    /// lost), and closes the connections. Semaphore permits and read-write
-    /// holds are not released: they end with their leases.
+    /// Stops the watchdog and background tasks, releases what this client
+    /// holds (locks, read-write holds, permits; their guards then report
+    /// lost), and closes the connections.
     /// Later calls on this client or its locks fail with [`Error::Shutdown`].
     ///
     /// # Errors
@@ -313,12 +312,7 @@ impl Client {
         for slot in self.inner.hub.all_slots() {
             for hold in slot.holders() {
                 hold.mark_lost("client shut down");
-                // Lock and FairLock holds share the hash layout the lock
-                // release script expects; other kinds end with their leases.
-                if !std::ptr::eq(hold.renew, std::ptr::from_ref(&crate::lock::LOCK_RENEW)) {
-                    continue;
-                }
-                if let Err(e) = crate::lock::release_hold(&self.inner, &hold, true).await {
+                if let Err(e) = (hold.renew.release)(&self.inner, &hold).await {
                     tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
                 }
             }

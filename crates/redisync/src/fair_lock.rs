@@ -9,13 +9,47 @@ use tokio::time::Instant;
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
+use crate::hold::RenewSpec;
 use crate::hub::{Addressed, Slot, SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
-use crate::lock::{checked_ms, EXTEND, INSPECT, LOCK_RENEW};
+use crate::lock::{checked_ms, lock_renew_args, EXTEND, INSPECT, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 lua_script!(RELEASE, "fair_lock_release.lua");
+
+/// Watchdog renewal: the fair lock's hash has the lock layout, so the lock's
+/// renewal script serves; the release at shutdown uses the fair script, which
+/// also tells the next waiter.
+static FAIR_RENEW: RenewSpec = RenewSpec {
+    script: &LOCK_RENEW_SCRIPT,
+    hold_args: lock_renew_args,
+    release: |client, hold| Box::pin(release_fair(client, hold)),
+};
+
+/// Releases `hold` completely (keys derived from its slot).
+async fn release_fair(client: &ClientInner, hold: &Hold) -> Result<i64> {
+    let key = &hold.slot.key;
+    let reply: Vec<Value> = RELEASE
+        .run(
+            &client.redis,
+            key,
+            vec![
+                Key::from(&**key),
+                Key::from(format!("{key}:queue")),
+                Key::from(format!("{key}:deadlines")),
+                hold.slot.channel.clone(),
+            ],
+            vec![
+                hold.owner.clone(),
+                Value::String(hold.token.to_string().into()),
+                Value::String("1".into()),
+                Value::String(client.hub.publish_command().into()),
+            ],
+        )
+        .await?;
+    Ok(reply.first().and_then(Value::as_i64).unwrap_or(0))
+}
 lua_script!(LEAVE, "fair_lock_leave.lua");
 lua_script!(FORCE_UNLOCK, "fair_lock_force_unlock.lua");
 
@@ -471,7 +505,7 @@ impl FairLock {
         watchdog: bool,
     ) -> FairLockGuard {
         let hold = Arc::new(Hold::new(
-            &LOCK_RENEW,
+            &FAIR_RENEW,
             slot.clone(),
             owner,
             token,

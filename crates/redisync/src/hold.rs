@@ -21,7 +21,15 @@ pub(crate) struct RenewSpec {
     pub(crate) script: &'static std::sync::LazyLock<crate::script::LuaScript>,
     /// The keys and the arguments of one hold.
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
+    /// Releases a hold completely (all its local holds), from the hold alone:
+    /// used by `Client::shutdown`.
+    pub(crate) release: for<'a> fn(&'a crate::client::ClientInner, &'a Hold) -> ReleaseFuture<'a>,
 }
+
+/// What [`RenewSpec::release`] returns: the release script's answer (0: the
+/// hold was no longer there).
+pub(crate) type ReleaseFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = crate::error::Result<i64>> + Send + 'a>>;
 
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {

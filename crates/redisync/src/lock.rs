@@ -27,13 +27,18 @@ lua_script!(RENEW, "lock_renew.lua");
 /// Watchdog renewal of lock holds: `lock_renew.lua` with (owner, token).
 pub(crate) static LOCK_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
-    hold_args: |h| {
-        (
-            vec![Key::from(&*h.slot.key)],
-            vec![h.owner.clone(), Value::String(h.token.to_string().into())],
-        )
-    },
+    hold_args: lock_renew_args,
+    release: |client, hold| Box::pin(release_hold(client, hold, true)),
 };
+
+/// Keys and arguments of `lock_renew.lua` for one hold of the lock hash
+/// layout (owner -> count, '~t' -> token), shared with the fair lock.
+pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
+    (
+        vec![Key::from(&*h.slot.key)],
+        vec![h.owner.clone(), Value::String(h.token.to_string().into())],
+    )
+}
 
 /// Longest lease or wait bound accepted, to catch unit mistakes.
 const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);

@@ -70,12 +70,38 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
 static READ_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
     hold_args: |h| renew_args(h, Side::Read),
+    release: |client, hold| Box::pin(release_side(client, hold, Side::Read)),
 };
 
 static WRITE_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
     hold_args: |h| renew_args(h, Side::Write),
+    release: |client, hold| Box::pin(release_side(client, hold, Side::Write)),
 };
+
+/// Releases every hold of `hold`'s owner on one side (keys derived from its slot).
+async fn release_side(client: &ClientInner, hold: &Hold, side: Side) -> Result<i64> {
+    let key = &hold.slot.key;
+    RELEASE
+        .run(
+            &client.redis,
+            key,
+            vec![
+                Key::from(&**key),
+                Key::from(format!("{key}:readers")),
+                hold.slot.channel.clone(),
+            ],
+            vec![
+                Value::String(raw_owner(hold).into()),
+                Value::String(hold.token.to_string().into()),
+                Value::String("1".into()),
+                Value::String(side.tag().into()),
+                Value::String(client.hub.publish_command().into()),
+                Value::String("=".into()),
+            ],
+        )
+        .await
+}
 
 /// A distributed read-write lock: many readers or one writer.
 ///

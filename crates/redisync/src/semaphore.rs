@@ -402,7 +402,28 @@ static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
             vec![h.owner.clone()],
         )
     },
+    release: |client, hold| Box::pin(release_permit(client, hold)),
 };
+
+/// Gives back the permits of `hold` (keys derived from its slot).
+async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
+    let key = &hold.slot.key;
+    RELEASE
+        .run(
+            &client.redis,
+            key,
+            vec![
+                Key::from(&**key),
+                Key::from(format!("{key}:leases")),
+                hold.slot.channel.clone(),
+            ],
+            vec![
+                hold.owner.clone(),
+                Value::String(client.hub.publish_command().into()),
+            ],
+        )
+        .await
+}
 
 /// Permits of a [`Semaphore`]. Give them back with
 /// [`release`](SemaphorePermit::release).
