@@ -53,6 +53,9 @@ use std::ops::{Deref, DerefMut, Index, IndexMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+mod cluster;
+pub use cluster::RedisCluster;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;

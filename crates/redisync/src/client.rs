@@ -401,18 +401,25 @@ async fn watchdog(client: Weak<ClientInner>) {
             .flat_map(|s| s.holders())
             .filter(|h| h.renewed_by_watchdog())
             .collect();
-        // One batch script call per kind of hold and RENEW_BATCH holds.
-        let mut kinds: Vec<(&'static RenewSpec, Vec<Arc<Hold>>)> = Vec::new();
+        // One batch script call per kind of hold (and, on a cluster, per
+        // hash slot: a script's keys must share one) and RENEW_BATCH holds.
+        let clustered = client.redis.is_clustered();
+        let mut kinds: Vec<(&'static RenewSpec, u16, Vec<Arc<Hold>>)> = Vec::new();
         for h in holds {
+            let slot = if clustered {
+                fred::util::redis_keyslot(h.slot.key.as_bytes())
+            } else {
+                0
+            };
             match kinds
                 .iter_mut()
-                .find(|(spec, _)| std::ptr::eq(*spec, h.renew))
+                .find(|(spec, s, _)| std::ptr::eq(*spec, h.renew) && *s == slot)
             {
-                Some((_, list)) => list.push(h),
-                None => kinds.push((h.renew, vec![h])),
+                Some((_, _, list)) => list.push(h),
+                None => kinds.push((h.renew, slot, vec![h])),
             }
         }
-        for (spec, list) in &kinds {
+        for (spec, _, list) in &kinds {
             for batch in list.chunks(RENEW_BATCH) {
                 renew(&client, spec, batch).await;
             }
