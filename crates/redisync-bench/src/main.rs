@@ -2,18 +2,28 @@
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
-//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore]
-//! redisync-bench --all [--quick]
+//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore|spin]
+//! redisync-bench --all [--quick] [--repeats N]
+//! redisync-bench --compare [--quick] [--repeats N]
 //! ```
 //!
 //! With `--ports` the servers already listening on 127.0.0.1 are used and
 //! exactly one JSON line is printed on stdout (logs go to stderr); the exit
 //! status is 0 even when the line says `"ok": false` (2 for a bad command
 //! line). `--all` starts a fresh `redis-server` through `redisync-testkit`
-//! for every run of S1, S2 (fixed lease), S2 (watchdog lease), S2 with the
-//! fair lock (fixed lease) and S3, then three fresh servers for each of S4.1
-//! (S1 through a `Redlock`) and S4.2 (S2 through a `Redlock`), and prints
-//! one line per run; it exits with 1 if any run was not ok.
+//! for every run of S1, S2 and S3 with `Lock`, `FairLock`, `Semaphore(1)`
+//! and the spin baseline (plus S2 with a watchdog-leased `Lock`), then three
+//! fresh servers for each of S4.1 (S1 through a `Redlock`) and S4.2 (S2
+//! through a `Redlock`), and prints one line per run, then one
+//! `"kind":"comparison"` line per (scenario, variant) with the ratios to the
+//! spin baseline (and the same as a table on stderr); it exits with 1 if any
+//! run was not ok. `--compare` does the same for `Lock` and the baseline
+//! only. `--repeats N` runs S1, S2 and S4 N times (variants interleaved) and
+//! compares medians; S3 runs once.
+//!
+//! `--kind spin` is the naive spin-lock baseline implemented in the bench
+//! (`SET NX PX`, 50 ms sleep between tries, compare-and-delete release; see
+//! `spin.rs`), reported with `"lib":"spin-baseline"`, one server only.
 //!
 //! Three ports mean scenario S4: the same scenario through a
 //! `redisync_redlock::Redlock` over the three servers (one `redisync::Client`
@@ -27,13 +37,16 @@
 //! clients, to see contention between processes). Times come from one
 //! monotonic clock (`Instant`).
 
+mod compare;
 mod redis_stats;
 mod scenarios;
+mod spin;
 mod stats;
 
 use redis_stats::RedisStats;
 use scenarios::{run_s1, run_s2, run_s3, warm_up, Handle, Target};
 use serde_json::{json, Map, Value};
+use spin::SpinLock;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -42,15 +55,23 @@ const KEY: &str = "bench:lock";
 
 const USAGE: &str = "\
 usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
-       redisync-bench --all [--quick]
+       redisync-bench --all [--quick] [--repeats N]
+       redisync-bench --compare [--quick] [--repeats N]
+  --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
+               Redlock S4) on fresh servers, then the ratios to the spin baseline
+  --compare    S1-S3 with Lock and the spin baseline only, then the ratios
+  --repeats N  run S1, S2 and S4 N times (interleaved) and compare medians (default 1)
+  --quick      small workloads (smoke run; numbers not comparable)
 parameters (defaults per scenario as in BENCH.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
   --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
-  --kind lock|fair|semaphore  lock: redisync::Lock (default); fair: redisync::FairLock;
-                           semaphore: redisync::Semaphore with 1 permit (watchdog-leased)";
+  --kind lock|fair|semaphore|spin  lock: redisync::Lock (default); fair: redisync::FairLock;
+                           semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
+                           spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
+                           fixed lease, one port)";
 
 const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
@@ -72,6 +93,12 @@ const REDLOCK_ALGORITHM: &str = "redisync_redlock::Redlock over 3 independent se
 const REDLOCK_RETRY: &str = "try_lock(wait, lease): local waiters queue in the Redlock's FIFO \
      gate; the gate holder retries a failed attempt after a random pause (full jitter below \
      200 ms) until `wait` runs out (S1/S2: 10 s per call, the driver calls again after None)";
+const SPIN_ALGORITHM: &str = "naive spin lock (baseline implemented in the bench): acquire = \
+     SET key token NX PX ttl, release = EVALSHA compare-and-delete script (GET == token then \
+     DEL); no watchdog, no fencing token, no queue, no wake-up";
+const SPIN_RETRY: &str = "SET NX every 50 ms (tokio::time::sleep between failed tries) until \
+     `wait` runs out, one last try at the deadline (S1/S2: 10 s per call, the driver calls \
+     again after None; S3: what is left of wait-s)";
 const RETRY: &str = "try_lock(wait, lease): local waiters queue in the client's FIFO gate, the \
      gate holder retries on an unlock message or after the holder's PTTL, until `wait` runs out \
      (S1/S2: 10 s per call, the driver calls again after None; S3: what is left of wait-s)";
@@ -92,6 +119,16 @@ enum Lease {
     Watchdog,
 }
 
+impl Lease {
+    fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "fixed" => Ok(Lease::Fixed),
+            "watchdog" => Ok(Lease::Watchdog),
+            _ => Err("--lease fixed|watchdog".into()),
+        }
+    }
+}
+
 /// Which lock type every acquisition uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -101,6 +138,20 @@ enum Kind {
     Fair,
     /// `redisync::Semaphore` with one permit.
     Semaphore,
+    /// The naive spin-lock baseline of `spin.rs`.
+    Spin,
+}
+
+impl Kind {
+    fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "lock" => Ok(Kind::Lock),
+            "fair" => Ok(Kind::Fair),
+            "semaphore" => Ok(Kind::Semaphore),
+            "spin" => Ok(Kind::Spin),
+            _ => Err("--kind lock|fair|semaphore|spin".into()),
+        }
+    }
 }
 
 /// One scenario run.
@@ -196,8 +247,9 @@ impl Opts {
                 Kind::Lock => ALGORITHM,
                 Kind::Fair => FAIR_ALGORITHM,
                 Kind::Semaphore => SEMAPHORE_ALGORITHM,
+                Kind::Spin => SPIN_ALGORITHM,
             },
-            "retry": RETRY,
+            "retry": if self.kind == Kind::Spin { SPIN_RETRY } else { RETRY },
             "ttl_ms": self.ttl_ms(),
             "watchdog_timeout": match self.lease {
                 Lease::Fixed => Value::Null,
@@ -235,8 +287,28 @@ impl Opts {
         }
     }
 
+    /// The row name in comparisons and in `BENCHMARKS.md`.
+    fn variant(&self) -> String {
+        let name = match (self.kind, self.redlock()) {
+            (_, true) => "Redlock(3)",
+            (Kind::Lock, false) => "Lock",
+            (Kind::Fair, false) => "FairLock",
+            (Kind::Spin, false) => compare::BASELINE,
+            // Its permits are always watchdog-leased.
+            (Kind::Semaphore, false) => return "Semaphore(1)".into(),
+        };
+        match self.lease {
+            Lease::Fixed => name.into(),
+            Lease::Watchdog => format!("{name} (watchdog)"),
+        }
+    }
+
     fn model(&self) -> String {
         let clients = match (self.redlock(), self.clients) {
+            (false, 1) if self.kind == Kind::Spin => "one plain fred Client".to_string(),
+            (false, n) if self.kind == Kind::Spin => {
+                format!("{n} plain fred Clients (task i uses client i % {n})")
+            }
             (false, 1) => "one redisync Client".to_string(),
             (false, n) => format!("{n} redisync Clients (task i uses client i % {n})"),
             (true, 1) => "one Redlock over 3 redisync Clients (one per server)".to_string(),
@@ -260,12 +332,47 @@ impl Opts {
 /// What the command line asks for.
 enum Command {
     One(Opts),
-    All { quick: bool },
+    /// `--all` (`compare_only` false) or `--compare`.
+    Suite(Suite),
     Help,
+}
+
+/// The runs of `--all` / `--compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Suite {
+    /// Only `Lock` and the spin baseline, no S4.
+    compare_only: bool,
+    quick: bool,
+    /// Runs of each S1/S2/S4 row (S3 runs once).
+    repeats: usize,
+}
+
+/// `--all` (`compare` false) or `--compare`, with only `--repeats N` among
+/// the options.
+fn parse_suite(compare: bool, quick: bool, pairs: &[(String, String)]) -> Result<Command, String> {
+    let mut repeats = 1;
+    for (k, v) in pairs {
+        if k == "repeats" {
+            repeats = v
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or(format!("--repeats {v}: a whole number >= 1"))?;
+        } else {
+            let which = if compare { "--compare" } else { "--all" };
+            return Err(format!("--{k} cannot be combined with {which}"));
+        }
+    }
+    Ok(Command::Suite(Suite {
+        compare_only: compare,
+        quick,
+        repeats,
+    }))
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut all = false;
+    let mut compare = false;
     let mut quick = false;
     let mut pairs: Vec<(String, String)> = Vec::new();
     let mut args = args.into_iter();
@@ -275,6 +382,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         };
         match name {
             "all" => all = true,
+            "compare" => compare = true,
             "quick" => quick = true,
             "help" => return Ok(Command::Help),
             _ => {
@@ -289,14 +397,14 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             }
         }
     }
-    if all {
-        if let Some((k, _)) = pairs.first() {
-            return Err(format!("--{k} cannot be combined with --all"));
-        }
-        return Ok(Command::All { quick });
+    if all && compare {
+        return Err("--all already includes --compare".into());
+    }
+    if all || compare {
+        return parse_suite(compare, quick, &pairs);
     }
     if quick {
-        return Err("--quick only goes with --all".into());
+        return Err("--quick only goes with --all or --compare".into());
     }
     let scenario = match pairs
         .iter()
@@ -339,84 +447,108 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "wait-s" => o.wait = secs(value)?,
             "hold-ms" => o.hold = secs(value)? / 1000,
             "ttl-ms" => o.ttl = secs(value)? / 1000,
-            "kind" => {
-                o.kind = match value.as_str() {
-                    "lock" => Kind::Lock,
-                    "fair" => Kind::Fair,
-                    "semaphore" => Kind::Semaphore,
-                    _ => return Err("--kind lock|fair|semaphore".into()),
-                }
-            }
-            "lease" => {
-                o.lease = match value.as_str() {
-                    "fixed" => Lease::Fixed,
-                    "watchdog" => Lease::Watchdog,
-                    _ => return Err("--lease fixed|watchdog".into()),
-                }
-            }
+            "kind" => o.kind = Kind::parse(value)?,
+            "lease" => o.lease = Lease::parse(value)?,
             _ => return Err(format!("unknown option --{key}")),
         }
     }
     if !have_ports || !matches!(o.ports.len(), 1 | 3) {
         return Err("--ports P1 or --ports P1,P2,P3 is required".into());
     }
+    if o.kind == Kind::Spin {
+        if o.redlock() {
+            return Err("--kind spin runs on one server (one port)".into());
+        }
+        if o.lease == Lease::Watchdog {
+            return Err("--kind spin has no watchdog: use --lease fixed".into());
+        }
+    }
     Ok(Command::One(o))
 }
 
-/// The runs of `--all`: S1, S2 (fixed lease), S2 (watchdog), S2 (fair lock),
-/// S2 (semaphore with one permit), S3.
-fn all_runs(quick: bool) -> Vec<Opts> {
+/// The one-server runs of a suite, in order: every S1 row `repeats` times
+/// (variants interleaved), then every S2 row likewise, then S3 once per
+/// variant. `--compare`: `Lock` and the spin baseline; `--all`: also
+/// `FairLock`, `Semaphore(1)` and (S2 only) `Lock` with the watchdog lease.
+fn suite_runs(suite: Suite) -> Vec<Opts> {
     let mut s1 = Opts::defaults(Scenario::S1);
     let mut s2 = Opts::defaults(Scenario::S2);
     let mut s3 = Opts::defaults(Scenario::S3);
-    if quick {
+    if suite.quick {
         s1.iterations = 500;
         s2.duration = Duration::from_secs(2);
         s3.requests = 20;
         s3.hold = Duration::from_millis(50);
     }
-    let s2_watchdog = Opts {
-        lease: Lease::Watchdog,
-        ..s2.clone()
+    let mut variants = vec![(Kind::Lock, Lease::Fixed)];
+    if !suite.compare_only {
+        variants.extend([
+            (Kind::Fair, Lease::Fixed),
+            (Kind::Semaphore, Lease::Watchdog),
+        ]);
+    }
+    variants.push((Kind::Spin, Lease::Fixed));
+    let with = |base: &Opts, (kind, lease): (Kind, Lease)| Opts {
+        lease,
+        kind,
+        ..base.clone()
     };
-    let s2_fair = Opts {
-        kind: Kind::Fair,
-        ..s2.clone()
-    };
-    let s2_semaphore = Opts {
-        kind: Kind::Semaphore,
-        lease: Lease::Watchdog,
-        ..s2.clone()
-    };
-    vec![s1, s2, s2_watchdog, s2_fair, s2_semaphore, s3]
+    let mut runs = Vec::new();
+    for _ in 0..suite.repeats {
+        runs.extend(variants.iter().map(|&v| with(&s1, v)));
+    }
+    for _ in 0..suite.repeats {
+        for &v in &variants {
+            runs.push(with(&s2, v));
+            if v == (Kind::Lock, Lease::Fixed) && !suite.compare_only {
+                runs.push(with(&s2, (Kind::Lock, Lease::Watchdog)));
+            }
+        }
+    }
+    runs.extend(variants.iter().map(|&v| with(&s3, v)));
+    runs
 }
 
-/// The S4 runs of `--all`: S1 and S2 (fixed lease) through a Redlock.
-fn s4_runs(quick: bool) -> Vec<Opts> {
+/// The S4 runs of `--all`: S1 and S2 (fixed lease) through a Redlock,
+/// `repeats` times each; none for `--compare`.
+fn s4_runs(suite: Suite) -> Vec<Opts> {
+    if suite.compare_only {
+        return Vec::new();
+    }
     let mut s41 = Opts::defaults(Scenario::S1);
     let mut s42 = Opts::defaults(Scenario::S2);
-    if quick {
+    if suite.quick {
         s41.iterations = 500;
         s42.duration = Duration::from_secs(2);
     }
     s41.label = Some("S4.1");
     s42.label = Some("S4.2");
-    vec![s41, s42]
+    let mut runs = vec![s41; suite.repeats];
+    runs.extend(vec![s42; suite.repeats]);
+    runs
 }
 
 /// The fields every line starts with (`ok` stays false until the run is done).
 fn header(o: &Opts) -> Map<String, Value> {
+    let spin = o.kind == Kind::Spin;
+    let lib = if spin { "spin-baseline" } else { "redisync" };
     let mut out = Map::new();
     out.insert("ok".into(), json!(false));
-    out.insert("peer".into(), json!("redisync"));
-    out.insert("lib".into(), json!("redisync"));
+    out.insert("peer".into(), json!(lib));
+    out.insert("lib".into(), json!(lib));
     out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
-    out.insert("client".into(), json!("fred 10.1 (redisync::Client)"));
+    let client = if spin {
+        "fred 10.1 (plain Client, default config)"
+    } else {
+        "fred 10.1 (redisync::Client)"
+    };
+    out.insert("client".into(), json!(client));
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
     if let Some(label) = o.label {
         out.insert("label".into(), json!(label));
     }
+    out.insert("variant".into(), json!(o.variant()));
     out.insert("instances".into(), json!(o.ports.len()));
     out.insert("settings".into(), o.settings());
     out.insert("model".into(), json!(o.model()));
@@ -438,8 +570,18 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         o.clients
     };
     let mut clients = Vec::with_capacity(n_clients * urls.len());
+    let mut spins = Vec::new();
     let mut targets = Vec::with_capacity(n_clients);
     for _ in 0..n_clients {
+        if o.kind == Kind::Spin {
+            let spin = SpinLock::connect(&urls[0], KEY).await?;
+            spins.push(spin.clone());
+            targets.push(Target {
+                lock: Handle::Spin(spin),
+                lease: o.lease(),
+            });
+            continue;
+        }
         let mut locks = Vec::with_capacity(urls.len());
         for url in &urls {
             let client = redisync::Client::connect(url.as_str()).await;
@@ -458,6 +600,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
                     .build()
                     .map_err(|e| format!("Redlock: {e}"))?,
             ),
+            (Kind::Spin, false) => unreachable!("the spin baseline is set up above"),
             (kind, true) => return Err(format!("--kind {kind:?} has no Redlock (S4) variant")),
         };
         targets.push(Target {
@@ -490,6 +633,9 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         if let Err(e) = client.shutdown().await {
             shutdown = Err(format!("shutdown: {e}"));
         }
+    }
+    for spin in &spins {
+        spin.quit().await;
     }
     stats.quit().await;
     out.extend(result?);
@@ -534,6 +680,8 @@ async fn run_one(o: &Opts) -> Map<String, Value> {
     // The machine is shared: note its load next to every run.
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         eprintln!("{:?} start, loadavg {}", o.scenario, load.trim());
+        let avg: Vec<&str> = load.split_whitespace().take(3).collect();
+        out.insert("loadavg_start".into(), json!(avg));
     }
     match run(o, &mut out).await {
         Ok(()) => {
@@ -565,33 +713,34 @@ async fn run_one(o: &Opts) -> Map<String, Value> {
     out
 }
 
-fn emit(out: Map<String, Value>) -> bool {
+fn emit(out: &Map<String, Value>) -> bool {
     let ok = out.get("ok").and_then(Value::as_bool).unwrap_or(false);
-    println!("{}", Value::Object(out));
+    println!("{}", Value::Object(out.clone()));
     ok
 }
 
-async fn run_all(quick: bool) -> ExitCode {
+async fn run_suite(suite: Suite) -> ExitCode {
     let mut all_ok = true;
+    let mut rows = Vec::new();
     // S4's fresh servers start now, so they are older than the restart
     // guard's max_lease by the time their runs come.
     let mut s4 = Vec::new();
-    for o in s4_runs(quick) {
+    for o in s4_runs(suite) {
         s4.push((o, redisync_testkit::RedisNodes::start(3).await));
     }
-    for mut o in all_runs(quick) {
+    for mut o in suite_runs(suite) {
         let server = redisync_testkit::RedisServer::start().await;
         o.ports = vec![server.port()];
         eprintln!(
-            "running {:?} ({:?}, lease {:?}) against {}",
+            "running {:?} ({}) against {}",
             o.scenario,
-            o.kind,
-            o.lease,
+            o.variant(),
             server.url()
         );
         let out = run_one(&o).await;
         drop(server);
-        all_ok &= emit(out);
+        all_ok &= emit(&out);
+        rows.push(out);
     }
     for (mut o, nodes) in s4 {
         o.ports = nodes.ports();
@@ -604,8 +753,14 @@ async fn run_all(quick: bool) -> ExitCode {
         );
         let out = run_one(&o).await;
         drop(nodes);
-        all_ok &= emit(out);
+        all_ok &= emit(&out);
+        rows.push(out);
     }
+    let comparisons = compare::comparisons(&rows);
+    for c in &comparisons {
+        println!("{c}");
+    }
+    eprint!("{}", compare::summary(&comparisons));
     if all_ok {
         ExitCode::SUCCESS
     } else {
@@ -618,10 +773,10 @@ async fn main() -> ExitCode {
     stats::now_ns(); // starts the monotonic clock
     match parse_args(std::env::args().skip(1)) {
         Ok(Command::One(o)) => {
-            emit(run_one(&o).await);
+            emit(&run_one(&o).await);
             ExitCode::SUCCESS
         }
-        Ok(Command::All { quick }) => run_all(quick).await,
+        Ok(Command::Suite(suite)) => run_suite(suite).await,
         Ok(Command::Help) => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -634,7 +789,7 @@ async fn main() -> ExitCode {
             out.insert("lib".into(), json!("redisync"));
             out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
             out.insert("lang".into(), json!("rust"));
-            emit(out);
+            emit(&out);
             ExitCode::from(2)
         }
     }
@@ -675,11 +830,90 @@ mod tests {
             panic!("--kind did not parse");
         };
         assert_eq!(o.kind, Kind::Fair);
-        assert!(parse("--scenario S2 --ports 1 --kind spin").is_err());
+        assert!(parse("--scenario S2 --ports 1 --kind bogus").is_err());
+        let Ok(Command::One(o)) = parse("--scenario S3 --ports 1 --kind spin") else {
+            panic!("--kind spin did not parse");
+        };
+        assert_eq!(o.kind, Kind::Spin);
+        assert_eq!(o.variant(), "spin");
+        assert_eq!(o.lease(), Some(Duration::from_secs(60)));
         assert!(matches!(
             parse("--all --quick"),
-            Ok(Command::All { quick: true })
+            Ok(Command::Suite(Suite {
+                compare_only: false,
+                quick: true,
+                repeats: 1
+            }))
         ));
+        assert!(matches!(
+            parse("--compare --repeats 3"),
+            Ok(Command::Suite(Suite {
+                compare_only: true,
+                quick: false,
+                repeats: 3
+            }))
+        ));
+    }
+
+    #[test]
+    fn spin_needs_one_port_and_a_fixed_lease() {
+        assert!(parse("--scenario S1 --ports 1,2,3 --kind spin").is_err());
+        assert!(parse("--scenario S2 --ports 1 --kind spin --lease watchdog").is_err());
+        assert!(parse("--scenario S2 --ports 1 --kind spin --lease fixed").is_ok());
+    }
+
+    #[test]
+    fn suites() {
+        let compare = Suite {
+            compare_only: true,
+            quick: false,
+            repeats: 2,
+        };
+        let runs = suite_runs(compare);
+        let names: Vec<String> = runs
+            .iter()
+            .map(|o| format!("{:?} {}", o.scenario, o.variant()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "S1 Lock", "S1 spin", "S1 Lock", "S1 spin", "S2 Lock", "S2 spin", "S2 Lock",
+                "S2 spin", "S3 Lock", "S3 spin"
+            ]
+        );
+        assert!(s4_runs(compare).is_empty());
+        let all = Suite {
+            compare_only: false,
+            quick: true,
+            repeats: 1,
+        };
+        let names: Vec<String> = suite_runs(all)
+            .iter()
+            .map(|o| format!("{:?} {}", o.scenario, o.variant()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "S1 Lock",
+                "S1 FairLock",
+                "S1 Semaphore(1)",
+                "S1 spin",
+                "S2 Lock",
+                "S2 Lock (watchdog)",
+                "S2 FairLock",
+                "S2 Semaphore(1)",
+                "S2 spin",
+                "S3 Lock",
+                "S3 FairLock",
+                "S3 Semaphore(1)",
+                "S3 spin"
+            ]
+        );
+        let s4: Vec<_> = s4_runs(all).iter().map(|o| o.label).collect();
+        assert_eq!(s4, [Some("S4.1"), Some("S4.2")]);
+        let mut s41 = s4_runs(all).remove(0);
+        s41.ports = vec![1, 2, 3]; // set by run_suite
+        assert_eq!(s41.variant(), "Redlock(3)");
     }
 
     #[test]
@@ -689,5 +923,9 @@ mod tests {
         assert!(parse("--scenario S1 --ports 1,2").is_err());
         assert!(parse("--scenario S1 --ports 1 --bogus 3").is_err());
         assert!(parse("--all --ports 1").is_err());
+        assert!(parse("--all --compare").is_err());
+        assert!(parse("--compare --repeats 0").is_err());
+        assert!(parse("--compare --kind spin").is_err());
+        assert!(parse("--scenario S1 --ports 1 --quick").is_err());
     }
 }

@@ -1,9 +1,11 @@
 //! The measured scenarios of BENCH.md: S1 (uncontended), S2 (contended loop)
 //! and S3 (the blog-post scenario: N requests at once, each once).
 //!
-//! Every worker uses the `redisync::Lock` (or `FairLock`) handle of one shared
-//! `redisync::Client` (or, with `--clients N`, of client `worker % N`), acquires with `try_lock(wait, lease)`, holds the lock
-//! for the simulated work and releases it with `LockGuard::unlock`. An
+//! Every worker uses the `redisync::Lock` (or `FairLock`, ...) handle of one
+//! shared `redisync::Client` (or, with `--clients N`, of client `worker % N`),
+//! acquires with `try_lock(wait, lease)`, holds the lock for the simulated
+//! work and releases it with `LockGuard::unlock`. The spin baseline
+//! (`crate::spin`) goes through the same code. An
 //! in-process holder counter (incremented right after acquire returns,
 //! decremented right before release is called) and an overlap check over the
 //! recorded hold intervals detect mutual-exclusion violations.
@@ -40,6 +42,8 @@ pub(crate) enum Handle {
     /// always watchdog-leased: the fixed lease does not apply).
     Semaphore(redisync::Semaphore),
     Redlock(redisync_redlock::Redlock),
+    /// The naive spin-lock baseline (fixed lease only).
+    Spin(crate::spin::SpinLock),
 }
 
 /// A guard of any kind.
@@ -48,6 +52,7 @@ pub(crate) enum Guard {
     Fair(redisync::FairLockGuard),
     Semaphore(redisync::SemaphorePermit),
     Redlock(redisync_redlock::RedlockGuard),
+    Spin(crate::spin::SpinGuard),
 }
 
 impl Handle {
@@ -78,17 +83,24 @@ impl Handle {
                 .await
                 .map_err(|e| text(&e))?
                 .map(Guard::Semaphore),
+            Handle::Spin(l) => {
+                let ttl =
+                    lease.ok_or("the spin baseline has no watchdog: it needs a fixed lease")?;
+                l.try_lock(wait, ttl).await?.map(Guard::Spin)
+            }
         })
     }
 }
 
 impl Guard {
-    fn fencing_token(&self) -> u64 {
+    /// `None` for the spin baseline, which has no fencing token.
+    fn fencing_token(&self) -> Option<u64> {
         match self {
-            Guard::Lock(g) => g.fencing_token(),
-            Guard::Fair(g) => g.fencing_token(),
-            Guard::Semaphore(p) => p.fencing_token(),
-            Guard::Redlock(g) => g.fencing_token(),
+            Guard::Lock(g) => Some(g.fencing_token()),
+            Guard::Fair(g) => Some(g.fencing_token()),
+            Guard::Semaphore(p) => Some(p.fencing_token()),
+            Guard::Redlock(g) => Some(g.fencing_token()),
+            Guard::Spin(_) => None,
         }
     }
 
@@ -98,6 +110,7 @@ impl Guard {
             Guard::Fair(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Redlock(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Semaphore(p) => p.release().await.map_err(|e| e.to_string()),
+            Guard::Spin(g) => g.unlock().await,
         }
     }
 }
@@ -217,7 +230,7 @@ struct Rec {
     /// `unlock` returned.
     released: u64,
     worker: usize,
-    fencing_token: u64,
+    fencing_token: Option<u64>,
 }
 
 /// State shared by the workers of one contended run.
@@ -390,11 +403,12 @@ async fn run_workers(
     recs.sort_by_key(|r| r.acq);
     let mut intervals: Vec<(u64, u64)> = recs.iter().map(|r| (r.acq, r.rel_start)).collect();
     let holds: Vec<u64> = recs.iter().map(|r| r.rel_start - r.acq).collect();
-    // Fencing tokens must grow with every new holder.
-    let token_regressions = recs
-        .windows(2)
-        .filter(|p| p[1].fencing_token <= p[0].fencing_token)
-        .count();
+    // Fencing tokens must grow with every new holder (`null`: no tokens).
+    let token_regressions = recs.iter().all(|r| r.fencing_token.is_some()).then(|| {
+        recs.windows(2)
+            .filter(|p| p[1].fencing_token <= p[0].fencing_token)
+            .count()
+    });
     let errors = sh
         .errors
         .lock()

@@ -1,0 +1,305 @@
+//! The comparison rows of `--all` / `--compare`: for every scenario that
+//! has spin-baseline runs, each other variant's headline metrics against the
+//! baseline's, as medians over the repeats of that run, and the ratio
+//! variant / baseline.
+//!
+//! Only runs that were `ok` count. A ratio is `null` when the baseline's
+//! value is zero or missing (e.g. a spin worker that never got the lock
+//! makes the baseline's per-worker fairness 0).
+#![allow(clippy::cast_precision_loss)]
+
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+
+/// The `variant` of the spin-baseline runs.
+pub(crate) const BASELINE: &str = "spin";
+
+/// Which direction of a metric is good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+    /// Informational (e.g. the busiest worker's count).
+    Neither,
+}
+
+impl Better {
+    fn name(self) -> &'static str {
+        match self {
+            Better::Higher => "higher",
+            Better::Lower => "lower",
+            Better::Neither => "neither",
+        }
+    }
+}
+
+/// Derived metric: `worker_acq_min / worker_acq_max` of an S2 run (1 = every
+/// worker got the lock equally often, 0 = some worker starved).
+const FAIRNESS: &str = "worker_fairness";
+
+/// The headline metrics of a scenario (keys of the JSON line, or `FAIRNESS`).
+fn metrics(scenario: &str) -> &'static [(&'static str, Better)] {
+    use Better::{Higher, Lower, Neither};
+    match scenario {
+        "S1" => &[
+            ("ops_per_s", Higher),
+            ("lat_p50_us", Lower),
+            ("lat_p99_us", Lower),
+            ("cmds_per_acq", Lower),
+        ],
+        "S2" => &[
+            ("acq_per_s", Higher),
+            ("wait_p50_us", Lower),
+            ("wait_p99_us", Lower),
+            ("wait_max_us", Lower),
+            (FAIRNESS, Higher),
+            ("worker_acq_min", Higher),
+            ("worker_acq_max", Neither),
+            ("self_reacquire_frac", Lower),
+            ("xhandoff_gap_p50_us", Lower),
+            ("cmds_per_acq", Lower),
+        ],
+        "S3" => &[
+            ("total_s", Lower),
+            ("completed", Higher),
+            ("timed_out", Lower),
+            ("wait_max_us", Lower),
+            ("cmds_per_acq", Lower),
+            ("cmds_first_300ms", Lower),
+        ],
+        _ => &[],
+    }
+}
+
+/// The scenario a row belongs to: its `label` (S4.1, ...) or `scenario`.
+fn scenario_of(row: &Map<String, Value>) -> Option<&str> {
+    row.get("label")
+        .or_else(|| row.get("scenario"))
+        .and_then(Value::as_str)
+}
+
+fn variant(row: &Map<String, Value>) -> Option<&str> {
+    row.get("variant").and_then(Value::as_str)
+}
+
+fn value_of(row: &Map<String, Value>, key: &str) -> Option<f64> {
+    if key == FAIRNESS {
+        let min = row.get("worker_acq_min")?.as_f64()?;
+        let max = row.get("worker_acq_max")?.as_f64()?;
+        return (max > 0.0).then(|| min / max);
+    }
+    row.get(key)?.as_f64()
+}
+
+/// The median (mean of the two middle values for an even count).
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        f64::midpoint(v[mid - 1], v[mid])
+    })
+}
+
+/// `a / b` with 3 decimals; `None` when `b` is zero.
+pub(crate) fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b != 0.0).then(|| (a / b * 1000.0).round() / 1000.0)
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The median of `key` over `rows`.
+fn median_of(rows: &[&Map<String, Value>], key: &str) -> Option<f64> {
+    let values: Vec<f64> = rows.iter().filter_map(|r| value_of(r, key)).collect();
+    median(&values)
+}
+
+/// One `"kind":"comparison"` object per (scenario, variant other than the
+/// baseline), for every scenario with ok baseline runs, in the order the
+/// variants first appear.
+pub(crate) fn comparisons(rows: &[Map<String, Value>]) -> Vec<Value> {
+    let ok: Vec<&Map<String, Value>> = rows
+        .iter()
+        .filter(|r| r.get("ok").and_then(Value::as_bool) == Some(true))
+        .collect();
+    let mut out = Vec::new();
+    for scenario in ["S1", "S2", "S3"] {
+        let here: Vec<&Map<String, Value>> = ok
+            .iter()
+            .copied()
+            .filter(|r| scenario_of(r) == Some(scenario))
+            .collect();
+        let base: Vec<&Map<String, Value>> = here
+            .iter()
+            .copied()
+            .filter(|r| variant(r) == Some(BASELINE))
+            .collect();
+        if base.is_empty() {
+            continue;
+        }
+        let mut variants: Vec<&str> = Vec::new();
+        for v in here.iter().filter_map(|r| variant(r)) {
+            if v != BASELINE && !variants.contains(&v) {
+                variants.push(v);
+            }
+        }
+        for v in variants {
+            let mine: Vec<&Map<String, Value>> = here
+                .iter()
+                .copied()
+                .filter(|r| variant(r) == Some(v))
+                .collect();
+            let mut m = Map::new();
+            for &(key, better) in metrics(scenario) {
+                let (a, b) = (median_of(&mine, key), median_of(&base, key));
+                let r = a.zip(b).and_then(|(a, b)| ratio(a, b));
+                m.insert(
+                    key.into(),
+                    json!({
+                        "redisync": a.map(round),
+                        "spin": b.map(round),
+                        "ratio": r,
+                        "better": better.name(),
+                    }),
+                );
+            }
+            out.push(json!({
+                "kind": "comparison",
+                "scenario": scenario,
+                "variant": v,
+                "baseline": BASELINE,
+                "statistic": "median over the ok runs of this invocation",
+                "runs": mine.len(),
+                "baseline_runs": base.len(),
+                "ratio": "variant / baseline",
+                "metrics": m,
+            }));
+        }
+    }
+    out
+}
+
+/// A plain-text table of `comparisons` for stderr.
+pub(crate) fn summary(comparisons: &[Value]) -> String {
+    let mut s =
+        String::from("comparison with the spin baseline (medians; ratio = redisync / spin)\n");
+    let num = |v: &Value| {
+        v.as_f64()
+            .map_or_else(|| "-".to_string(), |x| format!("{x}"))
+    };
+    for c in comparisons {
+        let _ = writeln!(
+            s,
+            "{} {} ({} runs) vs spin ({} runs):",
+            c["scenario"].as_str().unwrap_or("?"),
+            c["variant"].as_str().unwrap_or("?"),
+            c["runs"],
+            c["baseline_runs"]
+        );
+        let scenario = c["scenario"].as_str().unwrap_or("");
+        // In the order of `metrics` (the JSON object is sorted by name).
+        for &(key, _) in metrics(scenario) {
+            let m = &c["metrics"][key];
+            let _ = writeln!(
+                s,
+                "  {key:<22} {:>12} {:>12}  x{:<8} ({} is better)",
+                num(&m["redisync"]),
+                num(&m["spin"]),
+                num(&m["ratio"]),
+                m["better"].as_str().unwrap_or("?"),
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn medians_and_ratios() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(ratio(1.0, 3.0), Some(0.333));
+        assert_eq!(ratio(1.0, 0.0), None);
+    }
+
+    #[test]
+    fn compares_each_variant_with_the_baseline() {
+        let rows = vec![
+            row(
+                json!({"ok": true, "scenario": "S1", "variant": "Lock", "ops_per_s": 9000.0,
+                "cmds_per_acq": 6.0}),
+            ),
+            row(
+                json!({"ok": true, "scenario": "S1", "variant": "spin", "ops_per_s": 10000.0,
+                "cmds_per_acq": 4.0}),
+            ),
+            row(
+                json!({"ok": true, "scenario": "S1", "variant": "Lock", "ops_per_s": 11000.0,
+                "cmds_per_acq": 6.0}),
+            ),
+            row(
+                json!({"ok": true, "scenario": "S1", "variant": "spin", "ops_per_s": 12000.0,
+                "cmds_per_acq": 4.0}),
+            ),
+            // Not ok: ignored.
+            row(json!({"ok": false, "scenario": "S1", "variant": "Lock", "ops_per_s": 1.0})),
+            row(
+                json!({"ok": true, "scenario": "S2", "variant": "Lock", "acq_per_s": 450.0,
+                "worker_acq_min": 130, "worker_acq_max": 150}),
+            ),
+            row(
+                json!({"ok": true, "scenario": "S2", "variant": "FairLock", "acq_per_s": 400.0,
+                "worker_acq_min": 120, "worker_acq_max": 130}),
+            ),
+            row(
+                json!({"ok": true, "scenario": "S2", "variant": "spin", "acq_per_s": 400.0,
+                "worker_acq_min": 0, "worker_acq_max": 300}),
+            ),
+            // No baseline for S4.1: no comparison.
+            row(
+                json!({"ok": true, "scenario": "S1", "label": "S4.1", "variant": "Redlock(3)",
+                "ops_per_s": 5000.0}),
+            ),
+        ];
+        let c = comparisons(&rows);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[0]["scenario"], "S1");
+        assert_eq!(c[0]["variant"], "Lock");
+        assert_eq!(c[0]["runs"], 2);
+        assert_eq!(c[0]["baseline_runs"], 2);
+        let ops = &c[0]["metrics"]["ops_per_s"];
+        assert_eq!(ops["redisync"], json!(10000.0));
+        assert_eq!(ops["spin"], json!(11000.0));
+        assert_eq!(ops["ratio"], json!(0.909));
+        assert_eq!(ops["better"], "higher");
+        assert_eq!(c[0]["metrics"]["cmds_per_acq"]["ratio"], json!(1.5));
+        assert_eq!(c[0]["metrics"]["lat_p50_us"]["ratio"], Value::Null);
+        assert_eq!(c[1]["variant"], "Lock");
+        assert_eq!(c[2]["variant"], "FairLock");
+        let fair = &c[1]["metrics"]["worker_fairness"];
+        assert_eq!(fair["redisync"], json!(0.867));
+        assert_eq!(fair["spin"], json!(0.0));
+        assert_eq!(fair["ratio"], Value::Null);
+        assert_eq!(c[2]["metrics"]["acq_per_s"]["ratio"], json!(1.0));
+        assert!(summary(&c).contains("S2 FairLock (1 runs) vs spin (1 runs):"));
+    }
+}
