@@ -17,6 +17,11 @@
 //! reaps it and removes its temporary directory. [`RedisNodes`] starts several
 //! independent servers at once, e.g. for Redlock tests.
 //!
+//! Network faults between one client and a server come from a [`FaultProxy`]
+//! in front of the server: latency per direction, blackholes (stalled
+//! traffic, as in a partition), connection resets and refused connections,
+//! switched at run time.
+//!
 //! # Finding `redis-server`
 //!
 //! The binary named by the environment variable `REDISYNC_REDIS_SERVER` is
@@ -850,6 +855,9 @@ impl IntoIterator for RedisNodes {
         self.0.into_iter()
     }
 }
+
+mod proxy;
+pub use proxy::{Direction, FaultProxy};
 
 #[cfg(test)]
 mod tests {
