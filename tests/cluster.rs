@@ -116,3 +116,111 @@ async fn watchdog_renews_locks_in_many_slots() {
     permit.release().await.unwrap();
     read.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_progress_through_a_primary_failover() {
+    let mut cluster = RedisCluster::start(3, 1).await;
+    let url = cluster.url();
+    let counter = Arc::new(AtomicU32::new(0));
+    let inside = Arc::new(AtomicU32::new(0));
+    let double = Arc::new(AtomicU32::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let c = Client::builder(&url)
+            .watchdog_timeout(Duration::from_secs(2))
+            .command_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let lock = c.lock("failover:lock");
+            let (counter, inside, double, stop) = (
+                counter.clone(),
+                inside.clone(),
+                double.clone(),
+                stop.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    // Errors while the primary is down are expected: retry.
+                    let Ok(Some(g)) = lock.try_lock(Duration::from_secs(2), None).await else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        // Documented limit: replication is asynchronous, a
+                        // failover can lose a lock. Count, do not fail.
+                        double.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let _ = g.unlock().await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Kill the primary that owns the lock's slot.
+    let slot = fred::util::redis_keyslot(b"redisync:{failover:lock}");
+    let owner_port = primary_of_slot(&cluster, slot).await;
+    let idx = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() == owner_port)
+        .unwrap();
+    cluster.nodes_mut()[idx].kill().await;
+    let before = counter.load(Ordering::SeqCst);
+    let killed_at = tokio::time::Instant::now();
+    // A replica takes over (cluster-node-timeout 2 s); waiters must progress.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while counter.load(Ordering::SeqCst) < before + 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress after the failover ({} acquisitions)",
+            counter.load(Ordering::SeqCst) - before
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("progress resumed {:?} after the kill", killed_at.elapsed());
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("worker stuck")
+            .unwrap();
+    }
+    eprintln!(
+        "acquisitions after failover: {}, double holds seen: {}",
+        counter.load(Ordering::SeqCst) - before,
+        double.load(Ordering::SeqCst)
+    );
+}
+
+/// The port of the primary serving `slot` (from CLUSTER SLOTS via redis-cli).
+async fn primary_of_slot(cluster: &RedisCluster, slot: u16) -> u16 {
+    let out = tokio::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &cluster.nodes()[0].port().to_string(),
+            "cluster",
+            "slots",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    // Groups: start, end, ip, port, id, (replica ip, port, id)...
+    let mut i = 0;
+    while i + 3 < lines.len() {
+        if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
+            if (start..=end).contains(&slot) && lines[i + 2].contains('.') {
+                return lines[i + 3].parse().unwrap();
+            }
+        }
+        i += 1;
+    }
+    panic!("no primary for slot {slot} in {text}");
+}

@@ -47,6 +47,10 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
+                    // A replica always takes over (test clusters are idle, and
+                    // the data-age check can refuse a failover).
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ])
                 .await?,
             );

@@ -233,6 +233,7 @@ impl Client {
         let tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
             tokio::spawn(follow_reconnects(Arc::downgrade(&inner.hub))),
+            tokio::spawn(follow_cluster_changes(Arc::downgrade(&inner.hub))),
             tokio::spawn(watchdog(Arc::downgrade(&inner))),
         ];
         *crate::hub::lock_unpoisoned(&inner.tasks) = tasks;
@@ -370,6 +371,28 @@ async fn follow_reconnects(hub: Weak<Hub>) {
             Ok(_) | Err(RecvError::Lagged(_)) => {
                 if let Err(e) = hub.resubscribe().await {
                     tracing::warn!(error = %e, "resubscribe after reconnect failed");
+                }
+                hub.wake_all();
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// After the cluster's slot map changed (resharding, failover): sharded
+/// subscriptions may have been dropped by the server (fred drops its
+/// `sunsubscribe` notice), so subscribe again and wake every waiter.
+async fn follow_cluster_changes(hub: Weak<Hub>) {
+    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.cluster_change_rx()) else {
+        return;
+    };
+    loop {
+        let event = rx.recv().await;
+        let Some(hub) = hub.upgrade() else { return };
+        match event {
+            Ok(_) | Err(RecvError::Lagged(_)) => {
+                if let Err(e) = hub.resubscribe().await {
+                    tracing::warn!(error = %e, "resubscribe after a cluster change failed");
                 }
                 hub.wake_all();
             }
