@@ -224,3 +224,36 @@ async fn primary_of_slot(cluster: &RedisCluster, slot: u16) -> u16 {
     }
     panic!("no primary for slot {slot} in {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_is_fifo_on_the_cluster() {
+    let cluster = RedisCluster::start(3, 1).await;
+    let clients = [
+        client(&cluster).await,
+        client(&cluster).await,
+        client(&cluster).await,
+    ];
+    for name in ["fifo:{tagged}", "fifo:plain"] {
+        let holder = clients[0].fair_lock(name).lock().await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..6usize {
+            let lock = clients[i % 3].fair_lock(name);
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                order.lock().unwrap().push(i);
+                g.unlock().await.unwrap();
+            }));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        holder.unlock().await.unwrap();
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("waiter stuck")
+                .unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5], "{name}");
+    }
+}
