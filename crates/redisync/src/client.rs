@@ -33,6 +33,9 @@ const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// `WAIT` for this many replicas (within the timeout) after each
+    /// acquisition of a [`Lock`]; too few acknowledgements undo it.
+    pub(crate) replica_sync: Option<(u32, Duration)>,
 }
 
 /// Connects a [`Client`] with non-default settings.
@@ -70,6 +73,28 @@ impl ClientBuilder {
     /// Default: 3 s.
     pub fn command_timeout(mut self, t: Duration) -> Self {
         self.settings.command_timeout = t;
+        self
+    }
+
+    /// Replica sync (Redisson's answer to locks lost in a failover): after
+    /// every acquisition of a [`Lock`], send `WAIT replicas timeout` on the
+    /// same connection; when fewer than `replicas` replicas acknowledge the
+    /// write within `timeout`, the acquisition is undone and reported as
+    /// [`Error::ReplicaSync`], so no lock is left behind that was reported
+    /// as failed. Releases are followed by `WAIT` too (too few
+    /// acknowledgements are only logged: the release already happened).
+    ///
+    /// What it does not do: replication stays asynchronous. A lock
+    /// acknowledged by a replica survives a failover to *that* replica; a
+    /// failover to a replica that had not acknowledged, a write lost after
+    /// the acknowledgement (replica restart without persistence), or a
+    /// partition can still lose it. Watchdog renewals are not followed by
+    /// `WAIT`. `WAIT` holds the client's connection to that primary for up
+    /// to `timeout` when replicas lag, delaying other commands of the client.
+    ///
+    /// Default: off.
+    pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.settings.replica_sync = Some((replicas, timeout));
         self
     }
 
@@ -160,6 +185,7 @@ impl Client {
             settings: Settings {
                 watchdog_timeout: DEFAULT_WATCHDOG,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                replica_sync: None,
             },
         }
     }
@@ -172,6 +198,14 @@ impl Client {
             )));
         }
         crate::lock::checked_ms("watchdog_timeout", settings.watchdog_timeout)?;
+        if let Some((replicas, timeout)) = settings.replica_sync {
+            if replicas == 0 || timeout.is_zero() || timeout >= settings.command_timeout {
+                return Err(Error::InvalidArgument(format!(
+                    "replica_sync needs at least one replica and a timeout between 0 and the command timeout ({:?}), got {replicas} and {timeout:?}",
+                    settings.command_timeout
+                )));
+            }
+        }
         if settings.command_timeout.is_zero() {
             return Err(Error::InvalidArgument(
                 "command_timeout must not be zero".into(),

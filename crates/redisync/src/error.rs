@@ -27,6 +27,19 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// Replica sync is on and too few replicas acknowledged an acquisition
+    /// within the timeout: the acquisition was undone (nothing is held).
+    #[error(
+        "lock {name:?}: {acked} of {required} replicas acknowledged the acquisition; it was undone"
+    )]
+    ReplicaSync {
+        /// The lock's name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: i64,
+        /// Replicas required.
+        required: u32,
+    },
     /// The semaphore has no permits set yet (see `Semaphore::try_set_permits`).
     #[error("semaphore {name:?} has no permits set; call try_set_permits first")]
     NotInitialized {
@@ -83,6 +96,7 @@ impl Error {
                     | ErrorKind::Backpressure
                     | ErrorKind::Cluster
             ),
+            Error::ReplicaSync { .. } => true,
             _ => false,
         }
     }

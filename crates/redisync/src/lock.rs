@@ -276,9 +276,9 @@ impl Lock {
             permit = attempt.disarm();
             let pttl_ms = match acquired {
                 Acquired::Token(token) => {
-                    return Ok(Some(
-                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit),
-                    ));
+                    let guard =
+                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit);
+                    return self.synced(guard).await.map(Some);
                 }
                 Acquired::Busy { pttl_ms } => pttl_ms,
             };
@@ -319,20 +319,20 @@ impl Lock {
         match acquired {
             Acquired::Token(token) if token == hold.token => {
                 hold.add_hold(watchdog, sent_at, lease);
-                Ok(Some(LockGuard {
+                let guard = LockGuard {
                     lock: self.clone(),
                     hold: Some(hold.clone()),
                     watchdog,
-                }))
+                };
+                self.synced(guard).await.map(Some)
             }
             Acquired::Token(token) => {
                 // Our earlier acquisition had expired; this is a new one.
                 hold.mark_lost("re-entry found the lock expired");
                 let permit = slot.gate.clone().try_acquire_owned().ok();
                 let owner = hold.owner_str.clone();
-                Ok(Some(self.new_guard(
-                    slot, owner, token, sent_at, lease, watchdog, permit,
-                )))
+                let guard = self.new_guard(slot, owner, token, sent_at, lease, watchdog, permit);
+                self.synced(guard).await.map(Some)
             }
             Acquired::Busy { .. } => {
                 hold.mark_lost("re-entry found the lock held by another owner");
@@ -369,6 +369,35 @@ impl Lock {
             attempt.armed = false;
         }
         reply
+    }
+
+    /// With replica sync on: `WAIT` for the replicas; too few
+    /// acknowledgements undo this acquisition (one hold) and report it.
+    /// Dropping the future drops the guard, which releases it.
+    async fn synced(&self, guard: LockGuard) -> Result<LockGuard> {
+        let Some((required, timeout)) = self.client_inner().settings.replica_sync else {
+            return Ok(guard);
+        };
+        let acked = match wait_for_replicas(self.client_inner(), &self.inner.key, required, timeout)
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                drop(guard); // released in the background
+                return Err(e);
+            }
+        };
+        if acked >= i64::from(required) {
+            return Ok(guard);
+        }
+        if let Err(e) = guard.unlock().await {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %self.inner.key, error = %e, "undoing an unsynced acquisition failed; it expires with its lease");
+        }
+        Err(Error::ReplicaSync {
+            name: self.inner.name.clone(),
+            acked,
+            required,
+        })
     }
 
     async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
@@ -713,6 +742,25 @@ where
     }
 }
 
+/// `WAIT required timeout` on the connection of the primary that owns `key`
+/// (the one that ran the script): how many replicas acknowledged our writes.
+pub(crate) async fn wait_for_replicas(
+    client: &ClientInner,
+    key: &str,
+    required: u32,
+    timeout: Duration,
+) -> Result<i64> {
+    use fred::interfaces::ClientLike;
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let wait =
+        fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
+    let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    Ok(client
+        .redis
+        .custom::<i64, _>(wait, vec![i64::from(required), ms])
+        .await?)
+}
+
 /// Runs the release script for one hold (`last`: drop the owner's whole
 /// field). Returns the script's answer: 0 not held, 1 still held, 2 released.
 pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
@@ -885,7 +933,25 @@ impl LockGuard {
             return Ok(());
         };
         let last = detach(&hold, self.watchdog);
-        match release_then_open_gate(self.lock.client_inner(), &hold, last).await {
+        let released = release_then_open_gate(self.lock.client_inner(), &hold, last).await;
+        if let (Ok(1..), Some((required, timeout))) =
+            (&released, self.lock.client_inner().settings.replica_sync)
+        {
+            match wait_for_replicas(
+                self.lock.client_inner(),
+                &self.lock.inner.key,
+                required,
+                timeout,
+            )
+            .await
+            {
+                Ok(acked) if acked >= i64::from(required) => {}
+                other => {
+                    tracing::warn!(lock_key = %self.lock.inner.key, ?other, required, "release not acknowledged by enough replicas")
+                }
+            }
+        }
+        match released {
             Ok(0) => {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
