@@ -947,7 +947,7 @@ impl LockGuard {
             {
                 Ok(acked) if acked >= i64::from(required) => {}
                 other => {
-                    tracing::warn!(lock_key = %self.lock.inner.key, ?other, required, "release not acknowledged by enough replicas")
+                    tracing::warn!(lock_key = %self.lock.inner.key, ?other, required, "release not acknowledged by enough replicas");
                 }
             }
         }
