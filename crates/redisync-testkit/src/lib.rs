@@ -60,7 +60,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 mod cluster;
+mod sentinel;
 pub use cluster::RedisCluster;
+pub use sentinel::{RedisSentinels, SENTINEL_SERVICE};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
