@@ -518,7 +518,7 @@ async fn renew_batch(
         .map(|h| h.slot.key.to_string())
         .unwrap_or_default();
     match script
-        .run::<Vec<i64>>(&client.redis, &span_key, keys, args)
+        .run_idempotent::<Vec<i64>>(&client.redis, &span_key, keys, args)
         .await
     {
         Ok(flags) => {

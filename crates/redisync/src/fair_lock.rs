@@ -31,7 +31,7 @@ static FAIR_RENEW: RenewSpec = RenewSpec {
 async fn release_fair(client: &ClientInner, hold: &Hold) -> Result<i64> {
     let key = &hold.slot.key;
     let reply: Vec<Value> = RELEASE
-        .run(
+        .run_idempotent(
             &client.redis,
             key,
             vec![
@@ -531,7 +531,7 @@ impl FairLock {
             .unwrap_or_default();
         let client = self.client_inner();
         let freed: i64 = LEAVE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 self.queue_keys(),
@@ -600,7 +600,7 @@ impl FairLock {
         let client = self.client_inner();
         let owner = client.owner_id();
         let reply: Vec<i64> = INSPECT
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.hash.clone()],
@@ -683,7 +683,7 @@ impl FairLock {
         self.check_usable()?;
         let client = self.client_inner();
         let deleted: i64 = FORCE_UNLOCK
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 self.queue_keys(),
@@ -886,7 +886,7 @@ impl FairLockGuard {
         let client = self.lock.client_inner();
         let sent_at = Instant::now();
         let extended: i64 = EXTEND
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.lock.inner.key,
                 vec![self.lock.inner.hash.clone()],

@@ -346,7 +346,7 @@ impl Lock {
     async fn abandon(&self, owner: &str, keep: Option<u64>) -> Result<bool> {
         let client = self.client_inner();
         let undone: i64 = ABANDON
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
@@ -403,7 +403,7 @@ impl Lock {
     async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
         let client = self.client_inner();
         let reply: Vec<i64> = ACQUIRE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
@@ -446,7 +446,7 @@ impl Lock {
         let client = self.client_inner();
         let owner = client.owner_id();
         let reply: Vec<i64> = INSPECT
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone()],
@@ -533,7 +533,7 @@ impl Lock {
         let client = self.client_inner();
         let fence = self.inner.fence.as_str().unwrap_or_default().to_owned();
         let value: i64 = ADVANCE_FENCE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &fence,
                 vec![self.inner.fence.clone()],
@@ -559,7 +559,7 @@ impl Lock {
         self.check_usable()?;
         let client = self.client_inner();
         let deleted: i64 = FORCE_UNLOCK
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
@@ -765,8 +765,10 @@ pub(crate) async fn wait_for_replicas(
 /// field). Returns the script's answer: 0 not held, 1 still held, 2 released.
 pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
     let key = &hold.slot.key;
+    // A final release is idempotent (owner and token checked); counting
+    // down a re-entrant hold twice would free the lock too early.
     RELEASE
-        .run::<i64>(
+        .run_with::<i64>(
             &client.redis,
             key,
             vec![Key::from(&**key), hold.slot.channel.clone()],
@@ -776,6 +778,7 @@ pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) 
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(client.hub.publish_command().into()),
             ],
+            if last { 3 } else { 1 },
         )
         .await
 }
@@ -881,7 +884,7 @@ impl LockGuard {
         let client = self.lock.client_inner();
         let sent_at = Instant::now();
         let extended: i64 = EXTEND
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.lock.inner.key,
                 vec![self.lock.inner.redis_key.clone()],

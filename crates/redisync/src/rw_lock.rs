@@ -83,7 +83,7 @@ static WRITE_RENEW: RenewSpec = RenewSpec {
 async fn release_side(client: &ClientInner, hold: &Hold, side: Side) -> Result<i64> {
     let key = &hold.slot.key;
     RELEASE
-        .run(
+        .run_idempotent(
             &client.redis,
             key,
             vec![
@@ -312,7 +312,7 @@ impl RwLock {
     ) -> Result<Acquired> {
         let client = self.client();
         let reply: Result<Vec<i64>> = ACQUIRE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -358,8 +358,9 @@ impl RwLock {
         matching: char,
     ) -> Result<i64> {
         let client = self.client();
+        // Only a final release (or an undo) may be sent twice.
         RELEASE
-            .run(
+            .run_with(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -375,6 +376,7 @@ impl RwLock {
                     Value::String(client.hub.publish_command().into()),
                     Value::String(matching.to_string().into()),
                 ],
+                if last { 3 } else { 1 },
             )
             .await
     }
@@ -384,7 +386,7 @@ impl RwLock {
         let client = self.client();
         let owner = client.owner_id();
         let reply: Vec<i64> = INSPECT
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.hash.clone()],
@@ -407,7 +409,7 @@ impl RwLock {
         self.check_usable()?;
         let client = self.client();
         let deleted: i64 = FORCE_UNLOCK
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -716,7 +718,7 @@ impl RwLockGuard {
         let (keys, mut args) = renew_args(hold, self.side);
         args.insert(0, Value::Integer(lease_ms));
         let flags: Vec<i64> = RENEW
-            .run(&client.redis, &self.rw.inner.key, keys, args)
+            .run_idempotent(&client.redis, &self.rw.inner.key, keys, args)
             .await?;
         if flags.first() == Some(&1) {
             hold.extend_validity(sent_at, lease);

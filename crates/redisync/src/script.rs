@@ -3,7 +3,9 @@
 //! `SCRIPT FLUSH`). EVAL also caches the script, so the next EVALSHA hits.
 
 use fred::clients::Client as RedisClient;
+use fred::interfaces::ClientLike;
 use fred::interfaces::LuaInterface;
+use fred::types::config::Options;
 use fred::types::{FromValue, Key, Value};
 
 use crate::error::{Error, Result};
@@ -24,7 +26,9 @@ impl LuaScript {
         }
     }
 
-    /// Runs the script. `key` names the lock in errors.
+    /// Runs the script once: no re-send after a reconnect or a cluster
+    /// redirection (for scripts whose second run would change the outcome,
+    /// e.g. counting down a re-entrant hold). `key` names the lock in errors.
     ///
     /// The EVAL fallback only follows a NOSCRIPT reply, so the script ran at
     /// most once.
@@ -35,6 +39,39 @@ impl LuaScript {
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<R> {
+        self.run_with(redis, key, keys, args, 1).await
+    }
+
+    /// Runs a script whose second run changes nothing that matters (owner-
+    /// and token-checked releases, renewals, reads, an acquisition that a
+    /// repeat only re-enters): fred may re-send it after a reconnect and
+    /// follows cluster redirections (MOVED/ASK after a slot migration or a
+    /// failover), which a single attempt cannot.
+    pub(crate) async fn run_idempotent<R: FromValue>(
+        &self,
+        redis: &RedisClient,
+        key: &str,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        self.run_with(redis, key, keys, args, 3).await
+    }
+
+    /// Runs the script with at most `attempts` sends (see [`LuaScript::run`]
+    /// and [`LuaScript::run_idempotent`]).
+    pub(crate) async fn run_with<R: FromValue>(
+        &self,
+        redis: &RedisClient,
+        key: &str,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        attempts: u32,
+    ) -> Result<R> {
+        let options = Options {
+            max_attempts: Some(attempts),
+            ..Options::default()
+        };
+        let redis = redis.with_options(&options);
         let first = redis
             .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
             .await;

@@ -127,7 +127,7 @@ impl Semaphore {
         }
         let client = self.client();
         let set: i64 = SET_PERMITS
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.hash.clone(), self.inner.channel.clone()],
@@ -286,7 +286,7 @@ impl Semaphore {
     async fn release_id(&self, id: &Value) -> Result<i64> {
         let client = self.client();
         let freed = RELEASE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -319,7 +319,7 @@ impl Semaphore {
         self.check_usable()?;
         let client = self.client();
         let reply: Vec<i64> = AVAILABLE
-            .run(
+            .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -409,7 +409,7 @@ static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
 async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
     let key = &hold.slot.key;
     RELEASE
-        .run(
+        .run_idempotent(
             &client.redis,
             key,
             vec![
