@@ -1,0 +1,291 @@
+//! The history of a run: every critical section, when it began and ended,
+//! until when its holder found its guard valid, and the node restarts that
+//! lost data.
+//!
+//! Times are wall-clock microseconds since the UNIX epoch ([`now_us`]): every
+//! process of a run is on this machine, so they share that clock.
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Wall-clock microseconds since the UNIX epoch: the one clock of a run,
+/// shared by every process on the machine.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The kinds of lock a run takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `redisync::Lock`.
+    Lock,
+    /// `redisync::FairLock`.
+    FairLock,
+    /// The write side of `redisync::RwLock`.
+    RwWrite,
+    /// `redisync::Semaphore` with one permit.
+    Semaphore,
+    /// `redisync_redlock::Redlock` over three nodes.
+    Redlock,
+}
+
+impl Kind {
+    /// Every kind, in summary order.
+    pub const ALL: [Kind; 5] = [
+        Kind::Lock,
+        Kind::FairLock,
+        Kind::RwWrite,
+        Kind::Semaphore,
+        Kind::Redlock,
+    ];
+
+    /// The name used in history lines and summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::FairLock => "fair-lock",
+            Kind::RwWrite => "rw-write",
+            Kind::Semaphore => "semaphore-1",
+            Kind::Redlock => "redlock-3",
+        }
+    }
+
+    /// The kind named `name` (see [`Kind::name`]).
+    pub fn parse(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The one server that holds every lock of this kind, or `None` when the
+    /// kind spans several (Redlock).
+    pub fn server(self) -> Option<Server> {
+        match self {
+            Kind::Redlock => None,
+            _ => Some(Server::Main),
+        }
+    }
+
+    /// Position in [`Kind::ALL`].
+    pub fn index(self) -> usize {
+        Kind::ALL.iter().position(|k| *k == self).unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Redis server of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Server {
+    /// The server of the single-server kinds (lock, fair lock, read-write
+    /// lock, semaphore).
+    Main,
+    /// Redlock node `i` (0, 1, 2).
+    Node(usize),
+}
+
+impl Server {
+    /// Every server of a run, in order: the main one, then the Redlock nodes.
+    pub const ALL: [Server; 4] = [
+        Server::Main,
+        Server::Node(0),
+        Server::Node(1),
+        Server::Node(2),
+    ];
+
+    /// Position in [`Server::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Server::Main => 0,
+            Server::Node(i) => i + 1,
+        }
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Server::Main => f.write_str("main"),
+            Server::Node(i) => write!(f, "node{i}"),
+        }
+    }
+}
+
+/// One critical section: a holder got a guard, wrote to the fenced store at
+/// its start and at its end, and let go.
+///
+/// The holder looks at its guard (`is_lost()`) when the section starts, every
+/// few milliseconds during it, and right before its end write. The time is
+/// read *before* each look, so `valid_until_us` is never later than the
+/// moment the guard last said it was valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// The lock's name (unique across kinds).
+    pub lock: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Who held it: `"<process>.<client set>.<task>"`.
+    pub client: String,
+    /// The fencing token of the acquisition.
+    pub token: u64,
+    /// When the holder started to ask for the lock.
+    pub requested_us: u64,
+    /// When the holder had its guard: its first look and its start write.
+    pub start_us: u64,
+    /// The end write, right after the last look.
+    pub end_us: u64,
+    /// The last look that found the guard valid; `None` when the first look
+    /// (at the start) found it lost already.
+    pub valid_until_us: Option<u64>,
+    /// Whether the last look, right before the end write, found it valid.
+    pub valid_at_end: bool,
+    /// The first look that found it lost, if any.
+    pub lost_at_us: Option<u64>,
+}
+
+impl Section {
+    /// Whether the holder had a valid guard when the section started: its
+    /// start is then a grant of the lock.
+    pub fn valid_at_start(&self) -> bool {
+        self.valid_until_us.is_some()
+    }
+
+    /// One tab-separated line (no newline), read back by [`Section::from_line`].
+    pub fn to_line(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+        format!(
+            "S\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.lock,
+            self.kind.name(),
+            self.client,
+            self.token,
+            self.requested_us,
+            self.start_us,
+            self.end_us,
+            opt(self.valid_until_us),
+            u8::from(self.valid_at_end),
+            opt(self.lost_at_us),
+        )
+    }
+
+    /// Parses a line made by [`Section::to_line`].
+    ///
+    /// # Errors
+    /// A message naming what is wrong with the line.
+    pub fn from_line(line: &str) -> Result<Section, String> {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let ["S", lock, kind, client, token, requested, start, end, valid_until, valid_at_end, lost_at] =
+            fields[..]
+        else {
+            return Err(format!("not a section line: {line:?}"));
+        };
+        let num = |what: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|e| format!("bad {what} {v:?} in {line:?}: {e}"))
+        };
+        let opt = |what: &str, v: &str| {
+            if v == "-" {
+                Ok(None)
+            } else {
+                num(what, v).map(Some)
+            }
+        };
+        Ok(Section {
+            lock: lock.to_owned(),
+            kind: Kind::parse(kind).ok_or_else(|| format!("bad kind {kind:?} in {line:?}"))?,
+            client: client.to_owned(),
+            token: num("token", token)?,
+            requested_us: num("requested", requested)?,
+            start_us: num("start", start)?,
+            end_us: num("end", end)?,
+            valid_until_us: opt("valid_until", valid_until)?,
+            valid_at_end: match valid_at_end {
+                "1" => true,
+                "0" => false,
+                other => return Err(format!("bad valid_at_end {other:?} in {line:?}")),
+            },
+            lost_at_us: opt("lost_at", lost_at)?,
+        })
+    }
+}
+
+impl fmt::Display for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} token {} [{} .. {}] valid until {}",
+            self.client,
+            self.token,
+            self.start_us,
+            self.end_us,
+            self.valid_until_us
+                .map_or_else(|| "never (lost at start)".to_owned(), |v| v.to_string()),
+        )
+    }
+}
+
+/// A server killed (`SIGKILL`) and restarted empty: every lock it held and
+/// its fencing counters are gone. `at_us` is taken once the process is dead,
+/// so every token of the old process is below it and every token of the new
+/// one above it (after losing its counter a server counts on from its clock
+/// in microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kill {
+    /// The server.
+    pub server: Server,
+    /// When it was dead.
+    pub at_us: u64,
+}
+
+/// What the checker reads: the sections of every process and the kills.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Every critical section, in any order.
+    pub sections: Vec<Section>,
+    /// Every server kill.
+    pub kills: Vec<Kill>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let mut s = Section {
+            lock: "torture:lock".into(),
+            kind: Kind::RwWrite,
+            client: "p1.proxied.t0".into(),
+            token: 1_700_000_000_000_123,
+            requested_us: 10,
+            start_us: 20,
+            end_us: 30,
+            valid_until_us: Some(29),
+            valid_at_end: true,
+            lost_at_us: None,
+        };
+        assert_eq!(Section::from_line(&s.to_line()), Ok(s.clone()));
+        s.valid_until_us = None;
+        s.valid_at_end = false;
+        s.lost_at_us = Some(20);
+        assert_eq!(Section::from_line(&s.to_line()), Ok(s));
+        assert!(Section::from_line("S\tx").is_err());
+        assert!(Section::from_line("C\tlock\t1").is_err());
+    }
+
+    #[test]
+    fn kinds_have_unique_names() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.name()), Some(k));
+            assert_eq!(Kind::ALL[k.index()], k);
+        }
+        assert_eq!(Kind::parse("nope"), None);
+        for s in Server::ALL {
+            assert_eq!(Server::ALL[s.index()], s);
+        }
+    }
+}

@@ -1,0 +1,618 @@
+//! A run: the coordinating process (servers, proxies, faults, its own
+//! workers, the checks) and the worker process it spawns.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::checker::{check, Report, Violation};
+use crate::faults::{Cluster, FaultKind, FaultRecord, Schedule};
+use crate::history::{History, Kind, Section, Server};
+use crate::worker::{lock_name, Counts, Settings, Urls, Workers};
+
+/// How long the workers get to finish their current section when stopped.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
+/// How long the worker process gets to start, stop or exit.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(20);
+/// Key suffixes of bookkeeping that legitimately outlives the locks: fencing
+/// counters, the semaphore's permits and lease table (checked through
+/// `available_permits`), fair-lock queues, read-write reader tables.
+const BOOKKEEPING: [&str; 6] = [
+    ":fence",
+    ":sem",
+    ":leases",
+    ":queue",
+    ":deadlines",
+    ":readers",
+];
+
+/// The settings of a run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Faults are injected for at least this long...
+    pub duration: Duration,
+    /// ...and for at least this many rounds (every fault kind once a round).
+    pub min_rounds: usize,
+    /// Watchdog lease of every client (renewed every third of it); fixed
+    /// leases are at most this long too.
+    pub lease: Duration,
+    /// Tasks per lock kind per client set (each process has two client
+    /// sets: one direct, one through fault proxies).
+    pub tasks_per_kind: usize,
+    /// Seed of every random choice (holds, leases, fault timing).
+    pub seed: u64,
+    /// The `redisync-torture` binary, spawned as the worker process.
+    pub worker_exe: PathBuf,
+    /// Print every fault as it happens.
+    pub verbose: bool,
+}
+
+impl Config {
+    /// The short run of `cargo test`: 30 s of faults, at least two rounds
+    /// (every kind on the main server and on a Redlock node, and on both
+    /// processes' proxies).
+    pub fn short(worker_exe: PathBuf) -> Config {
+        Config {
+            duration: Duration::from_secs(30),
+            min_rounds: 2,
+            lease: Duration::from_millis(900),
+            tasks_per_kind: 2,
+            seed: 0x5eed,
+            worker_exe,
+            verbose: false,
+        }
+    }
+}
+
+/// What a run did and found.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Wall time of the whole run.
+    pub elapsed: Duration,
+    /// Its settings.
+    pub config: Config,
+    /// Per kind, both processes together.
+    pub counts: BTreeMap<Kind, Counts>,
+    /// Some error messages per kind.
+    pub errors: BTreeMap<Kind, Vec<String>>,
+    /// Sections recorded per process (`"p0"`, `"p1"`).
+    pub sections_by_process: BTreeMap<String, usize>,
+    /// Every fault.
+    pub faults: Vec<FaultRecord>,
+    /// The checker's report; its violations include check (d).
+    pub report: Report,
+}
+
+impl Summary {
+    /// Every violation found (must be empty).
+    pub fn violations(&self) -> &[Violation] {
+        &self.report.violations
+    }
+
+    /// Faults of `kind` injected successfully.
+    pub fn faults_of(&self, kind: FaultKind) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| f.kind == kind && f.error.is_none())
+            .count()
+    }
+
+    /// Acquisitions of `kind` (both processes).
+    pub fn acquisitions(&self, kind: Kind) -> u64 {
+        self.counts.get(&kind).map_or(0, |c| c.acquired)
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        writeln!(
+            f,
+            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 2 client sets x {} tasks per kind",
+            self.elapsed.as_secs_f64(),
+            c.lease.as_millis(),
+            c.seed,
+            c.tasks_per_kind
+        )?;
+        writeln!(
+            f,
+            "acquisitions per kind (busy = wait ran out, errors = failed acquisitions):"
+        )?;
+        for kind in Kind::ALL {
+            let n = self.counts.get(&kind).copied().unwrap_or_default();
+            writeln!(
+                f,
+                "  {:<12} {:>6} acquired  {:>5} busy  {:>5} errors  {:>5} failed releases",
+                kind.name(),
+                n.acquired,
+                n.busy,
+                n.errors,
+                n.release_failed
+            )?;
+        }
+        let by_process: Vec<String> = self
+            .sections_by_process
+            .iter()
+            .map(|(p, n)| format!("{p} {n}"))
+            .collect();
+        let r = &self.report;
+        writeln!(
+            f,
+            "sections: {} ({}), {} grants, {} lost before their end",
+            r.sections,
+            by_process.join(", "),
+            r.grants,
+            r.lost
+        )?;
+        let faults: Vec<String> = FaultKind::ALL
+            .iter()
+            .map(|k| format!("{} {}", k, self.faults_of(*k)))
+            .collect();
+        let failed = self.faults.iter().filter(|f| f.error.is_some()).count();
+        writeln!(
+            f,
+            "faults injected: {} ({failed} failed to inject)",
+            faults.join(", ")
+        )?;
+        writeln!(
+            f,
+            "fencing: {} stale writes rejected, {} late writes accepted before any newer grant",
+            r.stale_writes_rejected, r.late_writes_accepted
+        )?;
+        writeln!(
+            f,
+            "excused (restart without persistence, documented): {} overlaps, {} rejected valid writes",
+            r.excused_overlaps, r.excused_rejections
+        )?;
+        for (kind, samples) in &self.errors {
+            for e in samples.iter().take(2) {
+                writeln!(f, "  e.g. {kind} error: {e}")?;
+            }
+        }
+        writeln!(f, "violations: {}", r.violations.len())?;
+        for v in r.violations.iter().take(20) {
+            writeln!(f, "  {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the torture test: starts four `redis-server`s (the main one and
+/// three Redlock nodes) and a fault proxy per process and server, spawns
+/// the worker process, runs this process's workers while the fault schedule
+/// runs, stops everything, checks that nothing stays held (d), and checks
+/// the history (a, b, c).
+///
+/// # Errors
+/// A message when the setup fails (no `redis-server`, the worker process
+/// cannot be spawned or dies early). Violations are not errors: they are in
+/// the [`Summary`].
+pub async fn run(config: &Config) -> Result<Summary, String> {
+    let started = Instant::now();
+    let settings = Settings::new(config.lease);
+    let mut cluster = Cluster::start(2).await?;
+
+    let mut child = WorkerProcess::spawn(config, &cluster.direct(), &cluster.proxied(1)).await?;
+    let (sink, mut sections) = mpsc::unbounded_channel();
+    let mut workers = Workers::start(
+        "p0",
+        &cluster.direct(),
+        &cluster.proxied(0),
+        settings,
+        config.tasks_per_kind,
+        config.seed,
+        &sink,
+    )
+    .await?;
+    drop(sink);
+
+    let mut schedule = Schedule::new(
+        config.seed ^ 0xfa17,
+        config.lease,
+        child.pid(),
+        config.verbose,
+    );
+    let until = Instant::now() + config.duration;
+    while Instant::now() < until || schedule.rounds() < config.min_rounds {
+        schedule.step(&mut cluster).await;
+        child.check_alive()?;
+    }
+    cluster.heal_all();
+    // A quiet period: stalled commands drain, lost holders let go.
+    tokio::time::sleep(config.lease * 2).await;
+
+    let (child_stopped, ()) = tokio::join!(child.stop(), workers.stop(STOP_WITHIN));
+    child_stopped?;
+    let mut history = History {
+        sections: Vec::new(),
+        kills: schedule.kills.clone(),
+    };
+    while let Ok(s) = sections.try_recv() {
+        history.sections.push(s);
+    }
+    let child_output = child.output();
+    history.sections.extend(child_output.sections);
+
+    // (d), while every client (both processes) is still connected: a leaked
+    // hold would still be renewed by its client's watchdog.
+    let residue = residue(&cluster, config.lease).await;
+    child.exit().await;
+    let mut counts = BTreeMap::new();
+    let mut errors: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
+    for kind in Kind::ALL {
+        let mut n = workers.stats.counts(kind);
+        n.add(child_output.counts.get(&kind).copied().unwrap_or_default());
+        counts.insert(kind, n);
+        let mut samples = workers.stats.samples(kind);
+        for e in child_output.errors.get(&kind).into_iter().flatten() {
+            if !samples.contains(e) {
+                samples.push(e.clone());
+            }
+        }
+        errors.insert(kind, samples);
+    }
+    workers.shutdown().await;
+
+    let mut sections_by_process = BTreeMap::new();
+    for s in &history.sections {
+        let process = s.client.split('.').next().unwrap_or("?").to_owned();
+        *sections_by_process.entry(process).or_insert(0) += 1;
+    }
+    let mut report = check(&history);
+    report.violations.extend(residue);
+    Ok(Summary {
+        elapsed: started.elapsed(),
+        config: config.clone(),
+        counts,
+        errors,
+        sections_by_process,
+        faults: schedule.log,
+        report,
+    })
+}
+
+/// Check (d): once the workers are stopped (clients still connected), every
+/// lock is free within one lease (plus a little slack for releases in
+/// flight), and no lease grows meanwhile (nothing renews it).
+async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
+    let deadline = Instant::now() + lease + Duration::from_millis(500);
+    let mut first_seen: HashMap<String, (Instant, i64)> = HashMap::new();
+    let mut violations = Vec::new();
+    let inspector = match redisync::Client::connect(&cluster.direct().main).await {
+        Ok(c) => c,
+        Err(e) => {
+            return vec![Violation::Residue {
+                what: format!("cannot connect to inspect the main server: {e}"),
+            }]
+        }
+    };
+    let semaphore = inspector.semaphore(&lock_name(Kind::Semaphore));
+    loop {
+        let mut held = Vec::new();
+        for server in Server::ALL {
+            let keys = match cluster.leased_keys(server).await {
+                Ok(keys) => keys,
+                Err(e) => {
+                    held.push(e);
+                    continue;
+                }
+            };
+            for (key, pttl) in keys {
+                let bookkeeping = BOOKKEEPING.iter().any(|s| key.ends_with(s));
+                if pttl < 0 && bookkeeping {
+                    continue;
+                }
+                let name = format!("{server} {key}");
+                let (seen_at, first) = *first_seen
+                    .entry(name.clone())
+                    .or_insert((Instant::now(), pttl));
+                let elapsed_ms = i64::try_from(seen_at.elapsed().as_millis()).unwrap_or(i64::MAX);
+                if pttl >= 0 && first >= 0 && pttl > first - elapsed_ms + 20 {
+                    violations.push(Violation::Residue {
+                        what: format!(
+                            "{name} renewed after every guard was gone: PTTL {first} ms, then {pttl} ms {elapsed_ms} ms later"
+                        ),
+                    });
+                }
+                held.push(format!("{name} (PTTL {pttl} ms)"));
+            }
+        }
+        match semaphore.available_permits().await {
+            Ok(0) => held.push(format!("{} has no free permit", semaphore.name())),
+            Ok(_) | Err(redisync::Error::NotInitialized { .. }) => {}
+            Err(e) => held.push(format!("{}: {e}", semaphore.name())),
+        }
+        if held.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            violations.extend(held.into_iter().map(|h| Violation::Residue {
+                what: format!(
+                    "still held {} ms after the workers stopped: {h}",
+                    lease.as_millis() + 500
+                ),
+            }));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = inspector.shutdown().await;
+    violations.dedup();
+    violations
+}
+
+/// What the worker process reported.
+#[derive(Debug, Default)]
+struct ChildOutput {
+    sections: Vec<Section>,
+    counts: BTreeMap<Kind, Counts>,
+    errors: BTreeMap<Kind, Vec<String>>,
+    /// Lines that were not understood (printed as they come, kept for errors).
+    other: Vec<String>,
+}
+
+/// The worker process, seen from the coordinator.
+struct WorkerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    events: mpsc::UnboundedReceiver<String>,
+    output: Arc<Mutex<ChildOutput>>,
+    reader: JoinHandle<()>,
+}
+
+impl WorkerProcess {
+    /// Spawns `<worker_exe> worker ...` and waits until its workers run.
+    async fn spawn(
+        config: &Config,
+        direct: &Urls,
+        proxied: &Urls,
+    ) -> Result<WorkerProcess, String> {
+        let mut command = Command::new(&config.worker_exe);
+        command
+            .arg("worker")
+            .args(["--process", "p1"])
+            .args(["--seed", &config.seed.wrapping_add(1).to_string()])
+            .args(["--lease-ms", &config.lease.as_millis().to_string()])
+            .args(["--tasks", &config.tasks_per_kind.to_string()])
+            .args(["--main", &direct.main])
+            .args(["--nodes", &direct.nodes.join(",")])
+            .args(["--main-proxied", &proxied.main])
+            .args(["--nodes-proxied", &proxied.nodes.join(",")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", config.worker_exe.display()))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or("no stdin for the worker process")?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("no stdout for the worker process")?;
+        let output = Arc::new(Mutex::new(ChildOutput::default()));
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_child(stdout, output.clone(), events_tx));
+        let mut process = WorkerProcess {
+            child,
+            stdin,
+            events,
+            output,
+            reader,
+        };
+        process.expect("READY").await?;
+        Ok(process)
+    }
+
+    /// Waits for the line `what` from the worker process.
+    async fn expect(&mut self, what: &str) -> Result<(), String> {
+        let wait = async {
+            while let Some(line) = self.events.recv().await {
+                if line == what {
+                    return Ok(());
+                }
+            }
+            Err(format!(
+                "the worker process ended before saying {what}: {}",
+                self.last_words()
+            ))
+        };
+        tokio::time::timeout(CHILD_TIMEOUT, wait)
+            .await
+            .map_err(|_| {
+                format!("the worker process did not say {what} within {CHILD_TIMEOUT:?}")
+            })?
+    }
+
+    fn last_words(&self) -> String {
+        let out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        out.other
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Fails if the worker process has exited.
+    fn check_alive(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!(
+                "the worker process exited early ({status}): {}",
+                self.last_words()
+            )),
+            Err(e) => Err(format!("cannot query the worker process: {e}")),
+        }
+    }
+
+    async fn send(&mut self, line: &str) -> Result<(), String> {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .and(self.stdin.flush().await)
+            .map_err(|e| format!("cannot talk to the worker process: {e}"))
+    }
+
+    /// Stops its workers; returns once it has reported everything.
+    async fn stop(&mut self) -> Result<(), String> {
+        self.send("stop").await?;
+        self.expect("STOPPED").await
+    }
+
+    /// Everything it reported so far.
+    fn output(&self) -> ChildOutput {
+        let mut out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::take(&mut *out)
+    }
+
+    /// Lets it shut its clients down and exit (killed if it does not).
+    async fn exit(mut self) {
+        let _ = self.send("exit").await;
+        drop(self.stdin);
+        if tokio::time::timeout(CHILD_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        let _ = self.reader.await;
+    }
+}
+
+/// Reads the worker process's stdout: history lines, counters, events.
+async fn read_child(
+    stdout: tokio::process::ChildStdout,
+    output: Arc<Mutex<ChildOutput>>,
+    events: mpsc::UnboundedSender<String>,
+) {
+    let mut lines = BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut out = output.lock().unwrap_or_else(PoisonError::into_inner);
+        if line.starts_with("S\t") {
+            match Section::from_line(&line) {
+                Ok(s) => out.sections.push(s),
+                Err(e) => out.other.push(e),
+            }
+        } else if let Some((kind, counts)) = Counts::from_line(&line) {
+            out.counts.insert(kind, counts);
+        } else if let Some(rest) = line.strip_prefix("X\t") {
+            if let Some((kind, message)) = rest
+                .split_once('\t')
+                .and_then(|(k, m)| Some((Kind::parse(k)?, m)))
+            {
+                out.errors.entry(kind).or_default().push(message.to_owned());
+            }
+        } else if line == "READY" || line == "STOPPED" {
+            let _ = events.send(line);
+        } else {
+            println!("[worker process] {line}");
+            out.other.push(line);
+        }
+    }
+}
+
+/// The worker process: `redisync-torture worker --process P --seed N
+/// --lease-ms L --tasks T --main URL --nodes U,U,U --main-proxied URL
+/// --nodes-proxied U,U,U`.
+///
+/// Runs the workers of one process (a direct and a proxied client set),
+/// prints each section as a history line on stdout as it ends, and says
+/// `READY` once running. On `stop` (a line on stdin) it stops the workers,
+/// prints its counters and `STOPPED`, and keeps its clients connected (for
+/// check (d)) until `exit` or the end of stdin.
+///
+/// # Errors
+/// A message for bad arguments or when the clients cannot connect.
+pub async fn worker_process(args: &[String]) -> Result<(), String> {
+    let mut opts: HashMap<&str, &str> = HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        opts.insert(flag.as_str(), value.as_str());
+    }
+    let get = |flag: &str| {
+        opts.get(flag)
+            .copied()
+            .ok_or_else(|| format!("missing {flag}"))
+    };
+    let num = |flag: &str| -> Result<u64, String> {
+        get(flag)?.parse().map_err(|e| format!("bad {flag}: {e}"))
+    };
+    let urls = |main: &str, nodes: &str| -> Result<Urls, String> {
+        Ok(Urls {
+            main: get(main)?.to_owned(),
+            nodes: get(nodes)?.split(',').map(str::to_owned).collect(),
+        })
+    };
+    let process = get("--process")?;
+    let settings = Settings::new(Duration::from_millis(num("--lease-ms")?));
+    let tasks = usize::try_from(num("--tasks")?).map_err(|e| e.to_string())?;
+    let (sink, mut sections) = mpsc::unbounded_channel::<Section>();
+    let mut workers = Workers::start(
+        process,
+        &urls("--main", "--nodes")?,
+        &urls("--main-proxied", "--nodes-proxied")?,
+        settings,
+        tasks,
+        num("--seed")?,
+        &sink,
+    )
+    .await?;
+    drop(sink);
+    say("READY");
+    let printer = tokio::spawn(async move {
+        while let Some(s) = sections.recv().await {
+            say(&s.to_line());
+        }
+    });
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    // Until "stop" (or the coordinator is gone).
+    while let Ok(Some(line)) = stdin.next_line().await {
+        if line == "stop" {
+            break;
+        }
+    }
+    workers.stop(STOP_WITHIN).await;
+    let _ = printer.await;
+    for kind in Kind::ALL {
+        say(&workers.stats.counts(kind).to_line(kind));
+        for sample in workers.stats.samples(kind) {
+            say(&format!("X\t{}\t{sample}", kind.name()));
+        }
+    }
+    say("STOPPED");
+    while let Ok(Some(line)) = stdin.next_line().await {
+        if line == "exit" {
+            break;
+        }
+    }
+    workers.shutdown().await;
+    Ok(())
+}
+
+/// One line on stdout, flushed (the coordinator reads it at once).
+fn say(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
