@@ -939,6 +939,7 @@ impl FairLockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        let was_lost = hold.is_lost();
         let last = detach(&hold, self.watchdog);
         let mut cleanup = Cleanup::new(&self.lock, &hold.slot, &hold.owner_str);
         if last {
@@ -953,6 +954,7 @@ impl FairLockGuard {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
             }
+            _ if was_lost => Err(self.not_held()),
             _ => Ok(()),
         }
     }

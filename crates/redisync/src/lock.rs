@@ -924,7 +924,9 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if this acquisition no longer holds the lock
-    /// (nothing was written); [`Error::Redis`] if Redis failed (the lease
+    /// (nothing was written), or if the guard was already known lost (its
+    /// lease had run out by this client's clock; whatever was left in Redis
+    /// is released anyway); [`Error::Redis`] if Redis failed (the lease
     /// expiry then frees the lock).
     ///
     /// # Cancel safety
@@ -935,6 +937,9 @@ impl LockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        // Known lost already (the lease ran out by our clock): still release,
+        // to free what may be left in Redis, but report it as not held.
+        let was_lost = hold.is_lost();
         let last = detach(&hold, self.watchdog);
         let released = release_then_open_gate(self.lock.client_inner(), &hold, last).await;
         if let (Ok(1..), Some((required, timeout))) =
@@ -959,6 +964,7 @@ impl LockGuard {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
             }
+            Ok(_) if was_lost => Err(self.not_held()),
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         }

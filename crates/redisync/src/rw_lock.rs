@@ -756,6 +756,7 @@ impl RwLockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        let was_lost = hold.is_lost();
         let last = detach(&hold, self.watchdog);
         match self
             .rw
@@ -766,6 +767,7 @@ impl RwLockGuard {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())
             }
+            _ if was_lost => Err(self.not_held()),
             _ => Ok(()),
         }
     }

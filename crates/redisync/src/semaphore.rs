@@ -495,6 +495,7 @@ impl SemaphorePermit {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        let was_lost = hold.is_lost();
         detach(&hold);
         match self.semaphore.release_id(&hold.owner).await? {
             0 => {
@@ -503,6 +504,9 @@ impl SemaphorePermit {
                     name: self.semaphore.inner.name.clone(),
                 })
             }
+            _ if was_lost => Err(Error::NotHeld {
+                name: self.semaphore.inner.name.clone(),
+            }),
             _ => Ok(()),
         }
     }
