@@ -16,7 +16,10 @@
 //!   start (the grants) carry strictly increasing fencing tokens.
 //! * **(c) Fenced store**: every section writes to a store at its start and
 //!   at its end, whether it still believes in its lease or not (code already
-//!   running does not stop). The store keeps the largest token per lock and
+//!   running does not stop), stamped with the time of its first and last
+//!   look (a look and its write count as one step, so a holder frozen right
+//!   after looking is not mistaken for one that wrote knowing its lease was
+//!   gone). The store keeps the largest token per lock and
 //!   rejects writes with an older one. The writes are applied in time order
 //!   (one clock for every process), as a store would have seen them. A
 //!   **stale write accepted** is a write accepted after a later grant of the

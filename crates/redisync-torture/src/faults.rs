@@ -8,6 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use fred::prelude::{ClientLike, LuaInterface};
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
@@ -182,9 +184,9 @@ impl Cluster {
         }
     }
 
-    /// The keys under `redisync:*` on `server` and their PTTL in ms (-1:
-    /// no TTL).
-    pub(crate) async fn leased_keys(&self, server: Server) -> Result<Vec<(String, i64)>, String> {
+    /// The keys under `redisync:*` on `server` that exist, with their PTTL
+    /// in ms (-1: no TTL) and when it was asked and answered.
+    pub(crate) async fn leased_keys(&self, server: Server) -> Result<Vec<KeyTtl>, String> {
         let admin = self.admin(server);
         let keys: Vec<String> = admin
             .custom(
@@ -195,13 +197,31 @@ impl Cluster {
             .map_err(|e| format!("KEYS on {server}: {e}"))?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
+            let asked = Instant::now();
             let pttl: i64 = fred::interfaces::KeysInterface::pttl(admin, key.as_str())
                 .await
                 .map_err(|e| format!("PTTL on {server}: {e}"))?;
-            out.push((key, pttl));
+            if pttl != -2 {
+                out.push(KeyTtl {
+                    key,
+                    pttl,
+                    asked,
+                    answered: Instant::now(),
+                });
+            }
         }
         Ok(out)
     }
+}
+
+/// A key's PTTL, and when it was asked and answered (the server read it in
+/// between).
+#[derive(Debug, Clone)]
+pub(crate) struct KeyTtl {
+    pub(crate) key: String,
+    pub(crate) pttl: i64,
+    pub(crate) asked: Instant,
+    pub(crate) answered: Instant,
 }
 
 /// Sends `SIG<name>` to `pid` with the `kill` command.

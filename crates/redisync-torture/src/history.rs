@@ -119,9 +119,12 @@ impl fmt::Display for Server {
 /// its start and at its end, and let go.
 ///
 /// The holder looks at its guard (`is_lost()`) when the section starts, every
-/// few milliseconds during it, and right before its end write. The time is
-/// read *before* each look, so `valid_until_us` is never later than the
-/// moment the guard last said it was valid.
+/// few milliseconds during it, and when it ends. The time is read *before*
+/// each look, so `valid_until_us` is never later than the moment the guard
+/// last said it was valid. The fenced writes are stamped with the first and
+/// the last look's time: a write and the look before it count as one step,
+/// so a holder that stalls between the two (a paused process) is not taken
+/// for one that wrote while it knew its lease was gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Section {
     /// The lock's name (unique across kinds).
@@ -136,12 +139,12 @@ pub struct Section {
     pub requested_us: u64,
     /// When the holder had its guard: its first look and its start write.
     pub start_us: u64,
-    /// The end write, right after the last look.
+    /// When the holder was done: its last look and its end write.
     pub end_us: u64,
     /// The last look that found the guard valid; `None` when the first look
     /// (at the start) found it lost already.
     pub valid_until_us: Option<u64>,
-    /// Whether the last look, right before the end write, found it valid.
+    /// Whether the last look (at `end_us`) found it valid.
     pub valid_at_end: bool,
     /// The first look that found it lost, if any.
     pub lost_at_us: Option<u64>,

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::checker::{check, Report, Violation};
-use crate::faults::{Cluster, FaultKind, FaultRecord, Schedule};
+use crate::faults::{Cluster, FaultKind, FaultRecord, KeyTtl, Schedule};
 use crate::history::{History, Kind, Section, Server};
 use crate::worker::{lock_name, Counts, Settings, Urls, Workers};
 
@@ -285,7 +285,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
 /// flight), and no lease grows meanwhile (nothing renews it).
 async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
     let deadline = Instant::now() + lease + Duration::from_millis(500);
-    let mut first_seen: HashMap<String, (Instant, i64)> = HashMap::new();
+    let mut first_seen: HashMap<String, KeyTtl> = HashMap::new();
     let mut violations = Vec::new();
     let inspector = match redisync::Client::connect(&cluster.direct().main).await {
         Ok(c) => c,
@@ -306,24 +306,25 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
                     continue;
                 }
             };
-            for (key, pttl) in keys {
-                let bookkeeping = BOOKKEEPING.iter().any(|s| key.ends_with(s));
-                if pttl < 0 && bookkeeping {
+            for now in keys {
+                if now.pttl < 0 && BOOKKEEPING.iter().any(|s| now.key.ends_with(s)) {
                     continue;
                 }
-                let name = format!("{server} {key}");
-                let (seen_at, first) = *first_seen
+                let name = format!("{server} {}", now.key);
+                held.push(format!("{name} (PTTL {} ms)", now.pttl));
+                let first = first_seen
                     .entry(name.clone())
-                    .or_insert((Instant::now(), pttl));
-                let elapsed_ms = i64::try_from(seen_at.elapsed().as_millis()).unwrap_or(i64::MAX);
-                if pttl >= 0 && first >= 0 && pttl > first - elapsed_ms + 20 {
+                    .or_insert_with(|| now.clone());
+                if grew(first, &now) {
                     violations.push(Violation::Residue {
                         what: format!(
-                            "{name} renewed after every guard was gone: PTTL {first} ms, then {pttl} ms {elapsed_ms} ms later"
+                            "{name} renewed after every guard was gone: PTTL {} ms, then {} ms {} ms later",
+                            first.pttl,
+                            now.pttl,
+                            now.asked.duration_since(first.answered).as_millis()
                         ),
                     });
                 }
-                held.push(format!("{name} (PTTL {pttl} ms)"));
             }
         }
         match semaphore.available_permits().await {
@@ -348,6 +349,23 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
     let _ = inspector.shutdown().await;
     violations.dedup();
     violations
+}
+
+/// Whether a key's lease end moved later between two readings (by more
+/// than PTTL's millisecond rounding): the server time between them is at
+/// least `later.asked - earlier.answered`.
+fn grew(earlier: &KeyTtl, later: &KeyTtl) -> bool {
+    if earlier.pttl < 0 || later.pttl < 0 {
+        return false;
+    }
+    let between = i64::try_from(
+        later
+            .asked
+            .saturating_duration_since(earlier.answered)
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX);
+    later.pttl.saturating_add(between) > earlier.pttl + 2
 }
 
 /// What the worker process reported.
@@ -615,4 +633,33 @@ fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(pttl: i64, asked_ms: u64, answered_ms: u64, t0: Instant) -> KeyTtl {
+        KeyTtl {
+            key: "k".into(),
+            pttl,
+            asked: t0 + Duration::from_millis(asked_ms),
+            answered: t0 + Duration::from_millis(answered_ms),
+        }
+    }
+
+    #[test]
+    fn a_lease_that_runs_down_did_not_grow_one_renewed_did() {
+        let t0 = Instant::now();
+        let first = reading(800, 0, 1, t0);
+        assert!(!grew(&first, &reading(700, 101, 102, t0)));
+        // A slow answer: read anywhere in [50, 90].
+        assert!(!grew(&first, &reading(711, 50, 90, t0)));
+        assert!(!grew(&first, &reading(760, 10, 60, t0)));
+        // Renewed to a full 900 ms lease.
+        assert!(grew(&first, &reading(900, 300, 301, t0)));
+        assert!(grew(&first, &reading(790, 50, 51, t0)));
+        // No TTL is not a lease.
+        assert!(!grew(&first, &reading(-1, 50, 51, t0)));
+    }
 }

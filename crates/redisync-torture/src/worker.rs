@@ -488,9 +488,11 @@ impl Task {
             }
         }
         tokio::time::sleep_until(until).await;
-        let last = now_us();
-        let valid_at_end = looks.look(last, &held);
+        // The end write goes with the last look, as the start write goes
+        // with the first: a holder that stalls after looking (a paused
+        // process) wrote, in the history, while it still knew it was valid.
         let end_us = now_us();
+        let valid_at_end = looks.look(end_us, &held);
         let token = held.token();
         if held.release().await.is_err() {
             self.stats
