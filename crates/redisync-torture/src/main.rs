@@ -2,7 +2,7 @@
 //! with status 1 on violations, 2 when the run could not be set up.
 //!
 //! ```text
-//! redisync-torture [--minutes M | --seconds S] [--lease-ms L] [--tasks T] [--seed N] [--quiet]
+//! redisync-torture [--minutes M | --seconds S] [--lease-ms L] [--tasks T] [--seed N] [--drop-percent D] [--quiet]
 //! redisync-torture worker ...   # the worker process, spawned by a run
 //! ```
 #![forbid(unsafe_code)]
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redisync_torture::{run, worker_process, Config};
 
-const USAGE: &str = "usage: redisync-torture [--minutes M | --seconds S] [--lease-ms L] [--tasks T] [--seed N] [--quiet]";
+const USAGE: &str = "usage: redisync-torture [--minutes M | --seconds S] [--lease-ms L] [--tasks T] [--seed N] [--drop-percent D] [--quiet]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -86,6 +86,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
                     usize::try_from(value()?.max(1)).map_err(|e| e.to_string())?;
             }
             "--seed" => config.seed = value()?,
+            "--drop-percent" => config.drop_percent = value()?.min(100),
             "--quiet" => config.verbose = false,
             "-h" | "--help" => return Err("redisync torture test".into()),
             other => return Err(format!("unknown argument {other:?}")),

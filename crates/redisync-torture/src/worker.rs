@@ -35,15 +35,19 @@ pub(crate) struct Settings {
     pub(crate) queue_lease: Duration,
     /// Redlock node timeout.
     pub(crate) node_timeout: Duration,
+    /// Sections (in percent) that end by dropping the guard (released in
+    /// the background) instead of awaiting `unlock`.
+    pub(crate) drop_percent: u64,
 }
 
 impl Settings {
-    pub(crate) fn new(lease: Duration) -> Settings {
+    pub(crate) fn new(lease: Duration, drop_percent: u64) -> Settings {
         Settings {
             lease,
             command_timeout: (lease / 2).max(Duration::from_millis(100)),
             queue_lease: lease * 2,
             node_timeout: Duration::from_millis(100),
+            drop_percent,
         }
     }
 }
@@ -364,6 +368,7 @@ impl Workers {
                         kind,
                         client: format!("{}.{}{t}", set.label, short(kind)),
                         lease: settings.lease,
+                        drop_percent: settings.drop_percent,
                         stop: stop.clone(),
                         stats: stats.clone(),
                         sink: sink.clone(),
@@ -415,6 +420,7 @@ struct Task {
     kind: Kind,
     client: String,
     lease: Duration,
+    drop_percent: u64,
     stop: Arc<AtomicBool>,
     stats: Arc<Stats>,
     sink: mpsc::UnboundedSender<Section>,
@@ -435,7 +441,8 @@ impl Task {
                         .acquired
                         .fetch_add(1, Ordering::Relaxed);
                     let hold_for = self.hold_time();
-                    let section = self.section(held, requested_us, hold_for).await;
+                    let drop_guard = self.rng.below(100) < self.drop_percent;
+                    let section = self.section(held, requested_us, hold_for, drop_guard).await;
                     let _ = self.sink.send(section);
                 }
                 Ok(None) => {
@@ -469,8 +476,16 @@ impl Task {
     }
 
     /// Holds `held` for `hold_for`, looking at it every few milliseconds,
-    /// then lets go. The fenced writes are at `start_us` and `end_us`.
-    async fn section(&self, held: Held, requested_us: u64, hold_for: Duration) -> Section {
+    /// then lets go: `unlock().await`, or drops the guard (`drop_guard`:
+    /// released in the background). The fenced writes are at `start_us` and
+    /// `end_us`.
+    async fn section(
+        &self,
+        held: Held,
+        requested_us: u64,
+        hold_for: Duration,
+        drop_guard: bool,
+    ) -> Section {
         let until = Instant::now() + hold_for;
         let start_us = now_us();
         let mut looks = Looks::default();
@@ -494,7 +509,9 @@ impl Task {
         let end_us = now_us();
         let valid_at_end = looks.look(end_us, &held);
         let token = held.token();
-        if held.release().await.is_err() {
+        if drop_guard {
+            drop(held);
+        } else if held.release().await.is_err() {
             self.stats
                 .of(self.kind)
                 .release_failed

@@ -1,0 +1,137 @@
+//! Bugs the torture run found, replayed with a [`FaultProxy`] between one
+//! client and its server. Each scenario depends on timing (what fred still
+//! re-sends after a reset, when a background retry runs), so each test tries
+//! it several times and fails on the first bad outcome.
+//!
+//! Root cause of both: the acquire scripts decide "re-entry" from the owner
+//! id alone (`"<client uuid>:<task id>"`). When an owner's release never
+//! reached Redis, its field stays until the lease ends, and the same task's
+//! next, fresh acquisition is taken for a re-entry: no new token, same
+//! `~t`. Anything that still carries the old (owner, token) pair then
+//! matches the new acquisition.
+
+use std::time::Duration;
+
+use redisync::Client;
+use redisync_testkit::{Direction, FaultProxy, RedisServer};
+use tokio::time::{sleep, timeout};
+
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(300);
+const TRIES: usize = 8;
+
+async fn client(url: &str, watchdog: Duration) -> Client {
+    Client::builder(url)
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(watchdog)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Acquires `lock` in the calling task, retrying while the client reconnects.
+async fn acquire(lock: &redisync::Lock) -> redisync::LockGuard {
+    timeout(Duration::from_secs(10), async {
+        loop {
+            match lock.try_lock(Duration::from_secs(1), None).await {
+                Ok(Some(g)) => return g,
+                Ok(None) | Err(_) => sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the lock came back")
+}
+
+/// One try: a release sent into a partition, the connection reset (the
+/// release is gone), then the same task acquires again.
+async fn lost_release_then_fresh_acquisition(name: &str) -> Result<(), String> {
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    let c = client(&proxy.url(), Duration::from_secs(5)).await;
+    let lock = c.lock(name);
+    let first = acquire(&lock).await;
+    let t1 = first.fencing_token();
+
+    proxy.blackhole(Direction::Upstream);
+    let _ = first.unlock().await; // cannot get through
+    proxy.reset_connections(); // what was sent is gone
+    proxy.heal();
+
+    let second = acquire(&lock).await;
+    let t2 = second.fencing_token();
+    let _ = second.unlock().await;
+    if t2 > t1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "a fresh (non-reentrant) acquisition got token {t2}, the previous one had {t1}"
+        ))
+    }
+}
+
+/// Fencing tokens must strictly increase for every non-reentrant
+/// acquisition (README, "Fencing"). After a lost release the same task's
+/// next acquisition gets the old token again. Redlock inherits it: the
+/// torture run saw two consecutive Redlock grants of one task with the same
+/// token (lease 400 ms, 3 tasks per kind, seed 7, after about 2 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BUG: a fresh acquisition after a lost release re-enters the stale field and reuses its fencing token"]
+async fn a_fresh_acquisition_after_a_lost_release_gets_a_new_token() {
+    for i in 0..TRIES {
+        if let Err(e) = lost_release_then_fresh_acquisition(&format!("found:token:{i}")).await {
+            panic!("try {i}: {e}");
+        }
+    }
+}
+
+/// One try: a guard dropped during a partition (its background release is
+/// retried while the lease lasts), the connection reset, then the same task
+/// acquires again while a retry is still pending.
+async fn dropped_guard_then_fresh_acquisition(name: &str) -> Result<(), String> {
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    // A long watchdog period: the new guard keeps believing for a while.
+    let c = client(&proxy.url(), Duration::from_secs(9)).await;
+    let other = client(&server.url(), Duration::from_secs(9)).await;
+    let lock = c.lock(name);
+    let first = acquire(&lock).await;
+
+    proxy.blackhole(Direction::Upstream);
+    drop(first); // released in the background, retried on failure
+    sleep(COMMAND_TIMEOUT + Duration::from_millis(50)).await;
+    proxy.reset_connections(); // what was sent is gone; the retries go on
+    proxy.heal();
+
+    let second = acquire(&lock).await;
+    // Give the background retries time to get through.
+    sleep(Duration::from_secs(1)).await;
+    let believes = !second.is_lost();
+    let stolen = other
+        .lock(name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    if believes && stolen.is_some() {
+        return Err(format!(
+            "two holders: the dropped guard's late release freed the same task's new \
+             acquisition (token {}), and another client took the lock",
+            second.fencing_token()
+        ));
+    }
+    Ok(())
+}
+
+/// Mutual exclusion: a dropped guard's release is retried in the
+/// background (owner and token checked, "idempotent"), but the same task's
+/// next acquisition re-entered the stale field with the same token, so the
+/// late retry deletes that acquisition: its guard is not lost, yet another
+/// client takes the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BUG: a dropped guard's retried release can free the same task's next acquisition (two holders)"]
+async fn a_retried_release_of_a_dropped_guard_never_frees_a_later_acquisition() {
+    for i in 0..TRIES {
+        if let Err(e) = dropped_guard_then_fresh_acquisition(&format!("found:retry:{i}")).await {
+            panic!("try {i}: {e}");
+        }
+    }
+}
