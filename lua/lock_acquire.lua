@@ -3,15 +3,14 @@
 -- KEYS[2]  fencing counter (string, no TTL, never deleted)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
+-- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
+--          for a fresh acquisition
 -- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
 -- Field '~w' marks that another client tried while the lock was held.
 -- A key of another type raises WRONGTYPE before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 
--- PTTL answers for any type (-2: no key), so a key of another type reaches
--- HEXISTS below, which raises WRONGTYPE.
-local pttl = redis.call('pttl', lock)
-if pttl == -2 then
+local function grant()
   local token = redis.call('incr', fence)
   if token == 1 then
     -- The counter was lost (new server, restart without persistence, flush):
@@ -26,7 +25,20 @@ if pttl == -2 then
   return {1, token}
 end
 
+-- PTTL answers for any type (-2: no key), so a key of another type reaches
+-- HEXISTS below, which raises WRONGTYPE.
+local pttl = redis.call('pttl', lock)
+if pttl == -2 then
+  return grant()
+end
+
 if redis.call('hexists', lock, owner) == 1 then
+  if redis.call('hget', lock, '~t') ~= ARGV[3] then
+    -- Left by an acquisition of this owner that the caller no longer holds
+    -- (its release never arrived): a fresh acquisition replaces it, with a
+    -- new token, so nothing carrying the old token matches it any more.
+    return grant()
+  end
   redis.call('hincrby', lock, owner, 1)
   -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
   if pttl < lease then

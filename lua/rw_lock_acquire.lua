@@ -6,12 +6,16 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  'r' read or 'w' write
+-- ARGV[4]  token of the hold the caller re-enters on that side, or '' for a
+--          fresh acquisition: a field of this owner with another token was
+--          left by a release that never arrived and is replaced, with a new
+--          token, so nothing carrying the old token matches it any more
 -- Returns {1, token} acquired, {2, token} re-entered, {0, ms} busy (ms to
 -- wait at most), {-3, 0} write asked by an owner holding only a read lock
 -- (an upgrade would deadlock: refused). Readers whose lease ended (crashed)
 -- are dropped first, whoever else keeps renewing.
 local h, readers, fence = KEYS[1], KEYS[2], KEYS[3]
-local owner, lease, side = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local owner, lease, side, reentry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -57,6 +61,12 @@ if side == 'w' then
   end
   if mode == 'write' then
     if redis.call('hexists', h, 'w:' .. owner) == 1 then
+      if redis.call('hget', h, '~t') ~= reentry then
+        local n = token()
+        redis.call('hset', h, 'w:' .. owner, 1, '~t', string.format('%.0f', n))
+        cover()
+        return {1, n}
+      end
       redis.call('hincrby', h, 'w:' .. owner, 1)
       cover()
       return {2, tonumber(redis.call('hget', h, '~t'))}
@@ -75,7 +85,7 @@ if mode == 'write' and redis.call('hexists', h, 'w:' .. owner) == 0 then
   return {0, redis.call('pttl', h)}
 end
 local until_ms = now + lease
-if redis.call('hexists', h, 'r:' .. owner) == 1 then
+if redis.call('hexists', h, 'r:' .. owner) == 1 and redis.call('hget', h, 't:' .. owner) == reentry then
   redis.call('hincrby', h, 'r:' .. owner, 1)
   if tonumber(redis.call('zscore', readers, owner) or '0') < until_ms then
     redis.call('zadd', readers, until_ms, owner)

@@ -141,7 +141,6 @@ async fn tokens_increase_after_a_lost_release(which: Which) {
 /// torture run saw two consecutive Redlock grants of one task with the same
 /// token (lease 400 ms, 3 tasks per kind, seed 7, after about 2 minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a fresh acquisition after a lost release re-enters the stale field and reuses its fencing token"]
 async fn a_fresh_acquisition_after_a_lost_release_gets_a_new_token() {
     tokens_increase_after_a_lost_release(Which::Lock).await;
 }
@@ -157,7 +156,6 @@ async fn fair_lock_a_fresh_acquisition_after_a_lost_release_gets_a_new_token() {
 
 /// The same with the write side of a read-write lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a fresh write acquisition after a lost release re-enters the stale field and reuses its fencing token"]
 async fn rw_write_a_fresh_acquisition_after_a_lost_release_gets_a_new_token() {
     tokens_increase_after_a_lost_release(Which::RwWrite).await;
 }
@@ -205,7 +203,6 @@ async fn dropped_guard_then_fresh_acquisition(name: &str) -> Result<(), String> 
 /// late retry deletes that acquisition: its guard is not lost, yet another
 /// client takes the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a dropped guard's retried release can free the same task's next acquisition (two holders)"]
 async fn a_retried_release_of_a_dropped_guard_never_frees_a_later_acquisition() {
     for i in 0..TRIES {
         if let Err(e) = dropped_guard_then_fresh_acquisition(&format!("found:retry:{i}")).await {

@@ -364,7 +364,7 @@ impl Lock {
     /// outcome is known (nothing ran) the attempt is disarmed; on an unknown
     /// outcome it stays armed, so dropping it undoes a possible acquisition.
     async fn attempt(&self, attempt: &mut Attempt, owner: &str, lease_ms: i64) -> Result<Acquired> {
-        let reply = self.run_acquire(owner, lease_ms).await;
+        let reply = self.run_acquire(owner, lease_ms, attempt.keep_token).await;
         if matches!(&reply, Err(e) if !e.outcome_unknown()) {
             attempt.armed = false;
         }
@@ -400,14 +400,23 @@ impl Lock {
         })
     }
 
-    async fn run_acquire(&self, owner: &str, lease_ms: i64) -> Result<Acquired> {
+    async fn run_acquire(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        reentry: Option<u64>,
+    ) -> Result<Acquired> {
         let client = self.client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
-                vec![Value::String(owner.into()), Value::Integer(lease_ms)],
+                vec![
+                    Value::String(owner.into()),
+                    Value::Integer(lease_ms),
+                    Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
+                ],
             )
             .await?;
         parse_acquire(&reply)

@@ -324,6 +324,12 @@ impl RwLock {
                     Value::String(owner.into()),
                     Value::Integer(lease_ms),
                     Value::String(side.tag().into()),
+                    Value::String(
+                        undo.keep_token
+                            .map(|t| t.to_string())
+                            .unwrap_or_default()
+                            .into(),
+                    ),
                 ],
             )
             .await;
