@@ -940,7 +940,7 @@ impl FairLockGuard {
             return Ok(());
         };
         let was_lost = hold.is_lost();
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         let mut cleanup = Cleanup::new(&self.lock, &hold.slot, &hold.owner_str);
         if last {
             cleanup.arm(hold.valid_until());
@@ -966,22 +966,12 @@ impl FairLockGuard {
     }
 }
 
-/// Takes one guard off its hold: stops its renewal; the last one also leaves
-/// the slot's holders. Returns whether it was the last.
-fn detach(hold: &Arc<Hold>, watchdog: bool) -> bool {
-    let last = hold.drop_hold(watchdog);
-    if last {
-        hold.slot.remove_holder(hold);
-    }
-    last
-}
-
 impl Drop for FairLockGuard {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         let lock = self.lock.clone();
         if last {
             // The owner's next acquisition waits for this release.

@@ -88,6 +88,16 @@ impl Hold {
         self.extend_validity(sent_at, lease);
     }
 
+    /// Takes one guard off this hold: stops its renewal at once; the last one
+    /// also leaves the slot's holders. Returns whether it was the last.
+    pub(crate) fn detach(self: &std::sync::Arc<Self>, watchdog: bool) -> bool {
+        let last = self.drop_hold(watchdog);
+        if last {
+            self.slot.remove_holder(self);
+        }
+        last
+    }
+
     /// A guard goes away: stops its renewal first. Returns true for the last one.
     pub(crate) fn drop_hold(&self, watchdog: bool) -> bool {
         if watchdog {

@@ -949,7 +949,7 @@ impl LockGuard {
         // Known lost already (the lease ran out by our clock): still release,
         // to free what may be left in Redis, but report it as not held.
         let was_lost = hold.is_lost();
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         let released = release_then_open_gate(self.lock.client_inner(), &hold, last).await;
         if let (Ok(1..), Some((required, timeout))) =
             (&released, self.lock.client_inner().settings.replica_sync)
@@ -1000,22 +1000,12 @@ impl LockGuard {
     }
 }
 
-/// Takes one guard off its hold: stops its renewal; the last one also leaves
-/// the slot's holders. Returns whether it was the last.
-fn detach(hold: &Arc<Hold>, watchdog: bool) -> bool {
-    let last = hold.drop_hold(watchdog);
-    if last {
-        hold.slot.remove_holder(hold);
-    }
-    last
-}
-
 impl Drop for LockGuard {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(lock_key = %self.lock.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
             return;

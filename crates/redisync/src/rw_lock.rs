@@ -763,7 +763,7 @@ impl RwLockGuard {
             return Ok(());
         };
         let was_lost = hold.is_lost();
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         match self
             .rw
             .release_script(self.side, raw_owner(&hold), Some(hold.token), last, '=')
@@ -785,20 +785,12 @@ impl RwLockGuard {
     }
 }
 
-fn detach(hold: &Arc<Hold>, watchdog: bool) -> bool {
-    let last = hold.drop_hold(watchdog);
-    if last {
-        hold.slot.remove_holder(hold);
-    }
-    last
-}
-
 impl Drop for RwLockGuard {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        let last = detach(&hold, self.watchdog);
+        let last = hold.detach(self.watchdog);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(lock_key = %self.rw.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
             return;

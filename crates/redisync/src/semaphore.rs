@@ -496,7 +496,7 @@ impl SemaphorePermit {
             return Ok(());
         };
         let was_lost = hold.is_lost();
-        detach(&hold);
+        hold.detach(true);
         match self.semaphore.release_id(&hold.owner).await? {
             0 => {
                 hold.mark_lost("release found the permits reclaimed");
@@ -512,18 +512,12 @@ impl SemaphorePermit {
     }
 }
 
-fn detach(hold: &Arc<Hold>) {
-    if hold.drop_hold(true) {
-        hold.slot.remove_holder(hold);
-    }
-}
-
 impl Drop for SemaphorePermit {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        detach(&hold);
+        hold.detach(true);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(lock_key = %self.semaphore.inner.key, "permit dropped outside a tokio runtime; it returns when its lease ends");
             return;
