@@ -12,7 +12,7 @@ use crate::hold::Hold;
 use crate::hold::RenewSpec;
 use crate::hub::{Addressed, Slot, SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
-use crate::lock::{checked_ms, lock_renew_args, EXTEND, INSPECT, RENEW as LOCK_RENEW_SCRIPT};
+use crate::lock::{checked_ms, extend_hold, lock_renew_args, INSPECT, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
@@ -848,21 +848,9 @@ impl std::fmt::Debug for FairLockGuard {
     }
 }
 
+crate::hold::guard_hold_accessors!(FairLockGuard);
+
 impl FairLockGuard {
-    fn hold(&self) -> &Arc<Hold> {
-        // Present until unlock() consumes the guard or Drop runs.
-        self.hold
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("guard used after release"))
-    }
-
-    /// The fencing token of this acquisition: strictly increasing per lock
-    /// name across all clients for every non-reentrant acquisition; a
-    /// re-entrant acquisition returns the outer token.
-    pub fn fencing_token(&self) -> u64 {
-        self.hold().token
-    }
-
     /// The lock this guard holds.
     pub fn lock(&self) -> &FairLock {
         &self.lock
@@ -878,47 +866,12 @@ impl FairLockGuard {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let lease_ms = checked_ms("lease", lease)?;
-        let hold = self.hold();
-        if hold.is_lost() {
-            return Err(self.not_held());
-        }
-        let client = self.lock.client_inner();
-        let sent_at = Instant::now();
-        let extended: i64 = EXTEND
-            .run_idempotent(
-                &client.redis,
-                &self.lock.inner.key,
-                vec![self.lock.inner.hash.clone()],
-                vec![
-                    hold.owner.clone(),
-                    Value::String(hold.token.to_string().into()),
-                    Value::Integer(lease_ms),
-                ],
-            )
-            .await?;
-        if extended == 1 {
-            hold.set_validity(sent_at, lease);
+        let key = &self.lock.inner.hash;
+        if extend_hold(self.lock.client_inner(), key, self.hold(), lease).await? {
             Ok(())
         } else {
-            hold.mark_lost("extend found the lock gone");
             Err(self.not_held())
         }
-    }
-
-    /// Resolves when the client learns the lock was lost: its lease ran out,
-    /// the watchdog found it gone (expired, forced, Redis restarted or failed
-    /// over) or could not renew it before the lease ended.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.hold().lost().await;
-    }
-
-    /// Whether the lock is known to be lost (see [`FairLockGuard::lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.hold().is_lost()
     }
 
     /// Releases this hold; after the owner's last one the lock is free and

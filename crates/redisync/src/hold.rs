@@ -188,3 +188,42 @@ impl Hold {
         }
     }
 }
+
+/// The accessors every guard type shares, over its `hold: Option<Arc<Hold>>`
+/// field (present until the guard is released or dropped): `hold()`,
+/// `fencing_token()`, `lost()`, `is_lost()`.
+macro_rules! guard_hold_accessors {
+    ($guard:ty) => {
+        impl $guard {
+            fn hold(&self) -> &std::sync::Arc<$crate::hold::Hold> {
+                self.hold
+                    .as_ref()
+                    .unwrap_or_else(|| unreachable!("guard used after release"))
+            }
+
+            /// The fencing token of this acquisition: strictly increasing per
+            /// name across all clients for every new acquisition (a
+            /// re-entrant acquisition returns the outer token). Pass it to the
+            /// protected resource and have it reject writes with an older token.
+            pub fn fencing_token(&self) -> u64 {
+                self.hold().token
+            }
+
+            /// Resolves when the client learns the hold was lost: its lease
+            /// ran out, the watchdog found it gone (expired, forced, Redis
+            /// restarted or failed over) or could not renew it in time.
+            ///
+            /// # Cancel safety
+            /// Cancel safe.
+            pub async fn lost(&self) {
+                self.hold().lost().await;
+            }
+
+            /// Whether the hold is known to be lost (see `lost`).
+            pub fn is_lost(&self) -> bool {
+                self.hold().is_lost()
+            }
+        }
+    };
+}
+pub(crate) use guard_hold_accessors;

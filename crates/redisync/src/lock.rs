@@ -770,6 +770,42 @@ pub(crate) async fn wait_for_replicas(
         .await?)
 }
 
+/// Sets the lease of `hold` to exactly `lease` if it still holds the lock
+/// hash `key` (the lock layout: owner -> count, '~t' -> token; shared by the
+/// fair lock). `Ok(false)` (and the hold marked lost) when it does not.
+pub(crate) async fn extend_hold(
+    client: &ClientInner,
+    key: &Key,
+    hold: &Hold,
+    lease: Duration,
+) -> Result<bool> {
+    let lease_ms = checked_ms("lease", lease)?;
+    if hold.is_lost() {
+        return Ok(false);
+    }
+    let sent_at = Instant::now();
+    let name = key.as_str().unwrap_or_default().to_owned();
+    let extended: i64 = EXTEND
+        .run_idempotent(
+            &client.redis,
+            &name,
+            vec![key.clone()],
+            vec![
+                hold.owner.clone(),
+                Value::String(hold.token.to_string().into()),
+                Value::Integer(lease_ms),
+            ],
+        )
+        .await?;
+    if extended == 1 {
+        hold.set_validity(sent_at, lease);
+        Ok(true)
+    } else {
+        hold.mark_lost("extend found the lock gone");
+        Ok(false)
+    }
+}
+
 /// Runs the release script for one hold (`last`: drop the owner's whole
 /// field). Returns the script's answer: 0 not held, 1 still held, 2 released.
 pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
@@ -854,22 +890,9 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+crate::hold::guard_hold_accessors!(LockGuard);
+
 impl LockGuard {
-    fn hold(&self) -> &Arc<Hold> {
-        // Present until unlock() consumes the guard or Drop runs.
-        self.hold
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("guard used after release"))
-    }
-
-    /// The fencing token of this acquisition: strictly increasing per lock
-    /// name across all clients for every non-reentrant acquisition; a
-    /// re-entrant acquisition returns the outer token. Pass it to the
-    /// protected resource and have it reject writes with an older token.
-    pub fn fencing_token(&self) -> u64 {
-        self.hold().token
-    }
-
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
         &self.lock
@@ -885,47 +908,12 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let lease_ms = checked_ms("lease", lease)?;
-        let hold = self.hold();
-        if hold.is_lost() {
-            return Err(self.not_held());
-        }
-        let client = self.lock.client_inner();
-        let sent_at = Instant::now();
-        let extended: i64 = EXTEND
-            .run_idempotent(
-                &client.redis,
-                &self.lock.inner.key,
-                vec![self.lock.inner.redis_key.clone()],
-                vec![
-                    hold.owner.clone(),
-                    Value::String(hold.token.to_string().into()),
-                    Value::Integer(lease_ms),
-                ],
-            )
-            .await?;
-        if extended == 1 {
-            hold.set_validity(sent_at, lease);
+        let key = &self.lock.inner.redis_key;
+        if extend_hold(self.lock.client_inner(), key, self.hold(), lease).await? {
             Ok(())
         } else {
-            hold.mark_lost("extend found the lock gone");
             Err(self.not_held())
         }
-    }
-
-    /// Resolves when the client learns the lock was lost: its lease ran out,
-    /// the watchdog found it gone (expired, forced, Redis restarted or failed
-    /// over) or could not renew it before the lease ended.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.hold().lost().await;
-    }
-
-    /// Whether the lock is known to be lost (see [`LockGuard::lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.hold().is_lost()
     }
 
     /// Releases this hold (the lock itself once the last hold of the owner

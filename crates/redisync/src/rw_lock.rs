@@ -687,22 +687,12 @@ impl std::fmt::Debug for RwLockGuard {
     }
 }
 
-impl RwLockGuard {
-    fn hold(&self) -> &Arc<Hold> {
-        self.hold
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("guard used after release"))
-    }
+crate::hold::guard_hold_accessors!(RwLockGuard);
 
+impl RwLockGuard {
     /// Whether this guard holds the write side (else the read side).
     pub fn is_write(&self) -> bool {
         self.side == Side::Write
-    }
-
-    /// The fencing token of this acquisition: strictly increasing per lock
-    /// across both sides and all clients; re-entry returns the outer token.
-    pub fn fencing_token(&self) -> u64 {
-        self.hold().token
     }
 
     /// Sets the remaining lease of the lock to at least `lease` if this
@@ -733,19 +723,6 @@ impl RwLockGuard {
             hold.mark_lost("extend found the lock gone");
             Err(self.not_held())
         }
-    }
-
-    /// Resolves when the client learns the hold was lost.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.hold().lost().await;
-    }
-
-    /// Whether the hold is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.hold().is_lost()
     }
 
     /// Releases this hold. The last write hold frees the lock (or turns it to

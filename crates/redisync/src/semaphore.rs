@@ -451,35 +451,12 @@ impl std::fmt::Debug for SemaphorePermit {
     }
 }
 
-impl SemaphorePermit {
-    fn hold(&self) -> &Arc<Hold> {
-        self.hold
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("permit used after release"))
-    }
+crate::hold::guard_hold_accessors!(SemaphorePermit);
 
+impl SemaphorePermit {
     /// How many permits this acquisition holds.
     pub fn permits(&self) -> u32 {
         self.permits
-    }
-
-    /// The fencing token of this acquisition, strictly increasing per semaphore.
-    pub fn fencing_token(&self) -> u64 {
-        self.hold().token
-    }
-
-    /// Resolves when the client learns the permits were lost (lease ended,
-    /// renewal found them reclaimed, Redis lost them).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.hold().lost().await;
-    }
-
-    /// Whether the permits are known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.hold().is_lost()
     }
 
     /// Gives the permits back and wakes waiters.
