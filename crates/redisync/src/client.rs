@@ -266,8 +266,16 @@ impl Client {
         });
         let tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
-            tokio::spawn(follow_reconnects(Arc::downgrade(&inner.hub))),
-            tokio::spawn(follow_cluster_changes(Arc::downgrade(&inner.hub))),
+            tokio::spawn(resubscribe_on(
+                Arc::downgrade(&inner.hub),
+                inner.hub.subscriber.reconnect_rx(),
+                "reconnect",
+            )),
+            tokio::spawn(resubscribe_on(
+                Arc::downgrade(&inner.hub),
+                inner.hub.subscriber.cluster_change_rx(),
+                "cluster change",
+            )),
             tokio::spawn(watchdog(Arc::downgrade(&inner))),
         ];
         *crate::hub::lock_unpoisoned(&inner.tasks) = tasks;
@@ -392,41 +400,22 @@ async fn receive_messages(hub: Weak<Hub>) {
     }
 }
 
-/// After the subscriber reconnects: subscribe again, then wake every waiter
-/// (messages sent while disconnected are gone).
-async fn follow_reconnects(hub: Weak<Hub>) {
-    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.reconnect_rx()) else {
-        return;
-    };
+/// Subscribes again and wakes every waiter whenever `rx` fires: after the
+/// subscriber reconnected (messages sent meanwhile are gone) and after the
+/// cluster's slot map changed (resharding, failover: the server may have
+/// dropped sharded subscriptions, and fred drops its `sunsubscribe` notice).
+async fn resubscribe_on<T: Clone>(
+    hub: Weak<Hub>,
+    mut rx: tokio::sync::broadcast::Receiver<T>,
+    what: &'static str,
+) {
     loop {
         let event = rx.recv().await;
         let Some(hub) = hub.upgrade() else { return };
         match event {
             Ok(_) | Err(RecvError::Lagged(_)) => {
                 if let Err(e) = hub.resubscribe().await {
-                    tracing::warn!(error = %e, "resubscribe after reconnect failed");
-                }
-                hub.wake_all();
-            }
-            Err(RecvError::Closed) => return,
-        }
-    }
-}
-
-/// After the cluster's slot map changed (resharding, failover): sharded
-/// subscriptions may have been dropped by the server (fred drops its
-/// `sunsubscribe` notice), so subscribe again and wake every waiter.
-async fn follow_cluster_changes(hub: Weak<Hub>) {
-    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.cluster_change_rx()) else {
-        return;
-    };
-    loop {
-        let event = rx.recv().await;
-        let Some(hub) = hub.upgrade() else { return };
-        match event {
-            Ok(_) | Err(RecvError::Lagged(_)) => {
-                if let Err(e) = hub.resubscribe().await {
-                    tracing::warn!(error = %e, "resubscribe after a cluster change failed");
+                    tracing::warn!(error = %e, after = what, "resubscribe failed");
                 }
                 hub.wake_all();
             }

@@ -12,7 +12,9 @@ use crate::hold::Hold;
 use crate::hold::RenewSpec;
 use crate::hub::{Addressed, Slot, SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
-use crate::lock::{checked_ms, extend_hold, lock_renew_args, INSPECT, RENEW as LOCK_RENEW_SCRIPT};
+use crate::lock::{
+    checked_ms, extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
+};
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
@@ -597,23 +599,7 @@ impl FairLock {
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
         self.check_usable()?;
-        let client = self.client_inner();
-        let owner = client.owner_id();
-        let reply: Vec<i64> = INSPECT
-            .run_idempotent(
-                &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone()],
-                vec![Value::String(owner.as_ref().into())],
-            )
-            .await?;
-        match reply[..] {
-            [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
-            _ => Err(Error::Script {
-                name: "lock_inspect.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
-        }
+        inspect_hash(self.client_inner(), &self.inner.hash).await
     }
 
     /// Whether anybody holds the lock.
@@ -659,11 +645,7 @@ impl FairLock {
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let (locked, pttl, _) = self.inspect().await?;
-        Ok(match (locked, u64::try_from(pttl)) {
-            (false, _) => None,
-            (true, Ok(ms)) => Some(Duration::from_millis(ms)),
-            (true, Err(_)) => Some(Duration::MAX),
-        })
+        Ok(lease_left(locked, pttl))
     }
 
     /// Deletes the lock whoever holds it and tells the next waiter in the

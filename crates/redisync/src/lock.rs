@@ -452,23 +452,7 @@ impl Lock {
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
         self.check_usable()?;
-        let client = self.client_inner();
-        let owner = client.owner_id();
-        let reply: Vec<i64> = INSPECT
-            .run_idempotent(
-                &client.redis,
-                &self.inner.key,
-                vec![self.inner.redis_key.clone()],
-                vec![Value::String(owner.as_ref().into())],
-            )
-            .await?;
-        match reply[..] {
-            [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
-            _ => Err(Error::Script {
-                name: "lock_inspect.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
-        }
+        inspect_hash(self.client_inner(), &self.inner.redis_key).await
     }
 
     /// Whether anybody holds the lock.
@@ -514,11 +498,7 @@ impl Lock {
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let (locked, pttl, _) = self.inspect().await?;
-        Ok(match (locked, u64::try_from(pttl)) {
-            (false, _) => None,
-            (true, Ok(ms)) => Some(Duration::from_millis(ms)),
-            (true, Err(_)) => Some(Duration::MAX),
-        })
+        Ok(lease_left(locked, pttl))
     }
 
     /// The client this lock belongs to.
@@ -768,6 +748,38 @@ pub(crate) async fn wait_for_replicas(
         .redis
         .custom::<i64, _>(wait, vec![i64::from(required), ms])
         .await?)
+}
+
+/// `lock_inspect.lua` on a hash of the lock layout (shared by the fair
+/// lock), for the calling task: (locked, pttl ms, the task's hold count).
+pub(crate) async fn inspect_hash(client: &ClientInner, key: &Key) -> Result<(bool, i64, u32)> {
+    let owner = client.owner_id();
+    let name = key.as_str().unwrap_or_default().to_owned();
+    let reply: Vec<i64> = INSPECT
+        .run_idempotent(
+            &client.redis,
+            &name,
+            vec![key.clone()],
+            vec![Value::String(owner.as_ref().into())],
+        )
+        .await?;
+    match reply[..] {
+        [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
+        _ => Err(Error::Script {
+            name: "lock_inspect.lua",
+            message: format!("unexpected reply {reply:?}"),
+        }),
+    }
+}
+
+/// A remaining lease from a lock's state: `None` when not locked,
+/// `Duration::MAX` for a key without TTL (not written by redisync).
+pub(crate) fn lease_left(locked: bool, pttl_ms: i64) -> Option<Duration> {
+    match (locked, u64::try_from(pttl_ms)) {
+        (false, _) => None,
+        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
+        (true, Err(_)) => Some(Duration::MAX),
+    }
 }
 
 /// Sets the lease of `hold` to exactly `lease` if it still holds the lock

@@ -625,11 +625,7 @@ macro_rules! side_handle {
             /// Cancel safe (read-only).
             pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
                 let (mode, pttl, _) = self.rw.inspect($side).await?;
-                Ok(match (mode, u64::try_from(pttl)) {
-                    (0, _) => None,
-                    (_, Ok(ms)) => Some(Duration::from_millis(ms)),
-                    (_, Err(_)) => Some(Duration::MAX),
-                })
+                Ok(crate::lock::lease_left(mode != 0, pttl))
             }
 
             /// Deletes the whole read-write lock (every reader and the
