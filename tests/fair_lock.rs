@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{lock_key, Env};
+use common::{eventually, lock_key, Env};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use redisync::{Client, Error, FairLock};
@@ -35,15 +35,7 @@ async fn queue_len(env: &Env, name: &str) -> (i64, i64) {
 
 /// The server's clock in milliseconds.
 async fn server_ms(env: &Env) -> i64 {
-    let (secs, micros): (String, String) = env
-        .admin
-        .custom(
-            CustomCommand::new_static("TIME", ClusterHash::FirstKey, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
-    secs.parse::<i64>().unwrap() * 1000 + micros.parse::<i64>().unwrap() / 1000
+    common::server_ms(&env.admin).await
 }
 
 /// What a crashed waiter leaves behind: a queue entry whose deadline is
@@ -59,24 +51,6 @@ async fn write_ghost(env: &Env, name: &str, ghost: &str, left: Duration) {
         )
         .await
         .unwrap();
-}
-
-/// Polls `check` every 10 ms until it returns true; false if `within` passes first.
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// INFO commandstats as command -> calls.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use common::{admin, lock_key, Env};
+use common::{admin, eventually, lock_key, Env};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use redisync::{Client, Error};
@@ -24,24 +24,6 @@ async fn fast_client(url: &str, watchdog: Duration) -> Client {
         .connect()
         .await
         .expect("connect")
-}
-
-/// Polls `check` every 20 ms until it returns true; false if `within` passes first.
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn exists(env: &Env, name: &str) -> i64 {

@@ -243,41 +243,20 @@ async fn crashed_readers_share_expires_while_others_renew() {
     let writer = env.client().await;
     let r = live.rw_lock("ghost").read().lock().await.unwrap();
     // A crashed reader of another process: its share has 400 ms left.
-    let (secs, micros): (String, String) = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "TIME",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
-    let now_ms = secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
+    let now_ms = common::server_ms(&env.admin).await;
     let key = rw_key("ghost");
     let _: () = env
         .admin
         .hset(&key, [("r:dead:1", "1"), ("t:dead:1", "1")])
         .await
         .unwrap();
-    let _: () = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "ZADD",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            vec![
-                format!("{key}:readers"),
-                (now_ms + 400).to_string(),
-                "dead:1".to_owned(),
-            ],
-        )
-        .await
-        .unwrap();
+    common::zadd_ms(
+        &env.admin,
+        &format!("{key}:readers"),
+        now_ms + 400,
+        "dead:1",
+    )
+    .await;
     let rw = writer.rw_lock("ghost");
     let w_task = tokio::spawn(async move {
         let g = rw

@@ -65,39 +65,17 @@ async fn a_crashed_holders_permits_come_back_after_its_lease() {
     let sem = client.semaphore("crash");
     sem.try_set_permits(2).await.unwrap();
     // What a crashed holder leaves: 2 permits with 400 ms of lease left.
-    let (secs, micros): (String, String) = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "TIME",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
-    let now_ms = secs.parse::<i64>().unwrap() * 1000 + micros.parse::<i64>().unwrap() / 1000;
+    let now_ms = common::server_ms(&env.admin).await;
     let key = sem_key("crash");
     let _: () = env.admin.hset(&key, [("dead:1:1", "2")]).await.unwrap();
     let _: () = env.admin.hincrby(&key, "~used", 2).await.unwrap();
-    let _: () = env
-        .admin
-        .zadd(
-            format!("{key}:leases"),
-            None,
-            None,
-            false,
-            false,
-            (
-                f64::from(u32::try_from(now_ms % 1_000_000_000).unwrap())
-                    + f64::from(u32::try_from(now_ms / 1_000_000_000).unwrap()) * 1e9
-                    + 400.0,
-                "dead:1:1",
-            ),
-        )
-        .await
-        .unwrap();
+    common::zadd_ms(
+        &env.admin,
+        &format!("{key}:leases"),
+        now_ms + 400,
+        "dead:1:1",
+    )
+    .await;
     assert_eq!(sem.available_permits().await.unwrap(), 0);
     let started = tokio::time::Instant::now();
     let p = sem

@@ -48,3 +48,53 @@ pub async fn admin(url: &str) -> fred::clients::Client {
 pub fn lock_key(name: &str) -> String {
     format!("redisync:{{{name}}}")
 }
+
+/// Polls `check` every 10 ms until it returns true; false if `within` passes first.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The server's clock in milliseconds (`TIME`), for writing what a crashed
+/// holder would have left behind.
+pub async fn server_ms(admin: &fred::clients::Client) -> i64 {
+    let (secs, micros): (String, String) = admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "TIME",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("TIME");
+    secs.parse::<i64>().expect("seconds") * 1000 + micros.parse::<i64>().expect("micros") / 1000
+}
+
+/// `ZADD key score member` with an exact integer score.
+pub async fn zadd_ms(admin: &fred::clients::Client, key: &str, score_ms: i64, member: &str) {
+    let _: i64 = admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "ZADD",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            vec![key.to_owned(), score_ms.to_string(), member.to_owned()],
+        )
+        .await
+        .expect("ZADD");
+}
