@@ -264,7 +264,7 @@ impl Client {
             closed: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
             tokio::spawn(resubscribe_on(
                 Arc::downgrade(&inner.hub),
@@ -278,6 +278,12 @@ impl Client {
             )),
             tokio::spawn(watchdog(Arc::downgrade(&inner))),
         ];
+        if inner.hub.sharded && inner.redis.is_clustered() {
+            tasks.push(tokio::spawn(follow_moved_shard_channels(
+                Arc::downgrade(&inner),
+                inner.redis.cluster_change_rx(),
+            )));
+        }
         *crate::hub::lock_unpoisoned(&inner.tasks) = tasks;
         Ok(Client { inner })
     }
@@ -420,6 +426,73 @@ async fn resubscribe_on<T: Clone>(
                 hub.wake_all();
             }
             Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// How often a clustered client with sharded subscriptions checks that each
+/// is still on the primary that serves its slot.
+const SHARD_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// Keeps sharded subscriptions on the primaries that own their slots.
+///
+/// When a slot moves (resharding) or its primary fails over, the server drops
+/// the slot's sharded subscriptions with a `sunsubscribe` push that fred
+/// discards, and the subscriber connection never sees a MOVED of its own:
+/// the subscription would go silent. So while any channel is subscribed,
+/// once a period (and at once when our command connection followed a MOVED)
+/// this reads the slot map (one `CLUSTER SLOTS`) and, if a subscribed slot
+/// is served elsewhere than the subscriber believes, makes the subscriber
+/// sync its map; its cluster-change event then resubscribes and wakes every
+/// waiter ([`resubscribe_on`]).
+async fn follow_moved_shard_channels<T: Clone>(
+    client: Weak<ClientInner>,
+    mut moved: tokio::sync::broadcast::Receiver<T>,
+) {
+    use fred::interfaces::ClusterInterface;
+    let mut ticker = tokio::time::interval(SHARD_CHECK_PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            event = moved.recv() => {
+                if matches!(event, Err(RecvError::Closed)) {
+                    return;
+                }
+            }
+        }
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        let slots = client.hub.subscribed_hash_slots().await;
+        if slots.is_empty() {
+            continue;
+        }
+        let Some(known) = client.hub.subscriber.cached_cluster_state() else {
+            continue;
+        };
+        let Some(host) = known.slots().first().map(|r| r.primary.host.clone()) else {
+            continue;
+        };
+        let current = match client.redis.cluster_slots::<Value>().await {
+            Ok(v) => fred::types::cluster::ClusterRouting::from_cluster_slots(v, host),
+            Err(e) => Err(e),
+        };
+        let current = match current {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the cluster slot map failed");
+                continue;
+            }
+        };
+        let stale = slots
+            .iter()
+            .any(|s| current.get_server(*s) != known.get_server(*s));
+        if stale {
+            tracing::debug!("a subscribed slot moved: syncing the subscriber");
+            if let Err(e) = client.hub.subscriber.sync_cluster().await {
+                tracing::warn!(error = %e, "subscriber cluster sync failed");
+            }
         }
     }
 }

@@ -105,12 +105,15 @@ impl Error {
     /// have run on the server).
     ///
     /// With one attempt per command, fred fails a command it could not write
-    /// (no connection) with "Failed to route command": that one never ran.
+    /// (no connection) with "Failed to route command", and one the cluster
+    /// kept redirecting with "Too many failed write attempts": neither ran.
     pub(crate) fn outcome_unknown(&self) -> bool {
         let Error::Redis(e) = self else { return false };
         match e.kind() {
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
-            ErrorKind::Unknown => !e.details().contains("Failed to route"),
+            ErrorKind::Unknown => {
+                !(e.details().contains("Failed to route") || crate::script::was_redirected(e))
+            }
             _ => false,
         }
     }

@@ -397,6 +397,19 @@ impl Hub {
         Ok(())
     }
 
+    /// The cluster hash slots of the channels subscribed now (sharded
+    /// subscriptions in a cluster), deduplicated.
+    pub(crate) async fn subscribed_hash_slots(&self) -> Vec<u16> {
+        let mut slots = Vec::new();
+        for stripe in &self.stripes {
+            let refs = stripe.lock().await;
+            slots.extend(refs.keys().map(|c| fred::util::redis_keyslot(c.as_bytes())));
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        slots
+    }
+
     /// An unlock message with `payload` arrived on `channel`. It wakes the
     /// slot's waiters; of the addressed waiters only the owner named by the
     /// payload (all of them for [`WAKE_ALL_PAYLOAD`]).
