@@ -5,19 +5,33 @@ mod common;
 use std::time::Duration;
 
 use fred::prelude::*;
+use fred::types::ClusterHash;
 use redisync::Error;
 use redisync_testkit::RedisServer;
 
 async fn replica_of(primary: &RedisServer) -> RedisServer {
+    let primary_admin = common::admin(&primary.url()).await;
+    let command = |name| fred::types::CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+    // Start the full sync at once (the default waits 5 s for more replicas).
+    let _: Value = primary_admin
+        .custom(
+            command("CONFIG"),
+            vec!["SET", "repl-diskless-sync-delay", "0"],
+        )
+        .await
+        .unwrap();
     let port = primary.port().to_string();
     let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).await;
-    let admin = common::admin(&replica.url()).await;
+    // Ready once the replica acknowledges a write: WAIT counts replicas
+    // that have the connection's writes, so it needs one (a replica still
+    // loading the initial sync shows "online" with offset 0 and acks late).
     for _ in 0..100 {
-        let info: String = admin
-            .info(Some(fred::types::InfoKind::Replication))
+        let _: i64 = primary_admin.incr("replica:ready").await.unwrap();
+        let acked: i64 = primary_admin
+            .custom(command("WAIT"), vec![1, 100])
             .await
             .unwrap();
-        if info.contains("master_link_status:up") {
+        if acked == 1 {
             return replica;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -82,4 +96,95 @@ async fn an_unacknowledged_acquisition_is_undone_and_reported() {
         .connect()
         .await;
     assert!(matches!(bad, Err(Error::InvalidArgument(_))));
+}
+
+/// A primary with one synced replica and a client that requires its
+/// acknowledgement within 200 ms.
+async fn synced_pair(watchdog: Duration) -> (RedisServer, RedisServer, redisync::Client) {
+    let primary = RedisServer::start().await;
+    let replica = replica_of(&primary).await;
+    let client = redisync::Client::builder(&primary.url())
+        .replica_sync(1, Duration::from_millis(200))
+        .watchdog_timeout(watchdog)
+        .connect()
+        .await
+        .unwrap();
+    (primary, replica, client)
+}
+
+fn is_replica_sync(r: &redisync::Result<impl std::fmt::Debug>) -> bool {
+    matches!(
+        r,
+        Err(Error::ReplicaSync {
+            acked: 0,
+            required: 1,
+            ..
+        })
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_undoes_an_unacknowledged_acquisition() {
+    let (primary, replica, client) = synced_pair(Duration::from_secs(30)).await;
+    let admin = common::admin(&primary.url()).await;
+    let fair = client.fair_lock("f");
+    let rw = client.rw_lock("rw");
+    let sem = client.semaphore("s");
+    assert!(sem.try_set_permits(2).await.unwrap());
+
+    replica.pause();
+    let r = fair.try_lock(Duration::ZERO, None).await;
+    assert!(is_replica_sync(&r), "{r:?}");
+    assert!(!fair.is_locked().await.unwrap());
+    let queued: i64 = admin
+        .llen(format!("{}:fair:queue", common::lock_key("f")))
+        .await
+        .unwrap();
+    assert_eq!(queued, 0, "a reported failure left a queue entry");
+    let r = rw.write().try_lock(Duration::ZERO, None).await;
+    assert!(is_replica_sync(&r), "{r:?}");
+    let r = rw.read().try_lock(Duration::ZERO, None).await;
+    assert!(is_replica_sync(&r), "{r:?}");
+    assert!(!rw.write().is_locked().await.unwrap());
+    let r = sem.try_acquire(1, Duration::ZERO).await;
+    assert!(is_replica_sync(&r), "{r:?}");
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+
+    // With the replica back every primitive acquires, and releases.
+    replica.resume();
+    let g = fair.lock().await.unwrap();
+    g.unlock().await.unwrap();
+    let g = rw.write().lock().await.unwrap();
+    g.unlock().await.unwrap();
+    let g = rw.read().lock().await.unwrap();
+    g.unlock().await.unwrap();
+    let p = sem.acquire(2).await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    p.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    assert!(!fair.is_locked().await.unwrap() && !rw.write().is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_count_only_when_replicas_acknowledge_them() {
+    let lease = Duration::from_millis(1500);
+    let (_primary, replica, client) = synced_pair(lease).await;
+    let lock = client.lock("renewed");
+
+    // Healthy replica: the watchdog keeps the lock for three leases.
+    let g = lock.lock().await.unwrap();
+    assert!(
+        tokio::time::timeout(lease * 3, g.lost()).await.is_err(),
+        "lost although every renewal was acknowledged"
+    );
+    // Paused replica: renewals still reach the primary, but they do not
+    // extend the lease estimate, so the guard is lost within one lease.
+    replica.pause();
+    let paused = tokio::time::Instant::now();
+    tokio::time::timeout(lease * 2, g.lost())
+        .await
+        .expect("unacknowledged renewals kept the guard alive");
+    assert!(paused.elapsed() <= lease + Duration::from_millis(300));
+    replica.resume();
+    assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
 }

@@ -76,21 +76,36 @@ impl ClientBuilder {
         self
     }
 
-    /// Replica sync (Redisson's answer to locks lost in a failover): after
-    /// every acquisition of a [`Lock`], send `WAIT replicas timeout` on the
-    /// same connection; when fewer than `replicas` replicas acknowledge the
-    /// write within `timeout`, the acquisition is undone and reported as
-    /// [`Error::ReplicaSync`], so no lock is left behind that was reported
-    /// as failed. Releases are followed by `WAIT` too (too few
-    /// acknowledgements are only logged: the release already happened).
+    /// Replica sync (Redisson's answer to locks lost in a failover): every
+    /// write of every primitive is followed by `WAIT replicas timeout` on the
+    /// connection of the primary that ran it.
+    ///
+    /// - **Acquisitions** (new or re-entrant, of a [`Lock`], `FairLock`,
+    ///   either side of an `RwLock`, a `Semaphore`): when fewer than
+    ///   `replicas` replicas acknowledge within `timeout` (or `WAIT` fails),
+    ///   the acquisition is undone (one hold; an outer re-entrant hold
+    ///   stays) and reported as [`Error::ReplicaSync`] (or the error), so no
+    ///   lock is left behind that was reported as failed.
+    /// - **Watchdog renewals** count only when acknowledged: a guard's lease
+    ///   estimate (`lease_left`, `lost`) advances only with renewals the
+    ///   replicas have, so it never runs past the lease a synced replica
+    ///   would keep after a failover. Replicas lagging for a whole lease make
+    ///   the guard lost (the lock then ends with its lease on the primary).
+    /// - **Releases** are followed by `WAIT` too; too few acknowledgements
+    ///   are only logged (the release happened; a failover to a replica
+    ///   without it leaves the lock there until its lease ends).
     ///
     /// What it does not do: replication stays asynchronous. A lock
-    /// acknowledged by a replica survives a failover to *that* replica; a
-    /// failover to a replica that had not acknowledged, a write lost after
-    /// the acknowledgement (replica restart without persistence), or a
-    /// partition can still lose it. Watchdog renewals are not followed by
-    /// `WAIT`. `WAIT` holds the client's connection to that primary for up
-    /// to `timeout` when replicas lag, delaying other commands of the client.
+    /// acknowledged by `replicas` replicas survives a failover to one of
+    /// *them*; a failover to a replica that had not acknowledged (pick
+    /// `replicas` = all replicas, or a majority with Sentinel's/Cluster's
+    /// election preferring the most up-to-date one), a write lost after the
+    /// acknowledgement (a replica restarted without persistence) or a
+    /// partition can still lose it. Fixed-lease locks are not renewed, so
+    /// only their acquisition is synced. `WAIT` holds the client's
+    /// connection to that primary for up to `timeout` when replicas lag,
+    /// delaying the client's other commands to it. A server without `WAIT`
+    /// (some managed offerings) fails every acquisition: leave this off there.
     ///
     /// Default: off.
     pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
@@ -563,8 +578,9 @@ async fn renew(client: &ClientInner, spec: &RenewSpec, batch: &[Arc<Hold>]) {
 
 /// Runs a batched renewal script whose reply has one flag per hold (1
 /// renewed, 0 gone) and applies it: renewed holds get a new lease estimate,
-/// gone ones are lost; on a connection error every hold is lost once its
-/// lease estimate has run out (retried next period until then).
+/// gone ones are lost; on a connection error (or, with replica sync, too few
+/// replica acknowledgements) every hold is lost once its lease estimate has
+/// run out (retried next period until then).
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
 async fn renew_batch(
     client: &ClientInner,
@@ -584,9 +600,16 @@ async fn renew_batch(
         .await
     {
         Ok(flags) => {
+            let counts =
+                !flags.contains(&1) || crate::replica::renewal_counts(client, &span_key).await;
             for (h, ok) in batch.iter().zip(flags) {
                 if ok == 1 {
-                    h.extend_validity(sent_at, lease);
+                    if counts {
+                        h.extend_validity(sent_at, lease);
+                    } else {
+                        // Marks it lost once the synced lease would have run out.
+                        let _ = h.is_lost();
+                    }
                 } else {
                     h.mark_lost("the watchdog found it gone (expired, forced or lost by Redis)");
                 }

@@ -28,7 +28,8 @@ pub enum Error {
         name: String,
     },
     /// Replica sync is on and too few replicas acknowledged an acquisition
-    /// within the timeout: the acquisition was undone (nothing is held).
+    /// within the timeout: the acquisition was undone (it holds nothing; an
+    /// outer re-entrant hold of the same owner stays).
     #[error(
         "lock {name:?}: {acked} of {required} replicas acknowledged the acquisition; it was undone"
     )]

@@ -15,6 +15,7 @@ use crate::keys;
 use crate::lock::{
     checked_ms, extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
 };
+use crate::replica;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
@@ -352,7 +353,7 @@ impl FairLock {
                 .reenter(&slot, &hold, watchdog, lease, lease_ms, queue_lease_ms)
                 .await?;
             if let Some(guard) = reentered {
-                return Ok(Some(guard));
+                return self.synced(guard).await.map(Some);
             }
         }
 
@@ -383,9 +384,8 @@ impl FairLock {
                 Acquired::Token(token) => {
                     cleanup.disarm();
                     let owner = owner.clone();
-                    return Ok(Some(
-                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog),
-                    ));
+                    let guard = self.new_guard(&slot, owner, token, sent_at, lease, watchdog);
+                    return self.synced(guard).await.map(Some);
                 }
                 Acquired::Busy { pttl_ms, head_ms } => (pttl_ms, head_ms),
             };
@@ -464,6 +464,19 @@ impl FairLock {
                 Ok(None)
             }
         }
+    }
+
+    /// Replica sync of an acquisition (see [`replica::synced`]).
+    async fn synced(&self, guard: FairLockGuard) -> Result<FairLockGuard> {
+        let client = self.client_inner();
+        replica::synced(
+            client,
+            &self.inner.name,
+            &self.inner.key,
+            guard,
+            FairLockGuard::unlock,
+        )
+        .await
     }
 
     async fn run_acquire(
@@ -883,6 +896,9 @@ impl FairLockGuard {
         let released = self.lock.release(&hold, last).await;
         if released.is_ok() {
             cleanup.disarm();
+        }
+        if matches!(released, Ok((1.., _))) {
+            replica::after_release(self.lock.client_inner(), &self.lock.inner.key).await;
         }
         match released? {
             (0, _) => {

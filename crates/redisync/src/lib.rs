@@ -15,6 +15,7 @@ mod hold;
 mod hub;
 mod keys;
 mod lock;
+mod replica;
 mod rw_lock;
 mod script;
 mod semaphore;

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
 use crate::hub::{Slot, SlotRef};
 use crate::keys;
+use crate::replica;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
@@ -371,33 +372,17 @@ impl Lock {
         reply
     }
 
-    /// With replica sync on: `WAIT` for the replicas; too few
-    /// acknowledgements undo this acquisition (one hold) and report it.
-    /// Dropping the future drops the guard, which releases it.
+    /// Replica sync of an acquisition (see [`replica::synced`]).
     async fn synced(&self, guard: LockGuard) -> Result<LockGuard> {
-        let Some((required, timeout)) = self.client_inner().settings.replica_sync else {
-            return Ok(guard);
-        };
-        let acked = match wait_for_replicas(self.client_inner(), &self.inner.key, required, timeout)
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => {
-                drop(guard); // released in the background
-                return Err(e);
-            }
-        };
-        if acked >= i64::from(required) {
-            return Ok(guard);
-        }
-        if let Err(e) = guard.unlock().await {
-            tracing::warn!(target: "redisync.release.failed", lock_key = %self.inner.key, error = %e, "undoing an unsynced acquisition failed; it expires with its lease");
-        }
-        Err(Error::ReplicaSync {
-            name: self.inner.name.clone(),
-            acked,
-            required,
-        })
+        let client = self.client_inner();
+        replica::synced(
+            client,
+            &self.inner.name,
+            &self.inner.key,
+            guard,
+            LockGuard::unlock,
+        )
+        .await
     }
 
     async fn run_acquire(
@@ -731,25 +716,6 @@ where
     }
 }
 
-/// `WAIT required timeout` on the connection of the primary that owns `key`
-/// (the one that ran the script): how many replicas acknowledged our writes.
-pub(crate) async fn wait_for_replicas(
-    client: &ClientInner,
-    key: &str,
-    required: u32,
-    timeout: Duration,
-) -> Result<i64> {
-    use fred::interfaces::ClientLike;
-    let slot = fred::util::redis_keyslot(key.as_bytes());
-    let wait =
-        fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
-    let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-    Ok(client
-        .redis
-        .custom::<i64, _>(wait, vec![i64::from(required), ms])
-        .await?)
-}
-
 /// `lock_inspect.lua` on a hash of the lock layout (shared by the fair
 /// lock), for the calling task: (locked, pttl ms, the task's hold count).
 pub(crate) async fn inspect_hash(client: &ClientInner, key: &Key) -> Result<(bool, i64, u32)> {
@@ -951,22 +917,8 @@ impl LockGuard {
         let was_lost = hold.is_lost();
         let last = hold.detach(self.watchdog);
         let released = release_then_open_gate(self.lock.client_inner(), &hold, last).await;
-        if let (Ok(1..), Some((required, timeout))) =
-            (&released, self.lock.client_inner().settings.replica_sync)
-        {
-            match wait_for_replicas(
-                self.lock.client_inner(),
-                &self.lock.inner.key,
-                required,
-                timeout,
-            )
-            .await
-            {
-                Ok(acked) if acked >= i64::from(required) => {}
-                other => {
-                    tracing::warn!(lock_key = %self.lock.inner.key, ?other, required, "release not acknowledged by enough replicas");
-                }
-            }
+        if let Ok(1..) = released {
+            replica::after_release(self.lock.client_inner(), &self.lock.inner.key).await;
         }
         match released {
             Ok(0) => {

@@ -13,6 +13,7 @@ use crate::hold::{Hold, RenewSpec};
 use crate::hub::{SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
 use crate::lock::{checked_ms, retry_until_deadline};
+use crate::replica;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
@@ -211,18 +212,19 @@ impl RwLock {
             match acquired {
                 Acquired::Token(token) if token == hold.token => {
                     hold.add_hold(watchdog, sent_at, lease);
-                    return Ok(Some(RwLockGuard {
+                    let guard = RwLockGuard {
                         rw: self.clone(),
                         side,
                         hold: Some(hold),
                         watchdog,
-                    }));
+                    };
+                    return self.synced(guard).await.map(Some);
                 }
                 Acquired::Token(token) => {
                     hold.mark_lost("re-entry found the lock expired");
-                    return Ok(Some(self.new_guard(
-                        &slot, side, holder_id, token, sent_at, lease, watchdog,
-                    )));
+                    let guard =
+                        self.new_guard(&slot, side, holder_id, token, sent_at, lease, watchdog);
+                    return self.synced(guard).await.map(Some);
                 }
                 Acquired::Busy { .. } => hold.mark_lost("re-entry found the lock taken"),
             }
@@ -256,9 +258,9 @@ impl RwLock {
             let wait_ms = match acquired {
                 Acquired::Token(token) => {
                     drop(turn);
-                    return Ok(Some(self.new_guard(
-                        &slot, side, holder_id, token, sent_at, lease, watchdog,
-                    )));
+                    let guard =
+                        self.new_guard(&slot, side, holder_id, token, sent_at, lease, watchdog);
+                    return self.synced(guard).await.map(Some);
                 }
                 Acquired::Busy { wait_ms } => wait_ms,
             };
@@ -270,6 +272,18 @@ impl RwLock {
                 return Ok(None);
             }
         }
+    }
+
+    /// Replica sync of an acquisition (see [`replica::synced`]).
+    async fn synced(&self, guard: RwLockGuard) -> Result<RwLockGuard> {
+        replica::synced(
+            self.client(),
+            &self.inner.name,
+            &self.inner.key,
+            guard,
+            RwLockGuard::unlock,
+        )
+        .await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -737,11 +751,14 @@ impl RwLockGuard {
         };
         let was_lost = hold.is_lost();
         let last = hold.detach(self.watchdog);
-        match self
+        let released = self
             .rw
             .release_script(self.side, raw_owner(&hold), Some(hold.token), last, '=')
-            .await?
-        {
+            .await?;
+        if released > 0 {
+            replica::after_release(self.rw.client(), &self.rw.inner.key).await;
+        }
+        match released {
             0 => {
                 hold.mark_lost("unlock found the lock gone");
                 Err(self.not_held())

@@ -14,6 +14,7 @@ use crate::hold::{Hold, RenewSpec};
 use crate::hub::{SlotRef, CHANNEL_SUFFIX};
 use crate::keys;
 use crate::lock::checked_ms;
+use crate::replica;
 use crate::script::lua_script;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
@@ -232,11 +233,20 @@ impl Semaphore {
                         None,
                     ));
                     slot.add_holder(hold.clone());
-                    return Ok(Some(SemaphorePermit {
+                    let permit = SemaphorePermit {
                         semaphore: self.clone(),
                         hold: Some(hold),
                         permits,
-                    }));
+                    };
+                    return replica::synced(
+                        client,
+                        &self.inner.name,
+                        &self.inner.key,
+                        permit,
+                        SemaphorePermit::release,
+                    )
+                    .await
+                    .map(Some);
                 }
                 Acquired::Busy { wait_ms } => wait_ms,
             };
@@ -474,7 +484,11 @@ impl SemaphorePermit {
         };
         let was_lost = hold.is_lost();
         hold.detach(true);
-        match self.semaphore.release_id(&hold.owner).await? {
+        let released = self.semaphore.release_id(&hold.owner).await?;
+        if released > 0 {
+            replica::after_release(self.semaphore.client(), &self.semaphore.inner.key).await;
+        }
+        match released {
             0 => {
                 hold.mark_lost("release found the permits reclaimed");
                 Err(Error::NotHeld {

@@ -1,0 +1,106 @@
+//! Replica sync (`ClientBuilder::replica_sync`): `WAIT` for replicas after
+//! acquisitions, renewals and releases of every primitive.
+//!
+//! `WAIT n timeout` counts the replicas that have every write sent before it
+//! on the same connection. fred keeps one connection per primary, and the
+//! `WAIT` is routed by the lock key's hash slot, so it follows the script
+//! that wrote the lock (other commands of the client queued in between only
+//! add writes to wait for).
+
+use std::future::Future;
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+
+/// `WAIT required timeout` on the connection of the primary that owns `key`:
+/// how many replicas acknowledged our writes.
+pub(crate) async fn wait_for_replicas(
+    client: &ClientInner,
+    key: &str,
+    required: u32,
+    timeout: Duration,
+) -> Result<i64> {
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let wait =
+        fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
+    let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    Ok(client
+        .redis
+        .custom::<i64, _>(wait, vec![i64::from(required), ms])
+        .await?)
+}
+
+/// After an acquisition (new or re-entrant) of `name` (Redis key `key`)
+/// returned `guard`: with replica sync on, `WAIT`s; too few acknowledgements
+/// (or a failing `WAIT`) undo this acquisition with `undo` (one hold: an
+/// outer re-entrant hold stays) and report [`Error::ReplicaSync`] (or the
+/// error). With replica sync off, returns the guard at once.
+///
+/// Cancel safe: dropping the future drops the guard, whose `Drop` releases.
+pub(crate) async fn synced<G, U, F>(
+    client: &ClientInner,
+    name: &str,
+    key: &str,
+    guard: G,
+    undo: U,
+) -> Result<G>
+where
+    U: FnOnce(G) -> F,
+    F: Future<Output = Result<()>>,
+{
+    let Some((required, timeout)) = client.settings.replica_sync else {
+        return Ok(guard);
+    };
+    let acked = match wait_for_replicas(client, key, required, timeout).await {
+        Ok(acked) if acked >= i64::from(required) => return Ok(guard),
+        Ok(acked) => acked,
+        Err(e) => {
+            drop(guard); // released in the background
+            return Err(e);
+        }
+    };
+    if let Err(e) = undo(guard).await {
+        tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %e, "undoing an unsynced acquisition failed; it expires with its lease");
+    }
+    Err(Error::ReplicaSync {
+        name: name.to_owned(),
+        acked,
+        required,
+    })
+}
+
+/// After a release that wrote something: with replica sync on, `WAIT`s and
+/// logs when too few replicas acknowledged (the release already happened on
+/// the primary; a failover to a replica without it leaves the lock there
+/// until its lease ends).
+pub(crate) async fn after_release(client: &ClientInner, key: &str) {
+    let Some((required, timeout)) = client.settings.replica_sync else {
+        return;
+    };
+    match wait_for_replicas(client, key, required, timeout).await {
+        Ok(acked) if acked >= i64::from(required) => {}
+        other => {
+            tracing::warn!(lock_key = %key, ?other, required, "release not acknowledged by enough replicas");
+        }
+    }
+}
+
+/// After a watchdog renewal of locks in `key`'s slot: whether the new leases
+/// count. With replica sync on they count only when enough replicas
+/// acknowledged them, so a guard's lease estimate never runs past what a
+/// synced replica would keep after a failover.
+pub(crate) async fn renewal_counts(client: &ClientInner, key: &str) -> bool {
+    let Some((required, timeout)) = client.settings.replica_sync else {
+        return true;
+    };
+    match wait_for_replicas(client, key, required, timeout).await {
+        Ok(acked) if acked >= i64::from(required) => true,
+        other => {
+            tracing::debug!(target: "redisync.watchdog.renew", lock_key = %key, ?other, required, "renewal not acknowledged by enough replicas; it does not extend the lease estimate");
+            false
+        }
+    }
+}
