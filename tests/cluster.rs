@@ -343,3 +343,59 @@ async fn waiters_wake_after_their_slot_migrates() {
     );
     got.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_ride_out_a_half_migrated_slot() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+    let name = "halfway";
+    let slot = fred::util::redis_keyslot(b"redisync:{halfway}");
+    let src = primary_of_slot(&cluster, slot).await;
+    let dst = cluster
+        .nodes()
+        .iter()
+        .map(redisync_testkit::RedisServer::port)
+        .find(|p| *p != src)
+        .unwrap();
+    let (src_id, dst_id) = (
+        cli(src, &["cluster", "myid"]).await,
+        cli(dst, &["cluster", "myid"]).await,
+    );
+    let held = a
+        .lock(name)
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    // Half-way: the fencing counter has moved, the lock hash has not. A
+    // script over both keys now gets TRYAGAIN from the source; it did not
+    // run, so the client must send it again until the slot settles.
+    let s = slot.to_string();
+    let dst_port = dst.to_string();
+    cli(dst, &["cluster", "setslot", &s, "importing", &src_id]).await;
+    cli(src, &["cluster", "setslot", &s, "migrating", &dst_id]).await;
+    let migrate = |key: &'static str| {
+        let dst_port = dst_port.clone();
+        async move {
+            let out = cli(src, &["migrate", "127.0.0.1", &dst_port, key, "0", "5000"]).await;
+            assert_eq!(out, "OK", "MIGRATE {key}");
+        }
+    };
+    migrate("redisync:{halfway}:fence").await;
+    let lock = b.lock(name);
+    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(8), None).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    migrate("redisync:{halfway}").await;
+    for n in cluster.nodes() {
+        cli(n.port(), &["cluster", "setslot", &s, "node", &dst_id]).await;
+    }
+    held.unlock().await.unwrap();
+    let got = waiter
+        .await
+        .unwrap()
+        .expect("no error through the migration")
+        .expect("acquired after the release");
+    assert!(got.fencing_token() > 0);
+    got.unlock().await.unwrap();
+}

@@ -107,13 +107,13 @@ impl Error {
     ///
     /// With one attempt per command, fred fails a command it could not write
     /// (no connection) with "Failed to route command", and one the cluster
-    /// kept redirecting with "Too many failed write attempts": neither ran.
+    /// kept refusing while a slot moved (MOVED/ASK, TRYAGAIN): neither ran.
     pub(crate) fn outcome_unknown(&self) -> bool {
         let Error::Redis(e) = self else { return false };
         match e.kind() {
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
             ErrorKind::Unknown => {
-                !(e.details().contains("Failed to route") || crate::script::was_redirected(e))
+                !(e.details().contains("Failed to route") || crate::script::refused_unrun(e))
             }
             _ => false,
         }

@@ -2,12 +2,14 @@
 //! server's script cache is empty (NOSCRIPT after a restart, failover or
 //! `SCRIPT FLUSH`). EVAL also caches the script, so the next EVALSHA hits.
 
+use std::time::Duration;
+
 use fred::clients::Client as RedisClient;
 use fred::interfaces::ClientLike;
 use fred::interfaces::LuaInterface;
 use fred::types::config::Options;
 use fred::types::{FromValue, Key, Value};
-use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
@@ -32,8 +34,9 @@ impl LuaScript {
     /// re-entrant hold). `key` names the lock in errors.
     ///
     /// The EVAL fallback only follows a NOSCRIPT reply and the re-send only
-    /// a cluster redirection (MOVED/ASK after a slot migration or a
-    /// failover): both mean the script did not run, so it ran at most once.
+    /// a cluster refusal while a slot moves (MOVED/ASK after a migration or
+    /// a failover, TRYAGAIN mid-migration): each means the script did not
+    /// run, so it ran at most once. Refusals are retried for up to 2 s.
     pub(crate) async fn run<R: FromValue>(
         &self,
         redis: &RedisClient,
@@ -72,7 +75,8 @@ impl LuaScript {
             ..Options::default()
         };
         let redis = redis.with_options(&options);
-        let mut redirected = 0;
+        let mut refused_since = None;
+        let mut pause = Duration::from_millis(5);
         loop {
             let first = redis
                 .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
@@ -87,16 +91,17 @@ impl LuaScript {
                 other => other,
             };
             match result {
-                Err(e) if was_redirected(&e) && redirected < MAX_REDIRECTED_RUNS => {
-                    // The server answered MOVED/ASK (slot migration or
-                    // failover), so the script did not run; fred has
-                    // refreshed its slot map. Send it again ourselves.
-                    redirected += 1;
-                    tracing::debug!(script = self.name, redirected, "redirected, sending again");
-                    if redirected > 1 {
-                        // ASK while a slot is migrating: give it a moment.
-                        tokio::time::sleep(Duration::from_millis(10 * u64::from(redirected))).await;
+                Err(e) if refused_unrun(&e) => {
+                    // The slot is moving: the script did not run. Send it
+                    // again (fred has refreshed its slot map after MOVED)
+                    // until the slot settles or REFUSED_RETRY_FOR passes.
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() + pause > REFUSED_RETRY_FOR {
+                        return Err(Error::from_script(self.name, key, e));
                     }
+                    tracing::debug!(script = self.name, error = %e, "refused while the slot moves, sending again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
                 }
                 other => return other.map_err(|e| Error::from_script(self.name, key, e)),
             }
@@ -104,16 +109,19 @@ impl LuaScript {
     }
 }
 
-/// How often a script is sent again after the cluster redirected it.
-const MAX_REDIRECTED_RUNS: u32 = 8;
+/// How long a script the cluster refuses while its slot moves is sent again.
+const REFUSED_RETRY_FOR: Duration = Duration::from_secs(2);
 
-/// fred answers "Too many failed write attempts." when it would write a
-/// command again but its attempts are used up. With our settings (no
-/// re-send after a connection loss: those commands fail with the IO error)
-/// the only second write is the one that follows a MOVED or ASK reply, i.e.
-/// the server refused the command before running it.
-pub(crate) fn was_redirected(e: &fred::error::Error) -> bool {
-    e.details().contains("Too many failed write attempts")
+/// Whether the cluster refused the command before running it because its
+/// slot is moving:
+/// - fred answers "Too many failed write attempts." when it would write a
+///   command again with its attempts used up. With our settings (no re-send
+///   after a connection loss: those fail with the IO error) the only second
+///   write is the one that follows a MOVED or ASK reply.
+/// - `TRYAGAIN`: a multi-key command while some of its keys have moved and
+///   others not (mid-migration).
+pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
+    e.details().contains("Too many failed write attempts") || e.details().starts_with("TRYAGAIN")
 }
 
 macro_rules! lua_script {
