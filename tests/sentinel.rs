@@ -74,3 +74,61 @@ async fn locks_follow_a_sentinel_failover() {
             .unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_parked_before_a_failover_wakes_after_it() {
+    use fred::interfaces::KeysInterface;
+    let mut setup = RedisSentinels::start().await;
+    let url = setup.url();
+    let connect = || {
+        Client::builder(&url)
+            .command_timeout(Duration::from_millis(500))
+            .connect()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let held = a
+        .lock("parked")
+        .lock_with_lease(Duration::from_secs(40))
+        .await
+        .unwrap();
+    // The replica has the lock before the primary dies.
+    let replica_admin = common::admin(&setup.replica().url()).await;
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            replica_admin
+                .exists::<i64, _>(common::lock_key("parked"))
+                .await
+                .unwrap()
+                == 1
+        })
+        .await
+    );
+    let lock = b.lock("parked");
+    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(35), None).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let replica = setup.replica().port();
+    setup.primary_mut().kill().await;
+    // Wait for the promotion and for the holder's client to reach the new
+    // primary (its lock came along through replication).
+    let check = a.lock("parked");
+    assert!(
+        common::eventually(Duration::from_secs(20), || async {
+            setup.current_primary_port().await == Some(replica)
+                && matches!(check.is_locked().await, Ok(true))
+        })
+        .await,
+        "no failover"
+    );
+    assert!(!waiter.is_finished(), "the waiter must still be waiting");
+    let released = tokio::time::Instant::now();
+    held.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the parked waiter was not woken after the failover")
+        .unwrap()
+        .unwrap()
+        .expect("acquired");
+    eprintln!("woken {:?} after the release", released.elapsed());
+    got.unlock().await.unwrap();
+}
