@@ -399,3 +399,66 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
     assert!(got.fencing_token() > 0);
     got.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_parked_before_a_failover_wakes_after_it() {
+    let mut cluster = RedisCluster::start(3, 1).await;
+    let builder = || Client::builder(&cluster.url()).command_timeout(Duration::from_millis(1500));
+    // The holder's lock must survive the failover: acknowledged by the
+    // replica that takes over. (The waiter's client cannot sync: after the
+    // failover its primary has no replica left.)
+    let a = builder()
+        .replica_sync(1, Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let b = builder().connect().await.unwrap();
+    let name = "parked";
+    let held = a
+        .lock(name)
+        .lock_with_lease(Duration::from_secs(40))
+        .await
+        .unwrap();
+    let lock = b.lock(name);
+    let waiter = tokio::spawn(async move {
+        let r = lock.try_lock(Duration::from_secs(35), None).await;
+        (r, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let slot = fred::util::redis_keyslot(b"redisync:{parked}");
+    let owner_port = primary_of_slot(&cluster, slot).await;
+    let idx = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() == owner_port)
+        .unwrap();
+    cluster.nodes_mut()[idx].kill().await;
+    // Wait until the holder's client reaches the promoted replica (the lock
+    // came along: replica sync had it acknowledged).
+    let check = a.lock(name);
+    assert!(
+        common::eventually(Duration::from_secs(20), || async {
+            matches!(check.is_locked().await, Ok(true))
+        })
+        .await,
+        "no failover"
+    );
+    assert!(!waiter.is_finished(), "the waiter must still be waiting");
+    let released = tokio::time::Instant::now();
+    held.unlock().await.unwrap();
+    // (The unlock itself waits out WAIT's timeout: the promoted primary
+    // has no replica left.)
+    let (got, at) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the parked waiter was not woken after the failover")
+        .unwrap();
+    let got = got.unwrap().expect("acquired");
+    let woken = at - released;
+    eprintln!("woken {woken:?} after the release");
+    assert!(
+        woken < Duration::from_secs(2),
+        "woken {woken:?} after the release"
+    );
+    got.unlock().await.unwrap();
+}

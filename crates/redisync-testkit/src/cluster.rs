@@ -15,7 +15,9 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts a cluster and waits until every node reports `cluster_state:ok`.
+    /// Starts a cluster and waits until every node reports `cluster_state:ok`
+    /// and every replica has finished its initial sync (so a write made
+    /// afterwards replicates, and a failover keeps it).
     ///
     /// # Panics
     /// When the cluster cannot be made (no `redis-server` or `redis-cli`,
@@ -51,6 +53,9 @@ impl RedisCluster {
                     // the data-age check can refuse a failover).
                     "--cluster-replica-validity-factor",
                     "0",
+                    // Replicas sync at once (the default waits 5 s).
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ])
                 .await?,
             );
@@ -82,6 +87,9 @@ impl RedisCluster {
         }
         let cluster = RedisCluster { nodes, primaries };
         cluster.wait_ok(Duration::from_secs(30)).await?;
+        cluster
+            .wait_replicas_synced(Duration::from_secs(30))
+            .await?;
         Ok(cluster)
     }
 
@@ -113,6 +121,35 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until every replica's link to its primary is up with no sync in
+    /// progress.
+    ///
+    /// # Errors
+    /// When `within` passes first.
+    pub async fn wait_replicas_synced(&self, within: Duration) -> Result<(), TestkitError> {
+        let deadline = tokio::time::Instant::now() + within;
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
+            loop {
+                let info = redis_cli(n.port(), &["info", "replication"]).await;
+                let synced = !info.contains("role:slave")
+                    || (info.contains("master_link_status:up")
+                        && info.contains("master_sync_in_progress:0"));
+                if synced {
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(TestkitError::NotReady {
+                        port: n.port(),
+                        reason: "a replica did not finish its initial sync".into(),
+                        log_tail: info,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
     /// A `redis-cluster://` URL listing every node.
     pub fn url(&self) -> String {
         let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port());
@@ -141,8 +178,14 @@ impl RedisCluster {
 
 /// `CLUSTER INFO` of the node on `port`, empty on failure.
 async fn cluster_info(port: u16) -> String {
+    redis_cli(port, &["cluster", "info"]).await
+}
+
+/// `redis-cli -p port args...` stdout, empty on failure.
+async fn redis_cli(port: u16, args: &[&str]) -> String {
     let out = tokio::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "cluster", "info"])
+        .args(["-p", &port.to_string()])
+        .args(args)
         .output()
         .await;
     out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())

@@ -421,26 +421,38 @@ async fn receive_messages(hub: Weak<Hub>) {
     }
 }
 
-/// Subscribes again and wakes every waiter whenever `rx` fires: after the
-/// subscriber reconnected (messages sent meanwhile are gone) and after the
-/// cluster's slot map changed (resharding, failover: the server may have
-/// dropped sharded subscriptions, and fred drops its `sunsubscribe` notice).
+/// Whenever `rx` fires, subscribes every channel again (retried until it
+/// works) and then wakes every waiter: after the subscriber reconnected
+/// (messages sent meanwhile are gone) and after the cluster's slot map
+/// changed (resharding, failover: the server may have dropped sharded
+/// subscriptions, and fred drops its `sunsubscribe` notice).
 async fn resubscribe_on<T: Clone>(
     hub: Weak<Hub>,
     mut rx: tokio::sync::broadcast::Receiver<T>,
     what: &'static str,
 ) {
     loop {
-        let event = rx.recv().await;
-        let Some(hub) = hub.upgrade() else { return };
-        match event {
-            Ok(_) | Err(RecvError::Lagged(_)) => {
-                if let Err(e) = hub.resubscribe().await {
-                    tracing::warn!(error = %e, after = what, "resubscribe failed");
+        if let Err(RecvError::Closed) = rx.recv().await {
+            return;
+        }
+        // Waiters re-check once their subscriptions are back: woken while a
+        // failover is still under way they would only collect errors (and
+        // parked, each is bounded by its holder's lease anyway).
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let Some(hub) = hub.upgrade() else { return };
+            match hub.resubscribe().await {
+                Ok(()) => {
+                    hub.wake_all();
+                    break;
                 }
-                hub.wake_all();
+                Err(e) => {
+                    tracing::debug!(error = %e, after = what, "resubscribe failed; retrying");
+                }
             }
-            Err(RecvError::Closed) => return,
+            drop(hub);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 }
