@@ -3,6 +3,9 @@
 //! baseline's, as medians over the repeats of that run, and the ratio
 //! variant / baseline.
 //!
+//! S5 (many keys) has no baseline: its line is the cluster runs against the
+//! one-server runs (`"kind":"scaling"`).
+//!
 //! Only runs that were `ok` count. A ratio is `null` when the baseline's
 //! value is zero or missing (e.g. a spin worker that never got the lock
 //! makes the baseline's per-worker fairness 0).
@@ -220,6 +223,85 @@ pub(crate) fn summary(comparisons: &[Value]) -> String {
     s
 }
 
+/// The S5 metrics of the scaling line (cluster / one server).
+const S5_METRICS: &[(&str, Better)] = &[
+    ("acq_per_s", Better::Higher),
+    ("lat_p50_us", Better::Lower),
+    ("lat_p99_us", Better::Lower),
+    ("wait_p99_us", Better::Lower),
+    ("cmds_per_acq", Better::Lower),
+    ("busy_waits", Better::Neither),
+    ("instances", Better::Neither),
+];
+
+/// The S5 variants: one server and the cluster.
+const S5_ONE: &str = "Lock";
+const S5_CLUSTER: &str = "Lock (cluster)";
+
+/// One `"kind":"scaling"` object: the medians of the ok S5 runs on the
+/// cluster and on one server (fixed lease) and their ratio; `None` without
+/// ok runs of both.
+pub(crate) fn scaling(rows: &[Map<String, Value>]) -> Option<Value> {
+    let pick = |v: &str| -> Vec<&Map<String, Value>> {
+        rows.iter()
+            .filter(|r| r.get("ok").and_then(Value::as_bool) == Some(true))
+            .filter(|r| scenario_of(r) == Some("S5") && variant(r) == Some(v))
+            .collect()
+    };
+    let (one, cluster) = (pick(S5_ONE), pick(S5_CLUSTER));
+    if one.is_empty() || cluster.is_empty() {
+        return None;
+    }
+    let mut m = Map::new();
+    for &(key, better) in S5_METRICS {
+        let (c, o) = (median_of(&cluster, key), median_of(&one, key));
+        m.insert(
+            key.into(),
+            json!({
+                "cluster": c.map(round),
+                "one": o.map(round),
+                "ratio": c.zip(o).and_then(|(c, o)| ratio(c, o)),
+                "better": better.name(),
+            }),
+        );
+    }
+    Some(json!({
+        "kind": "scaling",
+        "scenario": "S5",
+        "variant": S5_CLUSTER,
+        "baseline": S5_ONE,
+        "statistic": "median over the ok runs of this invocation",
+        "runs": cluster.len(),
+        "baseline_runs": one.len(),
+        "ratio": "cluster / one server",
+        "metrics": m,
+    }))
+}
+
+/// A plain-text table of the `scaling` line for stderr.
+pub(crate) fn scaling_summary(c: &Value) -> String {
+    let num = |v: &Value| {
+        v.as_f64()
+            .map_or_else(|| "-".to_string(), |x| format!("{x}"))
+    };
+    let mut s = format!(
+        "S5 many keys: cluster ({} runs) vs one server ({} runs), medians:\n",
+        c["runs"], c["baseline_runs"]
+    );
+    for &(key, _) in S5_METRICS {
+        let m = &c["metrics"][key];
+        let _ = writeln!(
+            s,
+            "  {key:<22} {:>12} {:>12}  x{:<8} ({} is better)",
+            num(&m["cluster"]),
+            num(&m["one"]),
+            num(&m["ratio"]),
+            m["better"].as_str().unwrap_or("?"),
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +383,35 @@ mod tests {
         assert_eq!(fair["ratio"], Value::Null);
         assert_eq!(c[2]["metrics"]["acq_per_s"]["ratio"], json!(1.0));
         assert!(summary(&c).contains("S2 FairLock (1 runs) vs spin (1 runs):"));
+        assert!(scaling(&rows).is_none());
+    }
+
+    #[test]
+    fn s5_cluster_against_one_server() {
+        let s5 = |variant: &str, acq: f64, instances: u64| {
+            row(json!({"ok": true, "scenario": "S5", "variant": variant,
+                "acq_per_s": acq, "instances": instances, "cmds_per_acq": 8.0}))
+        };
+        let mut rows = vec![
+            s5("Lock", 10_000.0, 1),
+            s5("Lock (cluster)", 12_000.0, 3),
+            s5("Lock", 8_000.0, 1),
+            s5("Lock (cluster)", 11_000.0, 3),
+            s5("Lock", 9_000.0, 1),
+        ];
+        rows.push(row(
+            json!({"ok": false, "scenario": "S5", "variant": "Lock (cluster)", "acq_per_s": 1.0}),
+        ));
+        let c = scaling(&rows).expect("both variants ran");
+        assert_eq!(c["kind"], "scaling");
+        assert_eq!(c["runs"], 2);
+        assert_eq!(c["baseline_runs"], 3);
+        let acq = &c["metrics"]["acq_per_s"];
+        assert_eq!(acq["cluster"], json!(11_500.0));
+        assert_eq!(acq["one"], json!(9_000.0));
+        assert_eq!(acq["ratio"], json!(1.278));
+        assert_eq!(c["metrics"]["instances"]["ratio"], json!(3.0));
+        assert!(scaling_summary(&c).contains("acq_per_s"));
+        assert!(scaling(&rows[..1]).is_none());
     }
 }

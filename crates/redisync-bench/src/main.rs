@@ -3,6 +3,7 @@
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
 //!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore|spin]
+//! redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
 //! redisync-bench --all [--quick] [--repeats N]
 //! redisync-bench --compare [--quick] [--repeats N]
 //! ```
@@ -14,12 +15,24 @@
 //! for every run of S1, S2 and S3 with `Lock`, `FairLock`, `Semaphore(1)`
 //! and the spin baseline (plus S2 with a watchdog-leased `Lock`), then three
 //! fresh servers for each of S4.1 (S1 through a `Redlock`) and S4.2 (S2
-//! through a `Redlock`), and prints one line per run, then one
+//! through a `Redlock`), then S5 on a fresh server and on a fresh
+//! 3-primary Redis Cluster, and prints one line per run, then one
 //! `"kind":"comparison"` line per (scenario, variant) with the ratios to the
-//! spin baseline (and the same as a table on stderr); it exits with 1 if any
+//! spin baseline (and the same as a table on stderr) and one
+//! `"kind":"scaling"` line (S5: cluster / one node); it exits with 1 if any
 //! run was not ok. `--compare` does the same for `Lock` and the baseline
-//! only. `--repeats N` runs S1, S2 and S4 N times (variants interleaved) and
-//! compares medians; S3 runs once.
+//! only (no S4, no S5). `--repeats N` runs S1, S2, S4 and S5 N times
+//! (variants interleaved) and compares medians; S3 runs once.
+//!
+//! S5 (many keys): `workers` tasks loop for `duration-s`, each operation on
+//! a key `bench:lock:<i>` picked uniformly from `keys` (one `Lock` handle per
+//! key, made and warmed up before the window): `try_lock(10 s, lease)`, hold
+//! `hold-ms` (a `tokio::time::sleep`, none by default), `unlock`. One port:
+//! one server. `--cluster`: the ports are nodes of one Redis Cluster, the
+//! client connects with `redis-cluster://127.0.0.1:P1` (a plain `Lock`, not
+//! a Redlock; each lock lives in the slot of its name), and the commands are
+//! counted on every primary that `CLUSTER NODES` lists (`instances` = their
+//! number, `cmds_per_instance` how the work spread).
 //!
 //! `--kind spin` is the naive spin-lock baseline implemented in the bench
 //! (`SET NX PX`, 50 ms sleep between tries, compare-and-delete release; see
@@ -34,8 +47,8 @@
 //!
 //! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
 //! one `redisync::Client` (`--clients N` spreads the S2/S3 tasks over N
-//! clients, to see contention between processes). Times come from one
-//! monotonic clock (`Instant`).
+//! clients, to see contention between processes; S5 always uses one).
+//! Times come from one monotonic clock (`Instant`).
 
 mod compare;
 mod redis_stats;
@@ -44,28 +57,34 @@ mod spin;
 mod stats;
 
 use redis_stats::RedisStats;
-use scenarios::{run_s1, run_s2, run_s3, warm_up, Handle, Target};
+use scenarios::{run_s1, run_s2, run_s3, run_s5, warm_up, Handle, Target};
 use serde_json::{json, Map, Value};
 use spin::SpinLock;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The one key every scenario locks.
+/// The one key every scenario locks (S5: `bench:lock:<i>`).
 const KEY: &str = "bench:lock";
 
 const USAGE: &str = "\
 usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
+       redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
        redisync-bench --all [--quick] [--repeats N]
        redisync-bench --compare [--quick] [--repeats N]
   --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
-               Redlock S4) on fresh servers, then the ratios to the spin baseline
+               Redlock S4, S5 on one server and on a 3-primary cluster) on fresh servers,
+               then the ratios to the spin baseline and the S5 cluster / one-node ratio
   --compare    S1-S3 with Lock and the spin baseline only, then the ratios
-  --repeats N  run S1, S2 and S4 N times (interleaved) and compare medians (default 1)
+  --repeats N  run S1, S2, S4 and S5 N times (interleaved) and compare medians (default 1)
   --quick      small workloads (smoke run; numbers not comparable)
 parameters (defaults per scenario as in BENCH.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
+  S5: --workers 64 --keys 1000 --duration-s 5 --ttl-ms 10000 [--hold-ms 0]
+      many keys: each worker loops on a uniformly random key bench:lock:<i>, i < keys
+  --cluster                S5 only: the ports are Redis Cluster nodes; connect with
+                           redis-cluster://127.0.0.1:P1 (plain Lock); without it, one port
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
   --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
   --kind lock|fair|semaphore|spin  lock: redisync::Lock (default); fair: redisync::FairLock;
@@ -108,6 +127,8 @@ enum Scenario {
     S1,
     S2,
     S3,
+    /// Many keys, one node or a cluster.
+    S5,
 }
 
 /// Which lease every acquisition asks for.
@@ -170,6 +191,10 @@ struct Opts {
     /// redisync Clients the S2/S3 workers are spread over (round-robin).
     clients: usize,
     kind: Kind,
+    /// S5: how many keys the workers pick from.
+    keys: usize,
+    /// S5: the ports are nodes of a Redis Cluster.
+    cluster: bool,
     /// Shown as `"label"` (e.g. "S4.1"); none for plain runs.
     label: Option<&'static str>,
 }
@@ -177,27 +202,37 @@ struct Opts {
 impl Opts {
     /// BENCH.md's parameters for `scenario`.
     fn defaults(scenario: Scenario) -> Self {
-        let s3 = scenario == Scenario::S3;
         Self {
             scenario,
             ports: Vec::new(),
             iterations: 3000,
             duration: Duration::from_secs(5),
-            workers: 16,
-            hold: Duration::from_millis(if s3 { 300 } else { 2 }),
+            workers: if scenario == Scenario::S5 { 64 } else { 16 },
+            hold: Duration::from_millis(match scenario {
+                Scenario::S3 => 300,
+                Scenario::S5 => 0,
+                Scenario::S1 | Scenario::S2 => 2,
+            }),
             requests: 100,
             wait: Duration::from_secs(35),
-            ttl: Duration::from_millis(if s3 { 60_000 } else { 10_000 }),
+            ttl: Duration::from_millis(if scenario == Scenario::S3 {
+                60_000
+            } else {
+                10_000
+            }),
             lease: Lease::Fixed,
             clients: 1,
             kind: Kind::Lock,
+            keys: 1000,
+            cluster: false,
             label: None,
         }
     }
 
-    /// Three ports: scenario S4, through a Redlock.
+    /// Three ports: scenario S4, through a Redlock (not S5: its ports are
+    /// cluster nodes).
     fn redlock(&self) -> bool {
-        self.ports.len() == 3
+        self.ports.len() == 3 && self.scenario != Scenario::S5
     }
 
     /// The Redlock's restart guard: the lease in use (the clients' default
@@ -242,6 +277,28 @@ impl Opts {
                     (restart_guard_wait_s)",
             });
         }
+        if self.scenario == Scenario::S5 {
+            return json!({
+                "algorithm": ALGORITHM,
+                "retry": RETRY,
+                "ttl_ms": self.ttl_ms(),
+                "lease": match self.lease {
+                    Lease::Fixed => "fixed",
+                    Lease::Watchdog => "watchdog",
+                },
+                "watchdog_timeout": match self.lease {
+                    Lease::Fixed => Value::Null,
+                    Lease::Watchdog => json!("library default"),
+                },
+                "topology": if self.cluster {
+                    "Redis Cluster through fred's cluster client (redis-cluster:// URL, one seed \
+                     node); every key and the channel of one lock share its hash tag (one slot \
+                     per lock), so the locks spread over the primaries by name"
+                } else {
+                    "one redis-server"
+                },
+            });
+        }
         json!({
             "algorithm": match self.kind {
                 Kind::Lock => ALGORITHM,
@@ -284,6 +341,14 @@ impl Opts {
                 "ttl_ms": self.ttl_ms(),
                 "clients": self.clients,
             }),
+            Scenario::S5 => json!({
+                "workers": self.workers,
+                "keys": self.keys,
+                "cluster": self.cluster,
+                "hold_ms": ms(self.hold),
+                "duration_s": self.duration.as_secs_f64(),
+                "ttl_ms": self.ttl_ms(),
+            }),
         }
     }
 
@@ -297,6 +362,7 @@ impl Opts {
             // Its permits are always watchdog-leased.
             (Kind::Semaphore, false) => return "Semaphore(1)".into(),
         };
+        let name = if self.cluster { "Lock (cluster)" } else { name };
         match self.lease {
             Lease::Fixed => name.into(),
             Lease::Watchdog => format!("{name} (watchdog)"),
@@ -325,6 +391,21 @@ impl Opts {
             Scenario::S1 => format!("1 tokio task, {runtime}"),
             Scenario::S2 => format!("{} tokio tasks, {runtime}; {work}", self.workers),
             Scenario::S3 => format!("{} tokio tasks, {runtime}; {work}", self.requests),
+            Scenario::S5 => format!(
+                "{} tokio tasks, {runtime}{}; one Lock handle per key, made before the window; \
+                 key per operation uniform from an xorshift64* seeded per task; hold = {}",
+                self.workers,
+                if self.cluster {
+                    " (redis-cluster:// URL)"
+                } else {
+                    ""
+                },
+                if self.hold.is_zero() {
+                    "none"
+                } else {
+                    "tokio::time::sleep"
+                }
+            ),
         }
     }
 }
@@ -374,6 +455,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     let mut all = false;
     let mut compare = false;
     let mut quick = false;
+    let mut cluster = false;
     let mut pairs: Vec<(String, String)> = Vec::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -384,6 +466,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "all" => all = true,
             "compare" => compare = true,
             "quick" => quick = true,
+            "cluster" => cluster = true,
             "help" => return Ok(Command::Help),
             _ => {
                 let (key, value) = match name.split_once('=') {
@@ -400,6 +483,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     if all && compare {
         return Err("--all already includes --compare".into());
     }
+    if (all || compare) && cluster {
+        return Err("--cluster only goes with --scenario S5".into());
+    }
     if all || compare {
         return parse_suite(compare, quick, &pairs);
     }
@@ -414,9 +500,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         Some("S1") => Scenario::S1,
         Some("S2") => Scenario::S2,
         Some("S3") => Scenario::S3,
-        _ => return Err("--scenario S1|S2|S3 is required".into()),
+        Some("S5") => Scenario::S5,
+        _ => return Err("--scenario S1|S2|S3|S5 is required".into()),
     };
     let mut o = Opts::defaults(scenario);
+    o.cluster = cluster;
     let mut have_ports = false;
     for (key, value) in &pairs {
         let secs = |v: &str| -> Result<Duration, String> {
@@ -442,6 +530,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "iterations" => o.iterations = count(value)?,
             "workers" => o.workers = count(value)?,
             "requests" => o.requests = count(value)?,
+            "keys" => o.keys = count(value)?,
             "clients" => o.clients = count(value)?.max(1),
             "duration-s" => o.duration = secs(value)?,
             "wait-s" => o.wait = secs(value)?,
@@ -452,7 +541,37 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             _ => return Err(format!("unknown option --{key}")),
         }
     }
-    if !have_ports || !matches!(o.ports.len(), 1 | 3) {
+    if !have_ports {
+        return Err("--ports is required".into());
+    }
+    check(&o)?;
+    Ok(Command::One(o))
+}
+
+/// The combinations a single run does not support.
+fn check(o: &Opts) -> Result<(), String> {
+    if o.scenario == Scenario::S5 {
+        if o.cluster && o.ports.is_empty() {
+            return Err("S5 --cluster: --ports P1[,P2,...] (cluster nodes) is required".into());
+        }
+        if !o.cluster && o.ports.len() != 1 {
+            return Err("S5 without --cluster runs on one server: --ports P1".into());
+        }
+        if o.kind != Kind::Lock {
+            return Err("S5 measures redisync::Lock only (--kind lock)".into());
+        }
+        if o.clients != 1 {
+            return Err("S5 uses one redisync Client (no --clients)".into());
+        }
+        if o.keys == 0 || o.workers == 0 {
+            return Err("S5 needs --keys >= 1 and --workers >= 1".into());
+        }
+        return Ok(());
+    }
+    if o.cluster {
+        return Err("--cluster only goes with --scenario S5".into());
+    }
+    if !matches!(o.ports.len(), 1 | 3) {
         return Err("--ports P1 or --ports P1,P2,P3 is required".into());
     }
     if o.kind == Kind::Spin {
@@ -463,7 +582,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             return Err("--kind spin has no watchdog: use --lease fixed".into());
         }
     }
-    Ok(Command::One(o))
+    Ok(())
 }
 
 /// The one-server runs of a suite, in order: every S1 row `repeats` times
@@ -528,6 +647,25 @@ fn s4_runs(suite: Suite) -> Vec<Opts> {
     runs
 }
 
+/// The S5 runs of `--all`: one server, then a 3-primary cluster, `repeats`
+/// times (interleaved); none for `--compare`.
+fn s5_runs(suite: Suite) -> Vec<Opts> {
+    if suite.compare_only {
+        return Vec::new();
+    }
+    let mut one = Opts::defaults(Scenario::S5);
+    if suite.quick {
+        one.duration = Duration::from_secs(1);
+    }
+    let cluster = Opts {
+        cluster: true,
+        ..one.clone()
+    };
+    (0..suite.repeats)
+        .flat_map(|_| [one.clone(), cluster.clone()])
+        .collect()
+}
+
 /// The fields every line starts with (`ok` stays false until the run is done).
 fn header(o: &Opts) -> Map<String, Value> {
     let spin = o.kind == Kind::Spin;
@@ -556,8 +694,48 @@ fn header(o: &Opts) -> Map<String, Value> {
     out
 }
 
+/// S5: connects one client (cluster or not), makes one `Lock` per key, runs
+/// the scenario (which warms every key up) and merges its fields into `out`.
+async fn run_many_keys(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
+    let port = o.ports[0];
+    let (url, stat_urls) = if o.cluster {
+        (
+            format!("redis-cluster://127.0.0.1:{port}"),
+            redis_stats::cluster_primaries(port).await?,
+        )
+    } else {
+        let url = format!("redis://127.0.0.1:{port}");
+        (url.clone(), vec![url])
+    };
+    out.insert("instances".into(), json!(stat_urls.len()));
+    out.insert("instance_urls".into(), json!(stat_urls));
+    let stats = RedisStats::connect(&stat_urls).await?;
+    let client = match redisync::Client::connect(&url).await {
+        Ok(c) => c,
+        Err(e) => {
+            stats.quit().await;
+            return Err(format!("connect {url}: {e}"));
+        }
+    };
+    let targets: Vec<Target> = (0..o.keys)
+        .map(|i| Target {
+            lock: Handle::Lock(client.lock(&format!("{KEY}:{i}"))),
+            lease: o.lease(),
+        })
+        .collect();
+    let result = run_s5(&targets, &stats, o.workers, o.hold, o.duration).await;
+    drop(targets);
+    let shutdown = client.shutdown().await;
+    stats.quit().await;
+    out.extend(result?);
+    shutdown.map_err(|e| format!("shutdown: {e}"))
+}
+
 /// Connects, warms up, runs the scenario and merges its fields into `out`.
 async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
+    if o.scenario == Scenario::S5 {
+        return run_many_keys(o, out).await;
+    }
     let urls: Vec<String> = o
         .ports
         .iter()
@@ -625,6 +803,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
             Scenario::S1 => run_s1(&targets[0], &stats, o.iterations, o.duration).await,
             Scenario::S2 => run_s2(&targets, &stats, o.workers, o.hold, o.duration).await,
             Scenario::S3 => run_s3(&targets, &stats, o.requests, o.hold, o.wait).await,
+            Scenario::S5 => unreachable!("S5 runs in run_many_keys"),
         }
     }
     .await;
@@ -756,16 +935,61 @@ async fn run_suite(suite: Suite) -> ExitCode {
         all_ok &= emit(&out);
         rows.push(out);
     }
+    for mut o in s5_runs(suite) {
+        all_ok &= run_s5_fresh(&mut o, &mut rows).await;
+    }
     let comparisons = compare::comparisons(&rows);
     for c in &comparisons {
         println!("{c}");
     }
     eprint!("{}", compare::summary(&comparisons));
+    if let Some(scaling) = compare::scaling(&rows) {
+        println!("{scaling}");
+        eprint!("{}", compare::scaling_summary(&scaling));
+    }
     if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// One S5 run of a suite on a fresh server or a fresh 3-primary cluster;
+/// emits its line, keeps it in `rows` and says whether it was ok.
+async fn run_s5_fresh(o: &mut Opts, rows: &mut Vec<Map<String, Value>>) -> bool {
+    let out = if o.cluster {
+        match redisync_testkit::RedisCluster::try_start(3, 0).await {
+            Ok(cluster) => {
+                o.ports = cluster
+                    .nodes()
+                    .iter()
+                    .map(redisync_testkit::RedisServer::port)
+                    .collect();
+                eprintln!(
+                    "running S5 (many keys) against the cluster {}",
+                    cluster.url()
+                );
+                let out = run_one(o).await;
+                drop(cluster);
+                out
+            }
+            Err(e) => {
+                let mut out = header(o);
+                out.insert("error".into(), json!(format!("cluster start: {e}")));
+                out
+            }
+        }
+    } else {
+        let server = redisync_testkit::RedisServer::start().await;
+        o.ports = vec![server.port()];
+        eprintln!("running S5 (many keys) against {}", server.url());
+        let out = run_one(o).await;
+        drop(server);
+        out
+    };
+    let ok = emit(&out);
+    rows.push(out);
+    ok
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -909,11 +1133,74 @@ mod tests {
                 "S3 spin"
             ]
         );
+        assert!(s5_runs(compare).is_empty());
+        let s5: Vec<String> = s5_runs(all).iter().map(Opts::variant).collect();
+        assert_eq!(s5, ["Lock", "Lock (cluster)"]);
+        assert!(s5_runs(all)
+            .iter()
+            .all(|o| o.scenario == Scenario::S5 && o.duration == Duration::from_secs(1)));
+        let three = Suite { repeats: 3, ..all };
+        let s5: Vec<bool> = s5_runs(three).iter().map(|o| o.cluster).collect();
+        assert_eq!(s5, [false, true, false, true, false, true]);
         let s4: Vec<_> = s4_runs(all).iter().map(|o| o.label).collect();
         assert_eq!(s4, [Some("S4.1"), Some("S4.2")]);
         let mut s41 = s4_runs(all).remove(0);
         s41.ports = vec![1, 2, 3]; // set by run_suite
         assert_eq!(s41.variant(), "Redlock(3)");
+    }
+
+    #[test]
+    fn s5_defaults_and_cluster() {
+        let Ok(Command::One(o)) = parse("--scenario S5 --ports 7000") else {
+            panic!("S5 did not parse");
+        };
+        assert_eq!(o.scenario, Scenario::S5);
+        assert_eq!((o.workers, o.keys), (64, 1000));
+        assert_eq!(o.hold, Duration::ZERO);
+        assert_eq!(o.duration, Duration::from_secs(5));
+        assert_eq!(o.lease(), Some(Duration::from_secs(10)));
+        assert!(!o.cluster);
+        assert_eq!(o.variant(), "Lock");
+        assert_eq!(o.params()["keys"], 1000);
+        let Ok(Command::One(o)) = parse(
+            "--scenario S5 --ports 7000,7001,7002 --cluster --workers 8 --keys=10 \
+             --duration-s 1 --ttl-ms 5000 --hold-ms 1",
+        ) else {
+            panic!("S5 --cluster did not parse");
+        };
+        assert!(o.cluster);
+        // Three cluster nodes are not a Redlock.
+        assert!(!o.redlock());
+        assert_eq!(o.ports, vec![7000, 7001, 7002]);
+        assert_eq!((o.workers, o.keys), (8, 10));
+        assert_eq!(o.hold, Duration::from_millis(1));
+        assert_eq!(o.ttl, Duration::from_secs(5));
+        assert_eq!(o.variant(), "Lock (cluster)");
+        assert_eq!(o.params()["cluster"], true);
+        // --cluster goes before or after the rest.
+        assert!(parse("--cluster --scenario S5 --ports 7000").is_ok());
+    }
+
+    #[test]
+    fn s5_rejects_bad_input() {
+        // Needs ports: exactly one without --cluster, at least one with it.
+        assert!(parse("--scenario S5").is_err());
+        assert!(parse("--scenario S5 --cluster").is_err());
+        assert!(parse("--scenario S5 --ports 1,2,3").is_err());
+        assert!(parse("--scenario S5 --ports 1,2").is_err());
+        // --cluster only with S5.
+        assert!(parse("--scenario S1 --ports 1 --cluster").is_err());
+        assert!(parse("--scenario S2 --ports 1,2,3 --cluster").is_err());
+        assert!(parse("--all --cluster").is_err());
+        assert!(parse("--compare --cluster").is_err());
+        // Lock only, one client, something to lock.
+        assert!(parse("--scenario S5 --ports 1 --kind spin").is_err());
+        assert!(parse("--scenario S5 --ports 1 --kind fair").is_err());
+        assert!(parse("--scenario S5 --ports 1 --clients 2").is_err());
+        assert!(parse("--scenario S5 --ports 1 --keys 0").is_err());
+        assert!(parse("--scenario S5 --ports 1 --workers 0").is_err());
+        assert!(parse("--scenario S5 --ports 1 --keys many").is_err());
+        assert!(parse("--scenario S5 --ports 1 --cluster --lease watchdog").is_ok());
     }
 
     #[test]

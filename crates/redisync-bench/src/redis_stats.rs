@@ -9,7 +9,7 @@
 //! is counted. `CONFIG RESETSTAT` is never sent, so other observers can take
 //! their own snapshots (their `INFO` calls would count as the library's).
 
-use fred::prelude::{ClientLike, Config};
+use fred::prelude::{ClientLike, ClusterInterface, Config};
 use fred::types::{Builder, InfoKind};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ pub(crate) type CmdCounts = BTreeMap<String, u64>;
 #[derive(Clone)]
 pub(crate) struct RedisStats {
     clients: Vec<fred::clients::Client>,
-    /// Snapshots taken so far: each sent one `INFO` to every instance.
+    /// `INFO` calls sent so far to every instance (snapshots and CPU reads).
     snapshots: Arc<AtomicU64>,
 }
 
@@ -33,6 +33,9 @@ pub(crate) struct CmdDelta {
     pub(crate) total: u64,
     /// Command name -> count, only commands that ran.
     pub(crate) breakdown: Value,
+    /// The total per instance, in the order of the URLs (how the work
+    /// spread over the primaries of a cluster).
+    pub(crate) per_instance: Vec<u64>,
 }
 
 impl RedisStats {
@@ -76,6 +79,22 @@ impl RedisStats {
         Ok(out)
     }
 
+    /// CPU time and socket reads of every instance, from `INFO` (default
+    /// sections; one more harness `INFO` per instance, left out of the
+    /// command counts like the snapshots' own).
+    pub(crate) async fn counters(&self) -> Result<Vec<ServerCounters>, String> {
+        self.snapshots.fetch_add(1, Ordering::SeqCst);
+        let mut out = Vec::with_capacity(self.clients.len());
+        for client in &self.clients {
+            let raw: String = client
+                .info(Some(InfoKind::Default))
+                .await
+                .map_err(|e| format!("INFO: {e}"))?;
+            out.push(ServerCounters::parse(&raw).ok_or("INFO has no used_cpu_user/used_cpu_sys")?);
+        }
+        Ok(out)
+    }
+
     /// Closes the admin connections (best effort).
     pub(crate) async fn quit(&self) {
         for client in &self.clients {
@@ -107,16 +126,46 @@ pub(crate) fn parse_commandstats(raw: &str) -> CmdCounts {
     out
 }
 
+/// What an instance has done so far, from `INFO`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ServerCounters {
+    /// `used_cpu_user + used_cpu_sys`, seconds.
+    pub(crate) cpu_s: f64,
+    /// `total_reads_processed` (socket reads that carried requests; Redis
+    /// 6+): requests per read show how well the client pipelines.
+    pub(crate) reads: Option<u64>,
+}
+
+impl ServerCounters {
+    /// `None` without the CPU fields.
+    pub(crate) fn parse(raw: &str) -> Option<Self> {
+        let field = |name: &str| {
+            raw.lines()
+                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let secs = |name: &str| field(name)?.parse::<f64>().ok();
+        Some(Self {
+            cpu_s: secs("used_cpu_user")? + secs("used_cpu_sys")?,
+            reads: field("total_reads_processed").and_then(|v| v.parse().ok()),
+        })
+    }
+}
+
 /// `after - before` per command, summed over instances.
 pub(crate) fn delta(before: &[CmdCounts], after: &[CmdCounts]) -> CmdDelta {
     let mut sums = BTreeMap::<&str, u64>::new();
+    let mut per_instance = Vec::with_capacity(after.len());
     for (b, a) in before.iter().zip(after) {
+        let mut here = 0;
         for (name, calls) in a {
             let d = calls.saturating_sub(b.get(name).copied().unwrap_or(0));
             if d > 0 {
                 *sums.entry(name).or_insert(0) += d;
+                here += d;
             }
         }
+        per_instance.push(here);
     }
     let total = sums.values().sum();
     // serde_json's Map (without `preserve_order`) is ordered by name.
@@ -127,7 +176,60 @@ pub(crate) fn delta(before: &[CmdCounts], after: &[CmdCounts]) -> CmdDelta {
     CmdDelta {
         total,
         breakdown: Value::Object(breakdown),
+        per_instance,
     }
+}
+
+/// The `redis://` URLs of the primaries that serve slots, from `CLUSTER
+/// NODES` of the cluster node on 127.0.0.1:`seed_port`, sorted (failed
+/// nodes and replicas left out).
+pub(crate) async fn cluster_primaries(seed_port: u16) -> Result<Vec<String>, String> {
+    let url = format!("redis://127.0.0.1:{seed_port}");
+    let config = Config::from_url(&url).map_err(|e| format!("admin config {url}: {e}"))?;
+    let client = Builder::from_config(config)
+        .build()
+        .map_err(|e| format!("admin client {url}: {e}"))?;
+    client
+        .init()
+        .await
+        .map_err(|e| format!("admin connect {url}: {e}"))?;
+    let nodes: Result<String, _> = client.cluster_nodes().await;
+    if let Err(e) = client.quit().await {
+        eprintln!("admin quit: {e}");
+    }
+    let nodes = nodes.map_err(|e| format!("CLUSTER NODES on {url}: {e}"))?;
+    let primaries = parse_cluster_nodes(&nodes);
+    if primaries.is_empty() {
+        return Err(format!(
+            "CLUSTER NODES on {url} lists no primary with slots"
+        ));
+    }
+    Ok(primaries)
+}
+
+/// `redis://host:port` of every line of `CLUSTER NODES` whose flags say
+/// `master` (and not `fail`) and that has slots, sorted. A node that never
+/// learned its own address (a one-node cluster) shows `:port`: 127.0.0.1.
+pub(crate) fn parse_cluster_nodes(raw: &str) -> Vec<String> {
+    let mut out: Vec<String> = raw
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags: Vec<&str> = fields.get(2)?.split(',').collect();
+            let primary = flags.contains(&"master") && !flags.iter().any(|f| f.starts_with("fail"));
+            // Fields 8.. are slot ranges ("0-5460", "42"; "[..]" = migrating).
+            let slots = fields.iter().skip(8).any(|f| !f.starts_with('['));
+            let addr = fields.get(1)?.split(['@', ',']).next()?;
+            let host = if addr.starts_with(':') {
+                "127.0.0.1"
+            } else {
+                ""
+            };
+            (primary && slots).then(|| format!("redis://{host}{addr}"))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[cfg(test)]
@@ -154,5 +256,35 @@ mod tests {
             d.breakdown,
             json!({"evalsha": 20, "hset": 5, "client|setinfo": 2, "info": 2})
         );
+        assert_eq!(d.per_instance, [29]);
+    }
+
+    #[test]
+    fn reads_cpu_and_reads() {
+        let raw = "# Stats\r\ntotal_reads_processed:1234\r\n# CPU\r\n\
+            used_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n\
+            used_cpu_sys_children:9.0\r\nused_cpu_user_main_thread:7.0\r\n";
+        let c = ServerCounters::parse(raw).expect("has the CPU fields");
+        assert!((c.cpu_s - 3.75).abs() < 1e-9);
+        assert_eq!(c.reads, Some(1234));
+        let old = ServerCounters::parse("used_cpu_sys:1\r\nused_cpu_user:2\r\n");
+        assert_eq!(old.and_then(|c| c.reads), None);
+        assert_eq!(ServerCounters::parse("used_cpu_sys_children:1.0\r\n"), None);
+    }
+
+    #[test]
+    fn finds_the_primaries() {
+        let raw = "\
+            a1 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922\n\
+            b2 127.0.0.1:7001@17001,host myself,master - 0 0 1 connected 0-5460\n\
+            c3 127.0.0.1:7004@17004 slave b2 0 1 1 connected\n\
+            d4 127.0.0.1:7005@17005 master,fail - 0 1 5 disconnected 10923-16383\n\
+            e5 127.0.0.1:7006@17006 master - 0 1 6 connected\n";
+        assert_eq!(
+            parse_cluster_nodes(raw),
+            ["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]
+        );
+        let alone = "9d94 :7454@17454 myself,master - 0 0 0 connected 0-16383\n";
+        assert_eq!(parse_cluster_nodes(alone), ["redis://127.0.0.1:7454"]);
     }
 }

@@ -29,6 +29,32 @@ pub(crate) fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// CPU time (user + system, all threads) this process has used so far, in
+/// seconds, from `/proc/self/stat` (Linux; 10 ms ticks); `None` elsewhere.
+pub(crate) fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may contain spaces): state is
+    // field 3 of proc(5), utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ, the unit of these fields, is 100 on Linux.
+    Some(ticks as f64 / 100.0)
+}
+
+/// Microseconds of CPU per event, one decimal; `null` without events.
+pub(crate) fn cpu_us_per(cpu_s: f64, events: u64) -> Value {
+    if events == 0 {
+        return Value::Null;
+    }
+    json!((cpu_s * 1e7 / events as f64).round() / 10.0)
+}
+
+/// Seconds rounded to milliseconds.
+pub(crate) fn round_ms(s: f64) -> f64 {
+    (s * 1000.0).round() / 1000.0
+}
+
 /// Nearest-rank percentile (`p` in percent, 1..=100) of unsorted samples.
 pub(crate) fn pct(samples: &[u64], p: usize) -> Option<u64> {
     if samples.is_empty() {
@@ -123,6 +149,10 @@ mod tests {
         assert_eq!(ratio(1, 0, 2), Value::Null);
         assert_eq!(per_second(5, 2_000_000_000), json!(2.5));
         assert!((secs_ms(1_234_567_890) - 1.235).abs() < 1e-9);
+        assert_eq!(cpu_us_per(1.5, 100_000), json!(15.0));
+        assert_eq!(cpu_us_per(1.5, 0), Value::Null);
+        assert!((round_ms(1.234_56) - 1.235).abs() < 1e-9);
+        assert!(process_cpu_s().is_some_and(|s| s >= 0.0));
     }
 
     #[test]
