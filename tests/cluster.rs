@@ -271,24 +271,77 @@ async fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// One slot moved by hand from its primary to another, the steps
+/// `redis-cli --cluster reshard` takes.
+struct SlotMove {
+    slot: String,
+    src: u16,
+    dst: u16,
+    src_id: String,
+    dst_id: String,
+}
+
+impl SlotMove {
+    /// Plans moving the slot of `key` to another primary.
+    async fn plan(cluster: &RedisCluster, key: &str) -> SlotMove {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let src = primary_of_slot(cluster, slot).await;
+        let dst = cluster
+            .nodes()
+            .iter()
+            .map(redisync_testkit::RedisServer::port)
+            .find(|p| *p != src)
+            .unwrap();
+        SlotMove {
+            slot: slot.to_string(),
+            src,
+            dst,
+            src_id: cli(src, &["cluster", "myid"]).await,
+            dst_id: cli(dst, &["cluster", "myid"]).await,
+        }
+    }
+
+    /// Marks the slot importing on the target, migrating on the source.
+    async fn begin(&self) {
+        cli(
+            self.dst,
+            &["cluster", "setslot", &self.slot, "importing", &self.src_id],
+        )
+        .await;
+        cli(
+            self.src,
+            &["cluster", "setslot", &self.slot, "migrating", &self.dst_id],
+        )
+        .await;
+    }
+
+    /// Moves `keys` of the slot to the target.
+    async fn migrate(&self, keys: &[&str]) {
+        let dst = self.dst.to_string();
+        let mut args = vec!["migrate", "127.0.0.1", &dst, "", "0", "5000", "keys"];
+        args.extend_from_slice(keys);
+        assert_eq!(cli(self.src, &args).await, "OK", "MIGRATE {keys:?}");
+    }
+
+    /// Hands the slot to the target on every node.
+    async fn finish(&self, cluster: &RedisCluster) {
+        for n in cluster.nodes() {
+            cli(
+                n.port(),
+                &["cluster", "setslot", &self.slot, "node", &self.dst_id],
+            )
+            .await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_wake_after_their_slot_migrates() {
     let cluster = RedisCluster::start(3, 0).await;
     let a = client(&cluster).await;
     let b = client(&cluster).await;
     let name = "migrating";
-    let slot = fred::util::redis_keyslot(b"redisync:{migrating}");
-    let src = primary_of_slot(&cluster, slot).await;
-    let dst = cluster
-        .nodes()
-        .iter()
-        .map(redisync_testkit::RedisServer::port)
-        .find(|p| *p != src)
-        .unwrap();
-    let (src_id, dst_id) = (
-        cli(src, &["cluster", "myid"]).await,
-        cli(dst, &["cluster", "myid"]).await,
-    );
+    let slot_move = SlotMove::plan(&cluster, "redisync:{migrating}").await;
 
     let held = a
         .lock(name)
@@ -300,27 +353,18 @@ async fn waiters_wake_after_their_slot_migrates() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Move the slot (and the lock's keys) to another primary.
-    let s = slot.to_string();
-    cli(dst, &["cluster", "setslot", &s, "importing", &src_id]).await;
-    cli(src, &["cluster", "setslot", &s, "migrating", &dst_id]).await;
-    let keys = cli(src, &["cluster", "getkeysinslot", &s, "100"]).await;
-    let dst_port = dst.to_string();
-    let mut migrate = vec![
-        "migrate",
-        "127.0.0.1",
-        dst_port.as_str(),
-        "",
-        "0",
-        "5000",
-        "keys",
-    ];
-    migrate.extend(keys.lines());
-    cli(src, &migrate).await;
-    for n in cluster.nodes() {
-        cli(n.port(), &["cluster", "setslot", &s, "node", &dst_id]).await;
-    }
+    slot_move.begin().await;
+    let keys = cli(
+        slot_move.src,
+        &["cluster", "getkeysinslot", &slot_move.slot, "100"],
+    )
+    .await;
+    slot_move.migrate(&keys.lines().collect::<Vec<_>>()).await;
+    slot_move.finish(&cluster).await;
     assert_eq!(
-        cli(dst, &["exists", "redisync:{migrating}"]).await.trim(),
+        cli(slot_move.dst, &["exists", "redisync:{migrating}"])
+            .await
+            .trim(),
         "1",
         "the lock moved with its slot"
     );
@@ -350,18 +394,7 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
     let a = client(&cluster).await;
     let b = client(&cluster).await;
     let name = "halfway";
-    let slot = fred::util::redis_keyslot(b"redisync:{halfway}");
-    let src = primary_of_slot(&cluster, slot).await;
-    let dst = cluster
-        .nodes()
-        .iter()
-        .map(redisync_testkit::RedisServer::port)
-        .find(|p| *p != src)
-        .unwrap();
-    let (src_id, dst_id) = (
-        cli(src, &["cluster", "myid"]).await,
-        cli(dst, &["cluster", "myid"]).await,
-    );
+    let slot_move = SlotMove::plan(&cluster, "redisync:{halfway}").await;
     let held = a
         .lock(name)
         .lock_with_lease(Duration::from_secs(20))
@@ -371,25 +404,13 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
     // Half-way: the fencing counter has moved, the lock hash has not. A
     // script over both keys now gets TRYAGAIN from the source; it did not
     // run, so the client must send it again until the slot settles.
-    let s = slot.to_string();
-    let dst_port = dst.to_string();
-    cli(dst, &["cluster", "setslot", &s, "importing", &src_id]).await;
-    cli(src, &["cluster", "setslot", &s, "migrating", &dst_id]).await;
-    let migrate = |key: &'static str| {
-        let dst_port = dst_port.clone();
-        async move {
-            let out = cli(src, &["migrate", "127.0.0.1", &dst_port, key, "0", "5000"]).await;
-            assert_eq!(out, "OK", "MIGRATE {key}");
-        }
-    };
-    migrate("redisync:{halfway}:fence").await;
+    slot_move.begin().await;
+    slot_move.migrate(&["redisync:{halfway}:fence"]).await;
     let lock = b.lock(name);
     let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(8), None).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    migrate("redisync:{halfway}").await;
-    for n in cluster.nodes() {
-        cli(n.port(), &["cluster", "setslot", &s, "node", &dst_id]).await;
-    }
+    slot_move.migrate(&["redisync:{halfway}"]).await;
+    slot_move.finish(&cluster).await;
     held.unlock().await.unwrap();
     let got = waiter
         .await
