@@ -43,15 +43,7 @@ impl RedisStats {
     pub(crate) async fn connect(urls: &[String]) -> Result<Self, String> {
         let mut clients = Vec::with_capacity(urls.len());
         for url in urls {
-            let config = Config::from_url(url).map_err(|e| format!("admin config {url}: {e}"))?;
-            let client = Builder::from_config(config)
-                .build()
-                .map_err(|e| format!("admin client {url}: {e}"))?;
-            client
-                .init()
-                .await
-                .map_err(|e| format!("admin connect {url}: {e}"))?;
-            clients.push(client);
+            clients.push(admin_client(url).await?);
         }
         Ok(Self {
             clients,
@@ -180,12 +172,9 @@ pub(crate) fn delta(before: &[CmdCounts], after: &[CmdCounts]) -> CmdDelta {
     }
 }
 
-/// The `redis://` URLs of the primaries that serve slots, from `CLUSTER
-/// NODES` of the cluster node on 127.0.0.1:`seed_port`, sorted (failed
-/// nodes and replicas left out).
-pub(crate) async fn cluster_primaries(seed_port: u16) -> Result<Vec<String>, String> {
-    let url = format!("redis://127.0.0.1:{seed_port}");
-    let config = Config::from_url(&url).map_err(|e| format!("admin config {url}: {e}"))?;
+/// A connected admin client for `url`.
+async fn admin_client(url: &str) -> Result<fred::clients::Client, String> {
+    let config = Config::from_url(url).map_err(|e| format!("admin config {url}: {e}"))?;
     let client = Builder::from_config(config)
         .build()
         .map_err(|e| format!("admin client {url}: {e}"))?;
@@ -193,6 +182,15 @@ pub(crate) async fn cluster_primaries(seed_port: u16) -> Result<Vec<String>, Str
         .init()
         .await
         .map_err(|e| format!("admin connect {url}: {e}"))?;
+    Ok(client)
+}
+
+/// The `redis://` URLs of the primaries that serve slots, from `CLUSTER
+/// NODES` of the cluster node on 127.0.0.1:`seed_port`, sorted (failed
+/// nodes and replicas left out).
+pub(crate) async fn cluster_primaries(seed_port: u16) -> Result<Vec<String>, String> {
+    let url = format!("redis://127.0.0.1:{seed_port}");
+    let client = admin_client(&url).await?;
     let nodes: Result<String, _> = client.cluster_nodes().await;
     if let Err(e) = client.quit().await {
         eprintln!("admin quit: {e}");
