@@ -400,6 +400,18 @@ impl ClientInner {
             Ok(())
         }
     }
+
+    /// Whether a handle on `name` (a `what`: "lock", "semaphore") may run a
+    /// command: the client is open and the name is not empty.
+    pub(crate) fn check_usable(&self, name: &str, what: &str) -> Result<()> {
+        self.check_open()?;
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{what} name must not be empty"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Wakes the waiters of every unlock message; on lag wakes everyone.

@@ -223,11 +223,7 @@ impl FairLock {
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client_inner().check_open()?;
-        if self.inner.name.is_empty() {
-            return Err(Error::InvalidArgument("lock name must not be empty".into()));
-        }
-        Ok(())
+        self.client_inner().check_usable(&self.inner.name, "lock")
     }
 
     fn queue_lease_ms(&self) -> Result<i64> {

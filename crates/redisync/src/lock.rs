@@ -149,11 +149,7 @@ impl Lock {
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client_inner().check_open()?;
-        if self.inner.name.is_empty() {
-            return Err(Error::InvalidArgument("lock name must not be empty".into()));
-        }
-        Ok(())
+        self.client_inner().check_usable(&self.inner.name, "lock")
     }
 
     /// Waits until the lock is acquired; the watchdog renews the lease until

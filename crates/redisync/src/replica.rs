@@ -7,30 +7,41 @@
 //! that wrote the lock (other commands of the client queued in between only
 //! add writes to wait for).
 
-use std::future::Future;
-use std::time::Duration;
-
 use fred::interfaces::ClientLike;
+use std::future::Future;
 
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
 
-/// `WAIT required timeout` on the connection of the primary that owns `key`:
-/// how many replicas acknowledged our writes.
-pub(crate) async fn wait_for_replicas(
-    client: &ClientInner,
-    key: &str,
-    required: u32,
-    timeout: Duration,
-) -> Result<i64> {
+/// What `WAIT` said after a write to `key`'s slot.
+enum Synced {
+    /// Replica sync is off, or enough replicas acknowledged.
+    Enough,
+    /// Too few replicas acknowledged within the timeout.
+    Short { acked: i64, required: u32 },
+    /// `WAIT` itself failed.
+    Failed(Error),
+}
+
+/// With replica sync on, `WAIT required timeout` on the connection of the
+/// primary that owns `key` (the one that ran the script).
+async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
+    let Some((required, timeout)) = client.settings.replica_sync else {
+        return Synced::Enough;
+    };
     let slot = fred::util::redis_keyslot(key.as_bytes());
     let wait =
         fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
     let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-    Ok(client
+    match client
         .redis
         .custom::<i64, _>(wait, vec![i64::from(required), ms])
-        .await?)
+        .await
+    {
+        Ok(acked) if acked >= i64::from(required) => Synced::Enough,
+        Ok(acked) => Synced::Short { acked, required },
+        Err(e) => Synced::Failed(e.into()),
+    }
 }
 
 /// After an acquisition (new or re-entrant) of `name` (Redis key `key`)
@@ -51,13 +62,10 @@ where
     U: FnOnce(G) -> F,
     F: Future<Output = Result<()>>,
 {
-    let Some((required, timeout)) = client.settings.replica_sync else {
-        return Ok(guard);
-    };
-    let acked = match wait_for_replicas(client, key, required, timeout).await {
-        Ok(acked) if acked >= i64::from(required) => return Ok(guard),
-        Ok(acked) => acked,
-        Err(e) => {
+    let (acked, required) = match wait_for_replicas(client, key).await {
+        Synced::Enough => return Ok(guard),
+        Synced::Short { acked, required } => (acked, required),
+        Synced::Failed(e) => {
             drop(guard); // released in the background
             return Err(e);
         }
@@ -77,13 +85,13 @@ where
 /// the primary; a failover to a replica without it leaves the lock there
 /// until its lease ends).
 pub(crate) async fn after_release(client: &ClientInner, key: &str) {
-    let Some((required, timeout)) = client.settings.replica_sync else {
-        return;
-    };
-    match wait_for_replicas(client, key, required, timeout).await {
-        Ok(acked) if acked >= i64::from(required) => {}
-        other => {
-            tracing::warn!(lock_key = %key, ?other, required, "release not acknowledged by enough replicas");
+    match wait_for_replicas(client, key).await {
+        Synced::Enough => {}
+        Synced::Short { acked, required } => {
+            tracing::warn!(lock_key = %key, acked, required, "release not acknowledged by enough replicas");
+        }
+        Synced::Failed(e) => {
+            tracing::warn!(lock_key = %key, error = %e, "WAIT after a release failed");
         }
     }
 }
@@ -93,14 +101,9 @@ pub(crate) async fn after_release(client: &ClientInner, key: &str) {
 /// acknowledged them, so a guard's lease estimate never runs past what a
 /// synced replica would keep after a failover.
 pub(crate) async fn renewal_counts(client: &ClientInner, key: &str) -> bool {
-    let Some((required, timeout)) = client.settings.replica_sync else {
+    if let Synced::Enough = wait_for_replicas(client, key).await {
         return true;
-    };
-    match wait_for_replicas(client, key, required, timeout).await {
-        Ok(acked) if acked >= i64::from(required) => true,
-        other => {
-            tracing::debug!(target: "redisync.watchdog.renew", lock_key = %key, ?other, required, "renewal not acknowledged by enough replicas; it does not extend the lease estimate");
-            false
-        }
     }
+    tracing::debug!(target: "redisync.watchdog.renew", lock_key = %key, "renewal not acknowledged by enough replicas; it does not extend the lease estimate");
+    false
 }

@@ -181,11 +181,7 @@ impl RwLock {
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client().check_open()?;
-        if self.inner.name.is_empty() {
-            return Err(Error::InvalidArgument("lock name must not be empty".into()));
-        }
-        Ok(())
+        self.client().check_usable(&self.inner.name, "lock")
     }
 
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = side.tag()))]

@@ -95,13 +95,7 @@ impl Semaphore {
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client().check_open()?;
-        if self.inner.name.is_empty() {
-            return Err(Error::InvalidArgument(
-                "semaphore name must not be empty".into(),
-            ));
-        }
-        Ok(())
+        self.client().check_usable(&self.inner.name, "semaphore")
     }
 
     fn not_initialized(&self) -> Error {
