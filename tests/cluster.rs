@@ -335,19 +335,47 @@ impl SlotMove {
     }
 }
 
+/// A 3-primary cluster, two clients, the lock `name` held by the first
+/// with a 20 s lease, and a plan to move its slot.
+struct Migration {
+    cluster: RedisCluster,
+    _a: Client,
+    b: Client,
+    slot_move: SlotMove,
+    held: redisync::LockGuard,
+}
+
+impl Migration {
+    async fn start(name: &str) -> Migration {
+        let cluster = RedisCluster::start(3, 0).await;
+        let a = client(&cluster).await;
+        let b = client(&cluster).await;
+        let slot_move = SlotMove::plan(&cluster, &format!("redisync:{{{name}}}")).await;
+        let held = a
+            .lock(name)
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        Migration {
+            cluster,
+            _a: a,
+            b,
+            slot_move,
+            held,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_wake_after_their_slot_migrates() {
-    let cluster = RedisCluster::start(3, 0).await;
-    let a = client(&cluster).await;
-    let b = client(&cluster).await;
     let name = "migrating";
-    let slot_move = SlotMove::plan(&cluster, "redisync:{migrating}").await;
-
-    let held = a
-        .lock(name)
-        .lock_with_lease(Duration::from_secs(20))
-        .await
-        .unwrap();
+    let Migration {
+        cluster,
+        b,
+        slot_move,
+        held,
+        ..
+    } = Migration::start(name).await;
     let lock = b.lock(name);
     let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(15), None).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -390,16 +418,14 @@ async fn waiters_wake_after_their_slot_migrates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_ride_out_a_half_migrated_slot() {
-    let cluster = RedisCluster::start(3, 0).await;
-    let a = client(&cluster).await;
-    let b = client(&cluster).await;
     let name = "halfway";
-    let slot_move = SlotMove::plan(&cluster, "redisync:{halfway}").await;
-    let held = a
-        .lock(name)
-        .lock_with_lease(Duration::from_secs(20))
-        .await
-        .unwrap();
+    let Migration {
+        cluster,
+        b,
+        slot_move,
+        held,
+        ..
+    } = Migration::start(name).await;
 
     // Half-way: the fencing counter has moved, the lock hash has not. A
     // script over both keys now gets TRYAGAIN from the source; it did not
