@@ -163,7 +163,7 @@ async fn waiters_progress_through_a_primary_failover() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Kill the primary that owns the lock's slot.
-    let slot = fred::util::redis_keyslot(b"redisync:{failover:lock}");
+    let slot = fred::util::redis_keyslot(common::lock_key("failover:lock").as_bytes());
     let owner_port = primary_of_slot(&cluster, slot).await;
     let idx = cluster
         .nodes()
@@ -350,7 +350,7 @@ impl Migration {
         let cluster = RedisCluster::start(3, 0).await;
         let a = client(&cluster).await;
         let b = client(&cluster).await;
-        let slot_move = SlotMove::plan(&cluster, &format!("redisync:{{{name}}}")).await;
+        let slot_move = SlotMove::plan(&cluster, &common::lock_key(name)).await;
         let held = a
             .lock(name)
             .lock_with_lease(Duration::from_secs(20))
@@ -390,7 +390,7 @@ async fn waiters_wake_after_their_slot_migrates() {
     slot_move.migrate(&keys.lines().collect::<Vec<_>>()).await;
     slot_move.finish(&cluster).await;
     assert_eq!(
-        cli(slot_move.dst, &["exists", "redisync:{migrating}"])
+        cli(slot_move.dst, &["exists", &common::lock_key("migrating")])
             .await
             .trim(),
         "1",
@@ -431,11 +431,13 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
     // script over both keys now gets TRYAGAIN from the source; it did not
     // run, so the client must send it again until the slot settles.
     slot_move.begin().await;
-    slot_move.migrate(&["redisync:{halfway}:fence"]).await;
+    slot_move
+        .migrate(&[&common::key("lock", "fence", "halfway")])
+        .await;
     let lock = b.lock(name);
     let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(8), None).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    slot_move.migrate(&["redisync:{halfway}"]).await;
+    slot_move.migrate(&[&common::lock_key("halfway")]).await;
     slot_move.finish(&cluster).await;
     held.unlock().await.unwrap();
     let got = waiter
@@ -473,7 +475,7 @@ async fn a_waiter_parked_before_a_failover_wakes_after_it() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let slot = fred::util::redis_keyslot(b"redisync:{parked}");
+    let slot = fred::util::redis_keyslot(common::lock_key("parked").as_bytes());
     let owner_port = primary_of_slot(&cluster, slot).await;
     let idx = cluster
         .nodes()

@@ -9,22 +9,22 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, lock_key, Env};
+use common::{eventually, Env};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use redisync::{Client, Error, FairLock};
 use tokio::time::{sleep, timeout, Instant};
 
 fn hash_key(name: &str) -> String {
-    format!("{}:fair", lock_key(name))
+    common::key("fair", "hold", name)
 }
 
 fn queue_key(name: &str) -> String {
-    format!("{}:queue", hash_key(name))
+    common::key("fair", "queue", name)
 }
 
 fn deadlines_key(name: &str) -> String {
-    format!("{}:deadlines", hash_key(name))
+    common::key("fair", "deadlines", name)
 }
 
 async fn queue_len(env: &Env, name: &str) -> (i64, i64) {
@@ -328,7 +328,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
                         hash_key("leave"),
                         queue_key("leave"),
                         deadlines_key("leave"),
-                        format!("{}:ch", hash_key("leave")),
+                        common::key("fair", "ch", "leave"),
                     ],
                     vec!["slow-client:1", "", "spublish"],
                 )
@@ -645,7 +645,7 @@ async fn wrong_type_keys_and_bad_input() {
             .admin
             .custom(
                 CustomCommand::new_static("KEYS", ClusterHash::FirstKey, false),
-                vec![format!("{}*", lock_key(name))],
+                vec![format!("*{{{name}}}*")],
             )
             .await
             .unwrap();
@@ -705,7 +705,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
 
     let sub = common::admin(&env.server.url()).await;
     let mut messages = sub.message_rx();
-    sub.ssubscribe(format!("{}:ch", hash_key("owner")))
+    sub.ssubscribe(common::key("fair", "ch", "owner"))
         .await
         .unwrap();
     let before: HashMap<String, String> = env.admin.hgetall(hash_key("owner")).await.unwrap();
@@ -854,10 +854,7 @@ async fn wakeups_are_addressed_constant_commands_per_acquisition() {
         .admin
         .custom(
             CustomCommand::new_static("PUBSUB", ClusterHash::FirstKey, false),
-            vec![
-                "SHARDNUMSUB".to_string(),
-                format!("{}:ch", hash_key("herd")),
-            ],
+            vec!["SHARDNUMSUB".to_string(), common::key("fair", "ch", "herd")],
         )
         .await
         .unwrap();

@@ -415,7 +415,7 @@ async fn subscription_is_shared_and_released() {
                 fred::types::ClusterHash::FirstKey,
                 false,
             ),
-            vec!["SHARDNUMSUB", "redisync:{subs}:ch"],
+            vec!["SHARDNUMSUB".to_owned(), common::key("lock", "ch", "subs")],
         )
         .await
         .unwrap();
@@ -500,7 +500,7 @@ async fn release_publishes_only_when_another_client_tried() {
     let b = env.client().await;
     let sub = common::admin(&env.server.url()).await;
     let mut messages = sub.message_rx();
-    sub.ssubscribe(format!("{}:ch", lock_key("quiet")))
+    sub.ssubscribe(common::key("lock", "ch", "quiet"))
         .await
         .unwrap();
     // Uncontended: no message.

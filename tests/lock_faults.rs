@@ -245,7 +245,7 @@ async fn paused_server_is_an_error_in_bounded_time() {
     // Cache the acquire script, so the server runs the EVALSHA it finds
     // buffered on resume (a NOSCRIPT reply would make the test vacuous).
     lock.lock().await.unwrap().unlock().await.unwrap();
-    let fence_key = format!("{}:fence", lock_key("paused"));
+    let fence_key = common::key("lock", "fence", "paused");
     let fence_before: u64 = env.admin.get(&fence_key).await.unwrap();
 
     env.server.pause();
@@ -449,7 +449,7 @@ async fn cancelled_waiters_leave_no_lock() {
     }
     // Precondition: the waiters did subscribe (the longest-lived waiter of
     // each client lives 270 ms or more), so the check below is not vacuous.
-    let channel = format!("{}:ch", lock_key("cancel"));
+    let channel = common::key("lock", "ch", "cancel");
     let subscribed = eventually(Duration::from_millis(150), || async {
         our_shard_channels(&env).await.contains(&channel)
     })
@@ -600,7 +600,7 @@ async fn non_owner_unlock_writes_nothing() {
         .expect("A's lease ran out");
     assert!(current.fencing_token() > stale.fencing_token());
 
-    let channel = format!("{}:ch", lock_key("owner"));
+    let channel = common::key("lock", "ch", "owner");
     let sub = admin(&url).await;
     let mut messages = sub.message_rx();
     sub.ssubscribe(channel.as_str()).await.unwrap();

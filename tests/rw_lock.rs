@@ -12,7 +12,7 @@ use redisync::Error;
 use tokio::time::{sleep, Instant};
 
 fn rw_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw")
+    common::key("rw", "hold", name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

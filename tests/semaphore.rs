@@ -11,7 +11,7 @@ use fred::prelude::*;
 use redisync::Error;
 
 fn sem_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:sem")
+    common::key("sem", "hold", name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
