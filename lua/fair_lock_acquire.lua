@@ -3,8 +3,7 @@
 --          '~w' = somebody queued while it was held (same layout as the plain lock)
 -- KEYS[2]  queue (list of owner ids, head first)
 -- KEYS[3]  queue deadlines (zset: owner id -> deadline, server time in ms)
--- KEYS[4]  fencing counter (string, no TTL, never deleted)
--- KEYS[5]  channel: the next owner's id is published on it
+-- KEYS[4]  fencing counter (string, TTL ARGV[7]; see next_token in prelude.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- ARGV[3]  queue lease, milliseconds (> 0): a queued owner that does not call
@@ -12,16 +11,21 @@
 -- ARGV[4]  '1' = queue up (or refresh the queue deadline) when busy; '0' = one
 --          try that never queues
 -- ARGV[5]  publish command: 'spublish' or 'publish'
+-- ARGV[6]  channel: the next owner's id is published on it
+-- ARGV[7]  fencing counter TTL, milliseconds
 -- Returns {1, token} acquired, {2, token} re-entered (same token), or
 -- {0, pttl ms of the lock (-2 free), ms until the head's queue deadline when
 -- the head is another owner (-1 otherwise)} busy.
 -- Only the queue head (or anybody when the queue is empty) may take a free
 -- lock. Expired queue entries are purged first: O(expired x queue length).
--- Keys of another type raise WRONGTYPE before anything is written.
-local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- A key of another type is an error naming it, before anything is written.
+local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6]
 local owner, lease, qlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'}) or wrong_fence(fence)
+if err then
+  return err
+end
 
--- Reads first: each raises WRONGTYPE on a key of another type.
 local held = redis.call('hmget', lock, owner, '~t', '~w')
 local mine = redis.call('zscore', deadlines, owner)
 local old_head = redis.call('lindex', queue, 0)
@@ -64,14 +68,7 @@ end
 
 local pttl = redis.call('pttl', lock)
 if pttl == -2 and (not head or head == owner) then
-  local token = redis.call('incr', fence)
-  if token == 1 then
-    -- The counter was lost (new server, restart without persistence, flush):
-    -- resume from server time in microseconds so tokens keep increasing.
-    local resumed = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('set', fence, resumed)
-    token = tonumber(resumed)
-  end
+  local token = next_token(fence, ARGV[7])
   if head == owner then
     redis.call('lpop', queue)
   end

@@ -2,16 +2,13 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue (list)
 -- KEYS[3]  queue deadlines (zset, server time in ms)
--- KEYS[4]  channel
 -- ARGV[1]  publish command: 'spublish' or 'publish'
+-- ARGV[2]  channel
 -- Returns 1 if it was locked, 0 if not (nothing written). Keys of another
 -- type are an error and left untouched.
-for i = 1, 3 do
-  local kind = redis.call('type', KEYS[i]).ok
-  local want = ({'hash', 'list', 'zset'})[i]
-  if kind ~= 'none' and kind ~= want then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kind .. ', not part of a redisync fair lock')
-  end
+local err = wrong_type({KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset'})
+if err then
+  return err
 end
 if redis.call('del', KEYS[1]) == 0 then
   return 0
@@ -31,6 +28,6 @@ while head and not redis.call('zscore', KEYS[3], head) do
   head = redis.call('lindex', KEYS[2], 0)
 end
 if head then
-  redis.call(ARGV[1], KEYS[4], head)
+  redis.call(ARGV[1], ARGV[2], head)
 end
 return 1

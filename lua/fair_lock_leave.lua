@@ -3,19 +3,21 @@
 -- KEYS[1]  lock hash (see fair_lock_acquire.lua)
 -- KEYS[2]  queue (list)
 -- KEYS[3]  queue deadlines (zset, server time in ms)
--- KEYS[4]  channel
 -- ARGV[1]  owner id
 -- ARGV[2]  fencing token to keep ('' = none): a live hold of the owner on
 --          this client; any other acquisition of the owner is deleted
 -- ARGV[3]  publish command: 'spublish' or 'publish'
+-- ARGV[4]  channel
 -- Returns 1 if an acquisition of the owner was deleted, 0 otherwise. When the
 -- lock is free afterwards and its queue head changed (or the lock was freed
 -- here), the new head's id is published.
 local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local owner = ARGV[1]
--- Reads first: each raises WRONGTYPE on a key of another type.
+local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'})
+if err then
+  return err
+end
 local held = redis.call('hmget', lock, owner, '~t')
-redis.call('zscore', deadlines, owner)
 local old_head = redis.call('lindex', queue, 0)
 
 redis.call('lrem', queue, 0, owner)
@@ -41,6 +43,6 @@ while head and not redis.call('zscore', deadlines, head) do
   head = redis.call('lindex', queue, 0)
 end
 if head and (freed == 1 or head ~= old_head) and redis.call('exists', lock) == 0 then
-  redis.call(ARGV[3], KEYS[4], head)
+  redis.call(ARGV[3], ARGV[4], head)
 end
 return freed

@@ -1,32 +1,27 @@
 -- Acquire or re-enter a reentrant lock.
 -- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing token
--- KEYS[2]  fencing counter (string, no TTL, never deleted)
+-- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in prelude.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
 --          for a fresh acquisition
+-- ARGV[4]  fencing counter TTL, milliseconds
 -- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
 -- Field '~w' marks that another client tried while the lock was held.
--- A key of another type raises WRONGTYPE before anything is written.
+-- A key of another type is an error naming it, before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+local err = wrong_type({lock, 'hash'}) or wrong_fence(fence)
+if err then
+  return err
+end
 
 local function grant()
-  local token = redis.call('incr', fence)
-  if token == 1 then
-    -- The counter was lost (new server, restart without persistence, flush):
-    -- resume from server time in microseconds so tokens keep increasing.
-    local now = redis.call('time')
-    local resumed = now[1] .. string.format('%06d', tonumber(now[2]))
-    redis.call('set', fence, resumed)
-    token = tonumber(resumed)
-  end
+  local token = next_token(fence, ARGV[4])
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token}
 end
 
--- PTTL answers for any type (-2: no key), so a key of another type reaches
--- HEXISTS below, which raises WRONGTYPE.
 local pttl = redis.call('pttl', lock)
 if pttl == -2 then
   return grant()

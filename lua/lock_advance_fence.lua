@@ -2,14 +2,18 @@
 -- highest token of its majority back, so any later majority sees it).
 -- KEYS[1]  fencing counter
 -- ARGV[1]  minimum value (a decimal integer)
--- Returns the counter after the call. A non-integer counter is an error.
-local current = tonumber(redis.call('get', KEYS[1]) or '0')
-if current == nil then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a redisync fencing counter')
+-- ARGV[2]  counter TTL, milliseconds (refreshed)
+-- Returns the counter after the call. A key that is not a counter is an
+-- error naming it (nothing written).
+local err = wrong_fence(KEYS[1])
+if err then
+  return err
 end
+local current = tonumber(redis.call('get', KEYS[1]) or '0')
 local wanted = tonumber(ARGV[1])
 if wanted > current then
-  redis.call('set', KEYS[1], ARGV[1])
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return wanted
 end
+redis.call('pexpire', KEYS[1], ARGV[2])
 return current

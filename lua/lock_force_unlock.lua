@@ -1,15 +1,14 @@
 -- Delete a lock whoever holds it and wake its waiters.
 -- KEYS[1]  lock hash
--- KEYS[2]  unlock channel
 -- ARGV[1]  publish command: 'spublish' or 'publish'
+-- ARGV[2]  unlock channel
 -- Returns 1 if it was locked, 0 if not. A key of another type is an error.
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
+local err = wrong_type({KEYS[1], 'hash'})
+if err then
+  return err
+end
+if redis.call('del', KEYS[1]) == 0 then
   return 0
 end
-if kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a redisync lock')
-end
-redis.call('del', KEYS[1])
-redis.call(ARGV[1], KEYS[2], 'unlock')
+redis.call(ARGV[1], ARGV[2], 'unlock')
 return 1

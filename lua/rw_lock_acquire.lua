@@ -2,7 +2,7 @@
 -- KEYS[1]  hash: '~mode' 'read'|'write'; 'w:<owner>' write holds, '~t' the
 --          writer's token; 'r:<owner>' read holds, 't:<owner>' that reader's token
 -- KEYS[2]  readers zset: <owner> -> end of that reader's lease (server ms)
--- KEYS[3]  fencing counter
+-- KEYS[3]  fencing counter (TTL ARGV[5]; see next_token in prelude.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  'r' read or 'w' write
@@ -10,12 +10,17 @@
 --          fresh acquisition: a field of this owner with another token was
 --          left by a release that never arrived and is replaced, with a new
 --          token, so nothing carrying the old token matches it any more
+-- ARGV[5]  fencing counter TTL, milliseconds
 -- Returns {1, token} acquired, {2, token} re-entered, {0, ms} busy (ms to
 -- wait at most), {-3, 0} write asked by an owner holding only a read lock
 -- (an upgrade would deadlock: refused). Readers whose lease ended (crashed)
 -- are dropped first, whoever else keeps renewing.
 local h, readers, fence = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, side, reentry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local err = wrong_type({h, 'hash', readers, 'zset'}) or wrong_fence(fence)
+if err then
+  return err
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -33,13 +38,7 @@ if mode == 'read' and redis.call('zcard', readers) == 0 then
 end
 
 local function token()
-  local n = redis.call('incr', fence)
-  if n == 1 then
-    local resumed = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('set', fence, resumed)
-    n = tonumber(resumed)
-  end
-  return n
+  return next_token(fence, ARGV[5])
 end
 
 -- The hash and the readers zset live at least as long as any lease in them.

@@ -3,12 +3,12 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  'r' or 'w'
 -- Returns {mode: 0 free, 1 read, 2 write; pttl ms (-2 free); holds of the owner on that side}.
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
-  return {0, -2, 0}
+local err = wrong_type({KEYS[1], 'hash'})
+if err then
+  return err
 end
-if kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a redisync read-write lock')
+if redis.call('exists', KEYS[1]) == 0 then
+  return {0, -2, 0}
 end
 local mode = redis.call('hget', KEYS[1], '~mode')
 local m = 0

@@ -1,19 +1,23 @@
 -- Release one hold of a read-write lock, or undo a lost acquisition.
 -- KEYS[1]  hash (see rw_lock_acquire.lua)
 -- KEYS[2]  readers zset
--- KEYS[3]  channel
 -- ARGV[1]  owner id
 -- ARGV[2]  fencing token
 -- ARGV[3]  '1' = last local hold: drop the owner's side whatever its count
 -- ARGV[4]  'r' or 'w'
 -- ARGV[5]  publish command
--- ARGV[6]  '=' release the acquisition with this token; '!' undo any
+-- ARGV[6]  channel
+-- ARGV[7]  '=' release the acquisition with this token; '!' undo any
 --          acquisition of this owner and side except this token ('' = none)
 -- Returns 0 not held (nothing written or published), 1 still held, 2 released.
 -- A release that frees the lock or turns it to read mode publishes, so
 -- waiting writers, or all waiting readers, try again.
-local h, readers, channel = KEYS[1], KEYS[2], KEYS[3]
-local owner, token, last, side, publish, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local h, readers, channel = KEYS[1], KEYS[2], ARGV[6]
+local owner, token, last, side, publish, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[7]
+local err = wrong_type({h, 'hash', readers, 'zset'})
+if err then
+  return err
+end
 local count_field, token_field = 'w:' .. owner, '~t'
 if side == 'r' then
   count_field, token_field = 'r:' .. owner, 't:' .. owner

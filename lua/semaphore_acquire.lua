@@ -1,15 +1,22 @@
 -- Take permits of a lease-bound semaphore.
 -- KEYS[1]  semaphore hash (see semaphore_set_permits.lua)
 -- KEYS[2]  lease zset: <permit id> -> lease end, server time in ms
--- KEYS[3]  fencing counter
+-- KEYS[3]  fencing counter (TTL ARGV[4]; see next_token in prelude.lua)
 -- ARGV[1]  permit id (unique per acquisition)
 -- ARGV[2]  permits wanted (> 0)
 -- ARGV[3]  lease, milliseconds
+-- ARGV[4]  fencing counter TTL, milliseconds
 -- Returns {1, token} acquired; {0, ms} busy, ms until the earliest lease ends
 -- (-1 when none ends); {-1, 0} not initialised; {-2, total} more permits than
--- the semaphore has. Expired acquisitions (crashed holders) are reclaimed first.
+-- the semaphore has. Expired acquisitions (crashed holders) are reclaimed
+-- first. A key of another type is an error naming it, before anything is
+-- written (permits included).
 local sem, leases, fence = KEYS[1], KEYS[2], KEYS[3]
 local id, wanted, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local err = wrong_type({sem, 'hash', leases, 'zset'}) or wrong_fence(fence)
+if err then
+  return err
+end
 
 local total = redis.call('hget', sem, '~permits')
 if not total then
@@ -19,8 +26,7 @@ total = tonumber(total)
 if wanted > total then
   return {-2, total}
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_time()
 
 local expired = redis.call('zrangebyscore', leases, '-inf', now)
 if #expired > 0 then
@@ -35,15 +41,10 @@ end
 
 local used = tonumber(redis.call('hget', sem, '~used') or '0')
 if total - used >= wanted then
+  local token = next_token(fence, ARGV[4])
   redis.call('hset', sem, id, wanted)
   redis.call('hincrby', sem, '~used', wanted)
   redis.call('zadd', leases, now + lease, id)
-  local token = redis.call('incr', fence)
-  if token == 1 then
-    local resumed = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('set', fence, resumed)
-    token = tonumber(resumed)
-  end
   return {1, token}
 end
 local first = redis.call('zrange', leases, 0, 0, 'WITHSCORES')

@@ -1,10 +1,14 @@
 -- Permits free now, after reclaiming expired acquisitions.
 -- KEYS[1]  semaphore hash
 -- KEYS[2]  lease zset
--- KEYS[3]  release channel
 -- ARGV[1]  publish command
+-- ARGV[2]  release channel
 -- Returns {1, free} or {-1, 0} when not initialised.
 local sem, leases = KEYS[1], KEYS[2]
+local err = wrong_type({sem, 'hash', leases, 'zset'})
+if err then
+  return err
+end
 local total = redis.call('hget', sem, '~permits')
 if not total then
   return {-1, 0}
@@ -20,6 +24,6 @@ if #expired > 0 then
   end
   redis.call('zremrangebyscore', leases, '-inf', now)
   redis.call('hincrby', sem, '~used', -freed)
-  redis.call(ARGV[1], KEYS[3], freed)
+  redis.call(ARGV[1], ARGV[2], freed)
 end
 return {1, tonumber(total) - tonumber(redis.call('hget', sem, '~used') or '0')}

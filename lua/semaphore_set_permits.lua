@@ -1,13 +1,17 @@
 -- Initialise a semaphore's permits once.
 -- KEYS[1]  semaphore hash: '~permits' total, '~used' permits held,
 --          <permit id> -> permits held by that acquisition
--- KEYS[2]  release channel
 -- ARGV[1]  permits (> 0)
 -- ARGV[2]  publish command
+-- ARGV[3]  release channel
 -- Returns 1 if set, 0 if the semaphore already had permits (unchanged).
+local err = wrong_type({KEYS[1], 'hash'})
+if err then
+  return err
+end
 if redis.call('hexists', KEYS[1], '~permits') == 1 then
   return 0
 end
 redis.call('hset', KEYS[1], '~permits', ARGV[1], '~used', 0)
-redis.call(ARGV[2], KEYS[2], ARGV[1])
+redis.call(ARGV[2], ARGV[3], ARGV[1])
 return 1

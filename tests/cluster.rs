@@ -511,3 +511,34 @@ async fn a_waiter_parked_before_a_failover_wakes_after_it() {
     );
     got.unlock().await.unwrap();
 }
+
+/// Channels are arguments, not keys: while the lock's slot migrates (no key
+/// moved yet), a release touches only keys the source has, so the cluster
+/// runs it instead of refusing it (`TRYAGAIN`) until the slot settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_works_while_its_slot_migrates() {
+    let name = "unlock-mid-migration";
+    let Migration {
+        cluster,
+        b,
+        slot_move,
+        held,
+        ..
+    } = Migration::start(name).await;
+    let sem = b.semaphore(name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire(1).await.unwrap();
+    slot_move.begin().await;
+    let started = tokio::time::Instant::now();
+    held.unlock().await.expect("lock released mid-migration");
+    permit
+        .release()
+        .await
+        .expect("permit released mid-migration");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "releases were refused for {:?}",
+        started.elapsed()
+    );
+    slot_move.finish(&cluster).await;
+}

@@ -323,14 +323,21 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
             let _: i64 = env
                 .admin
                 .eval(
-                    include_str!("../lua/fair_lock_leave.lua"),
+                    concat!(
+                        include_str!("../lua/prelude.lua"),
+                        include_str!("../lua/fair_lock_leave.lua")
+                    ),
                     vec![
                         hash_key("leave"),
                         queue_key("leave"),
                         deadlines_key("leave"),
+                    ],
+                    vec![
+                        "slow-client:1".to_owned(),
+                        String::new(),
+                        "spublish".to_owned(),
                         common::key("fair", "ch", "leave"),
                     ],
-                    vec!["slow-client:1", "", "spublish"],
                 )
                 .await
                 .unwrap();

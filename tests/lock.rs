@@ -546,7 +546,8 @@ async fn advancing_the_fence_raises_later_tokens_and_uptime_is_read() {
     // Never lowers it.
     assert_eq!(lock.advance_fencing_token(5).await.unwrap(), t1 + 1000);
     let next = lock.lock().await.unwrap();
-    assert_eq!(next.fencing_token(), t1 + 1001);
+    // max(counter + 1, server time in µs): the counter is ahead here.
+    assert!(next.fencing_token() > t1 + 1000);
     next.unlock().await.unwrap();
     assert!(client.server_uptime().await.unwrap() < Duration::from_mins(1));
     assert_eq!(lock.client().watchdog_timeout(), Duration::from_secs(30));
@@ -588,4 +589,79 @@ async fn guard_validity_follows_extend_renewal_and_loss() {
         );
     }
     renewed.unlock().await.unwrap();
+}
+
+/// No permanent key per name: every kind's fencing counter carries a TTL
+/// (`fence_ttl`), refreshed at each token; once it expired, tokens still go
+/// up (they are at least the server time in µs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_counters_expire_and_tokens_still_increase() {
+    let env = Env::start().await;
+    let default = env.client().await;
+    let g = default.lock("default-ttl").lock().await.unwrap();
+    let pttl: i64 = env
+        .admin
+        .pttl(common::key("lock", "fence", "default-ttl"))
+        .await
+        .unwrap();
+    assert!(
+        pttl > 23 * 3600 * 1000 && pttl <= 24 * 3600 * 1000,
+        "default TTL 24 h, got {pttl} ms"
+    );
+    g.unlock().await.unwrap();
+
+    let client = redisync::Client::builder(&env.server.url())
+        .fence_ttl(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    assert!(client.semaphore("n").try_set_permits(1).await.unwrap());
+    for kind in ["lock", "fair", "rw", "sem"] {
+        let token = || async {
+            match kind {
+                "lock" => {
+                    let g = client.lock("n").lock().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+                "fair" => {
+                    let g = client.fair_lock("n").lock().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+                "rw" => {
+                    let g = client.rw_lock("n").write().lock().await.unwrap();
+                    let t = g.fencing_token();
+                    g.unlock().await.unwrap();
+                    t
+                }
+                _ => {
+                    let p = client.semaphore("n").acquire(1).await.unwrap();
+                    let t = p.fencing_token();
+                    p.release().await.unwrap();
+                    t
+                }
+            }
+        };
+        let first = token().await;
+        let fence = common::key(kind, "fence", "n");
+        let pttl: i64 = env.admin.pttl(&fence).await.unwrap();
+        assert!(pttl > 0 && pttl <= 1000, "{kind}: counter PTTL {pttl}");
+        let gone = common::eventually(Duration::from_secs(5), || async {
+            env.admin.exists::<i64, _>(&fence).await.unwrap() == 0
+        })
+        .await;
+        assert!(gone, "{kind}: the counter outlived its TTL");
+        let next = token().await;
+        assert!(next > first, "{kind}: token went from {first} to {next}");
+    }
+
+    let err = redisync::Client::builder(&env.server.url())
+        .fence_ttl(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
 }

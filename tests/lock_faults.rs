@@ -274,9 +274,8 @@ async fn paused_server_is_an_error_in_bounded_time() {
         "lock still held 2 s after resume, pttl {}",
         pttl(&env, "paused").await
     );
-    assert_eq!(
-        fence_after,
-        fence_before + 1,
+    assert!(
+        fence_after > fence_before,
         "the timed-out acquire never ran on the server"
     );
     let g = lock

@@ -470,7 +470,7 @@ async fn fencing_tokens_are_carried_to_the_majority() {
     let far: u64 = 4_000_000_000_000_000;
     let _: () = admin2
         .set(
-            format!("{}:fence", common::lock_key("fenced")),
+            common::key("lock", "fence", "fenced"),
             far,
             None,
             None,

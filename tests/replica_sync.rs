@@ -136,10 +136,7 @@ async fn every_primitive_undoes_an_unacknowledged_acquisition() {
     let r = fair.try_lock(Duration::ZERO, None).await;
     assert!(is_replica_sync(&r), "{r:?}");
     assert!(!fair.is_locked().await.unwrap());
-    let queued: i64 = admin
-        .llen(format!("{}:fair:queue", common::lock_key("f")))
-        .await
-        .unwrap();
+    let queued: i64 = admin.llen(common::key("fair", "queue", "f")).await.unwrap();
     assert_eq!(queued, 0, "a reported failure left a queue entry");
     let r = rw.write().try_lock(Duration::ZERO, None).await;
     assert!(is_replica_sync(&r), "{r:?}");

@@ -252,7 +252,7 @@ async fn crashed_readers_share_expires_while_others_renew() {
         .unwrap();
     common::zadd_ms(
         &env.admin,
-        &format!("{key}:readers"),
+        &common::key("rw", "readers", "ghost"),
         now_ms + 400,
         "dead:1",
     )

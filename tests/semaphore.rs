@@ -71,7 +71,7 @@ async fn a_crashed_holders_permits_come_back_after_its_lease() {
     let _: () = env.admin.hincrby(&key, "~used", 2).await.unwrap();
     common::zadd_ms(
         &env.admin,
-        &format!("{key}:leases"),
+        &common::key("sem", "leases", "crash"),
         now_ms + 400,
         "dead:1:1",
     )

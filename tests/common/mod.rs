@@ -50,21 +50,17 @@ pub fn lock_key(name: &str) -> String {
 }
 
 /// The Redis key (or channel) of one role of one primitive, for a plain name
-/// (no braces); mirrors redisync's key layout, so tests that look at or plant
-/// raw keys name them in one place. `kind`: `lock`, `fair`, `rw`, `sem`;
-/// `role`: `hold` (the main hash), `fence`, `ch` (the channel), and per kind
-/// `queue`, `deadlines` (fair), `readers` (rw), `leases` (sem).
+/// (no braces); mirrors redisync's key layout (`redisync:v1:<kind>:<role>:
+/// {<name>}`), so tests that look at or plant raw keys name them in one
+/// place. `kind`: `lock`, `fair`, `rw`, `sem`; `role`: `hold` (the main
+/// hash), `fence`, `ch` (the channel), and per kind `queue`, `deadlines`
+/// (fair), `readers` (rw), `leases` (sem).
 pub fn key(kind: &str, role: &str, name: &str) -> String {
-    let base = format!("redisync:{{{name}}}");
-    let base = match kind {
-        "lock" => base,
-        "fair" | "rw" | "sem" => format!("{base}:{kind}"),
-        other => panic!("unknown kind {other}"),
-    };
-    match role {
-        "hold" => base,
-        _ => format!("{base}:{role}"),
-    }
+    assert!(
+        matches!(kind, "lock" | "fair" | "rw" | "sem"),
+        "unknown kind {kind}"
+    );
+    format!("redisync:v1:{kind}:{role}:{{{name}}}")
 }
 
 /// Polls `check` every 10 ms until it returns true; false if `within` passes first.

@@ -23,16 +23,17 @@ use crate::worker::{lock_name, Counts, Settings, Urls, Workers};
 const STOP_WITHIN: Duration = Duration::from_secs(10);
 /// How long the worker process gets to start, stop or exit.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(20);
-/// Key suffixes of bookkeeping that legitimately outlives the locks: fencing
-/// counters, the semaphore's permits and lease table (checked through
+/// Key roles of bookkeeping that legitimately outlives the locks (key layout
+/// `redisync:v1:<kind>:<role>:<name>`): fencing counters (their TTL is long),
+/// the semaphore's permits and lease table (checked through
 /// `available_permits`), fair-lock queues, read-write reader tables.
 const BOOKKEEPING: [&str; 6] = [
-    ":fence",
-    ":sem",
-    ":leases",
-    ":queue",
-    ":deadlines",
-    ":readers",
+    ":fence:",
+    ":sem:hold:",
+    ":leases:",
+    ":queue:",
+    ":deadlines:",
+    ":readers:",
 ];
 
 /// The settings of a run.
@@ -315,7 +316,7 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
                 }
             };
             for now in keys {
-                if now.pttl < 0 && BOOKKEEPING.iter().any(|s| now.key.ends_with(s)) {
+                if BOOKKEEPING.iter().any(|s| now.key.contains(s)) {
                     continue;
                 }
                 let name = format!("{server} {}", now.key);

@@ -27,6 +27,8 @@ const RENEW_BATCH: usize = 100;
 const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
 /// Default per-command timeout.
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default [`ClientBuilder::fence_ttl`].
+const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Settings of a [`Client`]; made by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -36,6 +38,43 @@ pub(crate) struct Settings {
     /// `WAIT` for this many replicas (within the timeout) after each
     /// acquisition of a [`Lock`]; too few acknowledgements undo it.
     pub(crate) replica_sync: Option<(u32, Duration)>,
+    /// TTL of fencing counters, in ms for Lua (refreshed at every issue).
+    pub(crate) fence_ttl_ms: i64,
+    fence_ttl: Duration,
+}
+
+impl Settings {
+    /// Checks every setting and fills in the derived ones.
+    fn validate(&mut self) -> Result<()> {
+        if self.fence_ttl < Duration::from_secs(1) {
+            return Err(Error::InvalidArgument(format!(
+                "fence_ttl must be at least 1 s, got {:?}",
+                self.fence_ttl
+            )));
+        }
+        self.fence_ttl_ms = crate::lock::checked_ms("fence_ttl", self.fence_ttl)?;
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(Error::InvalidArgument(format!(
+                "watchdog_timeout must be at least 30 ms, got {:?}",
+                self.watchdog_timeout
+            )));
+        }
+        crate::lock::checked_ms("watchdog_timeout", self.watchdog_timeout)?;
+        if let Some((replicas, timeout)) = self.replica_sync {
+            if replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout {
+                return Err(Error::InvalidArgument(format!(
+                    "replica_sync needs at least one replica and a timeout between 0 and the command timeout ({:?}), got {replicas} and {timeout:?}",
+                    self.command_timeout
+                )));
+            }
+        }
+        if self.command_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "command_timeout must not be zero".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Connects a [`Client`] with non-default settings.
@@ -64,6 +103,21 @@ impl ClientBuilder {
     /// Default: 30 s. Must be at least 30 ms.
     pub fn watchdog_timeout(mut self, lease: Duration) -> Self {
         self.settings.watchdog_timeout = lease;
+        self
+    }
+
+    /// How long a fencing counter outlives the last token it issued.
+    ///
+    /// A token is `max(counter + 1, server time in µs)`, so a lost or
+    /// expired counter never makes tokens go back (while the server clock
+    /// does not step back); the counter only orders tokens issued within
+    /// one microsecond and covers the server clock stepping back by less
+    /// than this TTL. Without a TTL every lock name ever used would leave
+    /// one key behind.
+    ///
+    /// Default: 24 h. At least 1 s, at most a year.
+    pub fn fence_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.fence_ttl = ttl;
         self
     }
 
@@ -201,31 +255,14 @@ impl Client {
                 watchdog_timeout: DEFAULT_WATCHDOG,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 replica_sync: None,
+                fence_ttl_ms: 0,
+                fence_ttl: DEFAULT_FENCE_TTL,
             },
         }
     }
 
-    async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
-        if settings.watchdog_timeout < Duration::from_millis(30) {
-            return Err(Error::InvalidArgument(format!(
-                "watchdog_timeout must be at least 30 ms, got {:?}",
-                settings.watchdog_timeout
-            )));
-        }
-        crate::lock::checked_ms("watchdog_timeout", settings.watchdog_timeout)?;
-        if let Some((replicas, timeout)) = settings.replica_sync {
-            if replicas == 0 || timeout.is_zero() || timeout >= settings.command_timeout {
-                return Err(Error::InvalidArgument(format!(
-                    "replica_sync needs at least one replica and a timeout between 0 and the command timeout ({:?}), got {replicas} and {timeout:?}",
-                    settings.command_timeout
-                )));
-            }
-        }
-        if settings.command_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "command_timeout must not be zero".into(),
-            ));
-        }
+    async fn connect_with(url: &str, mut settings: Settings) -> Result<Client> {
+        settings.validate()?;
         let config = Config::from_url(url).map_err(|e| {
             Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details()))
         })?;

@@ -120,9 +120,15 @@ impl Error {
     }
 
     pub(crate) fn from_script(name: &'static str, key: &str, e: RedisError) -> Error {
-        if e.details().contains("WRONGTYPE") {
+        if let Some(at) = e.details().find("WRONGTYPE") {
+            // Our scripts name the key that failed ("WRONGTYPE <key> is a
+            // ..."); Redis's own message names none: then the main key.
+            let named = e.details()[at + "WRONGTYPE".len()..]
+                .split_whitespace()
+                .next()
+                .filter(|k| k.starts_with("redisync:"));
             return Error::WrongType {
-                key: key.to_owned(),
+                key: named.unwrap_or(key).to_owned(),
             };
         }
         let details = e.details();

@@ -10,8 +10,8 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::hold::RenewSpec;
-use crate::hub::{Addressed, Slot, SlotRef, CHANNEL_SUFFIX};
-use crate::keys;
+use crate::hub::{Addressed, Slot, SlotRef};
+use crate::keys::{self, Kind, Role};
 use crate::lock::{
     checked_ms, extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
 };
@@ -39,15 +39,15 @@ async fn release_fair(client: &ClientInner, hold: &Hold) -> Result<i64> {
             key,
             vec![
                 Key::from(&**key),
-                Key::from(format!("{key}:queue")),
-                Key::from(format!("{key}:deadlines")),
-                hold.slot.channel.clone(),
+                keys::sibling_key(key, Role::Queue),
+                keys::sibling_key(key, Role::Deadlines),
             ],
             vec![
                 hold.owner.clone(),
                 Value::String(hold.token.to_string().into()),
                 Value::String("1".into()),
                 Value::String(client.hub.publish_command().into()),
+                Value::from(hold.slot.channel.clone()),
             ],
         )
         .await?;
@@ -170,16 +170,17 @@ fn after_ms(now: Instant, ms: i64) -> Option<Instant> {
 
 impl FairLock {
     fn new(client: Client, name: &str) -> FairLock {
-        let key = format!("{}:fair", keys::lock_key(name));
+        let key = keys::key(Kind::Fair, Role::Hold, name);
+        let role = |role| Key::from(keys::key(Kind::Fair, role, name));
         FairLock {
             inner: Arc::new(FairLockInner {
                 client,
                 name: name.to_owned(),
                 hash: Key::from(key.as_str()),
-                queue: Key::from(format!("{key}:queue")),
-                deadlines: Key::from(format!("{key}:deadlines")),
-                fence: Key::from(format!("{key}:fence")),
-                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                queue: role(Role::Queue),
+                deadlines: role(Role::Deadlines),
+                fence: role(Role::Fence),
+                channel: role(Role::Channel),
                 key: Arc::from(key),
             }),
             queue_lease: DEFAULT_QUEUE_LEASE,
@@ -236,18 +237,22 @@ impl FairLock {
         checked_ms("queue lease", self.queue_lease)
     }
 
-    /// The four keys of the release, leave and force-unlock scripts.
+    /// The three keys of the release, leave and force-unlock scripts.
     fn queue_keys(&self) -> Vec<Key> {
         vec![
             self.inner.hash.clone(),
             self.inner.queue.clone(),
             self.inner.deadlines.clone(),
-            self.inner.channel.clone(),
         ]
     }
 
     fn publish_command(&self) -> Value {
         Value::String(self.client_inner().hub.publish_command().into())
+    }
+
+    /// The channel, as a script argument (channels are not keys).
+    fn channel_arg(&self) -> Value {
+        Value::from(self.inner.channel.clone())
     }
 
     /// Waits until the lock is acquired (in FIFO order with the other
@@ -492,7 +497,6 @@ impl FairLock {
                     self.inner.queue.clone(),
                     self.inner.deadlines.clone(),
                     self.inner.fence.clone(),
-                    self.inner.channel.clone(),
                 ],
                 vec![
                     Value::String(owner.into()),
@@ -500,6 +504,8 @@ impl FairLock {
                     Value::Integer(queue_lease_ms),
                     Value::String(if enqueue { "1" } else { "0" }.into()),
                     self.publish_command(),
+                    self.channel_arg(),
+                    Value::Integer(client.settings.fence_ttl_ms),
                 ],
             )
             .await?;
@@ -550,6 +556,7 @@ impl FairLock {
                     Value::String(owner.into()),
                     Value::String(keep.into()),
                     self.publish_command(),
+                    self.channel_arg(),
                 ],
             )
             .await?;
@@ -583,6 +590,7 @@ impl FairLock {
                     Value::String(hold.token.to_string().into()),
                     Value::String(if last { "1" } else { "0" }.into()),
                     self.publish_command(),
+                    self.channel_arg(),
                 ],
             )
             .await?;
@@ -678,7 +686,7 @@ impl FairLock {
                 &client.redis,
                 &self.inner.key,
                 self.queue_keys(),
-                vec![self.publish_command()],
+                vec![self.publish_command(), self.channel_arg()],
             )
             .await?;
         if let Some(slot) = client.hub.existing_slot(&self.inner.key) {

@@ -21,9 +21,6 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 
-/// Suffix of the unlock channel after the lock key.
-pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
-
 /// Payload that wakes every waiter of a slot, addressed ones included (what
 /// the plain lock's scripts publish).
 pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
@@ -414,8 +411,8 @@ impl Hub {
     /// slot's waiters; of the addressed waiters only the owner named by the
     /// payload (all of them for [`WAKE_ALL_PAYLOAD`]).
     pub(crate) fn on_message(&self, channel: &str, payload: &Value) {
-        if let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) {
-            if let Some(entry) = self.slots.get(key) {
+        if let Some(key) = crate::keys::sibling(channel, crate::keys::Role::Hold) {
+            if let Some(entry) = self.slots.get(key.as_str()) {
                 entry.slot.wake();
                 match payload.as_str() {
                     Some(p) if p == WAKE_ALL_PAYLOAD => entry.slot.wake_all_addressed(),

@@ -1,6 +1,7 @@
-//! Redis key and channel names of a lock, and owner ids.
+//! Redis key and channel names of every primitive (the key layout, format
+//! [`KEY_LAYOUT`]), and owner ids.
 //!
-//! Every key and the channel of one lock share one hash tag, so a lock's
+//! Every key and the channel of one primitive share one hash tag, so its
 //! scripts and its SPUBLISH stay in one cluster slot.
 
 use std::fmt::Write as _;
@@ -15,29 +16,118 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
-/// The key of the lock named `name`; other keys of the lock append a suffix.
+/// Version of the key layout, part of every key and channel
+/// (`redisync:v1:<kind>:<role>:<encoded name>`): clients of another layout
+/// never read these keys as their own. It changes with any change of what a
+/// key holds; clients of two layouts do not exclude each other, so upgrade
+/// all clients of one lock together.
+pub const KEY_LAYOUT: &str = "v1";
+
+/// Fixed, brace-free start of every key: the hash tag always comes from the
+/// encoded name, which ends the key.
+const PREFIX: &str = "redisync:v1:";
+
+/// The kind of primitive a key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    Fair,
+    Rw,
+    Semaphore,
+}
+
+impl Kind {
+    fn tag(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Fair => "fair",
+            Kind::Rw => "rw",
+            Kind::Semaphore => "sem",
+        }
+    }
+}
+
+/// What a key of a primitive holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The main hash: holders, counts, tokens (permits for a semaphore).
+    Hold,
+    /// The fencing counter.
+    Fence,
+    /// The wake-up channel (not a key: never listed among a script's KEYS).
+    Channel,
+    /// Fair lock: the queue of waiting owners.
+    Queue,
+    /// Fair lock: the waiters' queue deadlines.
+    Deadlines,
+    /// Read-write lock: the readers' lease ends.
+    Readers,
+    /// Semaphore: the acquisitions' lease ends.
+    Leases,
+}
+
+impl Role {
+    fn tag(self) -> &'static str {
+        match self {
+            Role::Hold => "hold",
+            Role::Fence => "fence",
+            Role::Channel => "ch",
+            Role::Queue => "queue",
+            Role::Deadlines => "deadlines",
+            Role::Readers => "readers",
+            Role::Leases => "leases",
+        }
+    }
+}
+
+/// The key (or channel) of one role of the primitive `kind` named `name`:
+/// `redisync:v1:<kind>:<role>:<encoded name>`.
 ///
-/// - A name with its own hash tag keeps it (`orders:{42}` ->
-///   `redisync:=orders:{42}`), so users can co-locate locks in one slot.
-/// - Otherwise the name becomes the tag (`orders:42` -> `redisync:{orders:42}`).
-/// - A tag-less name that starts with `}` would make an empty tag when
-///   wrapped; it is hex-encoded (`}x` -> `redisync:#{7d78}`).
+/// Kind and role are fixed words without `:`, and the encoded name comes
+/// last, so distinct (kind, role, name) never share a key, whatever the name
+/// looks like (a name spelled like another primitive's key included). The
+/// prefix has no braces, so the hash tag is the encoded name's and every key
+/// of one name sits in one cluster slot:
+/// - a name with its own hash tag keeps it (`orders:{42}` -> `=orders:{42}`),
+///   so users can co-locate locks with their data;
+/// - otherwise the name becomes the tag (`orders:42` -> `{orders:42}`);
+/// - a tag-less name that starts with `}` would make an empty tag when
+///   wrapped; it is hex-encoded (`}x` -> `#{7d78}`).
 ///
-/// The character after `redisync:` tells the three forms apart, so distinct
-/// names never share a key.
-pub(crate) fn lock_key(name: &str) -> String {
+/// The first character of the encoded name tells the three forms apart.
+pub(crate) fn key(kind: Kind, role: Role, name: &str) -> String {
+    let mut key = format!("{PREFIX}{}:{}:", kind.tag(), role.tag());
     if hash_tag(name).is_some() {
-        format!("redisync:={name}")
+        key.push('=');
+        key.push_str(name);
     } else if !name.starts_with('}') {
-        format!("redisync:{{{name}}}")
+        key.push('{');
+        key.push_str(name);
+        key.push('}');
     } else {
-        let mut key = String::from("redisync:#{");
+        key.push_str("#{");
         for b in name.bytes() {
             let _ = write!(key, "{b:02x}");
         }
         key.push('}');
-        key
     }
+    key
+}
+
+/// The key of another role of the same primitive and name as `key` (a key
+/// or channel made by [`key`]); `None` for a string of another layout.
+pub(crate) fn sibling(key: &str, role: Role) -> Option<String> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let (kind, rest) = rest.split_once(':')?;
+    let (_, name) = rest.split_once(':')?;
+    Some(format!("{PREFIX}{kind}:{}:{name}", role.tag()))
+}
+
+/// [`sibling`] as a Redis key, for a key made by [`key`] (which always has
+/// siblings; anything else maps to itself).
+pub(crate) fn sibling_key(key: &str, role: Role) -> fred::types::Key {
+    debug_assert!(sibling(key, role).is_some(), "{key} is not of the layout");
+    fred::types::Key::from(sibling(key, role).unwrap_or_else(|| key.to_owned()))
 }
 
 /// The part of an owner id after the client uuid: the tokio task id, or a
@@ -69,40 +159,109 @@ mod tests {
         hash_tag(key).unwrap_or(key)
     }
 
+    const NAMES: [&str; 11] = [
+        "orders:42",
+        "a{b}c",
+        "{}x",
+        "a{",
+        "{{a}}",
+        "}x",
+        "}",
+        "a}b",
+        "{",
+        "x{}",
+        "redisync:v1:lock:hold:{x}",
+    ];
+    const KINDS: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
+    const ROLES: [Role; 7] = [
+        Role::Hold,
+        Role::Fence,
+        Role::Channel,
+        Role::Queue,
+        Role::Deadlines,
+        Role::Readers,
+        Role::Leases,
+    ];
+
     #[test]
-    fn derived_keys_share_the_tag() {
-        for name in [
-            "orders:42",
-            "a{b}c",
-            "{}x",
-            "a{",
-            "{{a}}",
-            "}x",
-            "}",
-            "a}b",
-            "{",
-            "x{}",
-        ] {
-            let key = lock_key(name);
-            let ch = format!("{key}:ch");
-            let fence = format!("{key}:fence");
-            assert!(hash_tag(&key).is_some(), "{name} -> {key} has no tag");
-            assert_eq!(slot_tag(&key), slot_tag(&ch), "{name}");
-            assert_eq!(slot_tag(&key), slot_tag(&fence), "{name}");
+    fn every_key_of_a_name_shares_one_tag() {
+        for name in NAMES {
+            for kind in KINDS {
+                let hold = key(kind, Role::Hold, name);
+                assert!(hash_tag(&hold).is_some(), "{name} -> {hold} has no tag");
+                for role in ROLES {
+                    let other = key(kind, role, name);
+                    assert_eq!(slot_tag(&hold), slot_tag(&other), "{name}");
+                }
+            }
         }
     }
 
     #[test]
-    fn distinct_names_get_distinct_keys() {
-        let names = ["x", "{x}", "}x", "7d78", "{}x", "=x", "#x"];
-        let keys: std::collections::HashSet<_> = names.iter().map(|n| lock_key(n)).collect();
-        assert_eq!(keys.len(), names.len());
+    fn distinct_kind_role_name_never_share_a_key() {
+        // Names spelled like other keys of the layout, or of the old one.
+        let mut names: Vec<String> = NAMES.iter().map(|n| (*n).to_owned()).collect();
+        for kind in KINDS {
+            for role in ROLES {
+                let k = key(kind, role, "x");
+                names.push(k.strip_prefix("redisync:").unwrap().to_owned());
+                names.push(k.clone());
+                names.push(format!("{}}}", k.trim_end_matches('}')));
+                names.push(format!("x}}:{}", role.tag()));
+            }
+        }
+        names.extend(["x", "{x}", "7d78", "=x", "#x", "x}:rw", "x}:fair"].map(String::from));
+        names.sort();
+        names.dedup();
+        let mut seen = std::collections::HashMap::new();
+        for name in &names {
+            for kind in KINDS {
+                for role in ROLES {
+                    let k = key(kind, role, name);
+                    if let Some(prev) = seen.insert(k.clone(), (kind, role, name.clone())) {
+                        panic!("{k} for both {prev:?} and {:?}", (kind, role, name));
+                    }
+                }
+            }
+        }
     }
 
     #[test]
-    fn user_tags_are_kept() {
-        assert_eq!(hash_tag(&lock_key("orders:{42}")), Some("42"));
-        assert_eq!(lock_key("orders:42"), "redisync:{orders:42}");
+    fn siblings_follow_the_layout() {
+        for name in NAMES {
+            let ch = key(Kind::Fair, Role::Channel, name);
+            assert_eq!(
+                sibling(&ch, Role::Hold).as_deref(),
+                Some(key(Kind::Fair, Role::Hold, name).as_str())
+            );
+            let hold = key(Kind::Semaphore, Role::Hold, name);
+            assert_eq!(
+                sibling(&hold, Role::Leases).as_deref(),
+                Some(key(Kind::Semaphore, Role::Leases, name).as_str())
+            );
+        }
+        assert_eq!(sibling("redisync:{x}:ch", Role::Hold), None);
+    }
+
+    #[test]
+    fn layout_examples() {
+        assert_eq!(
+            key(Kind::Lock, Role::Hold, "orders:42"),
+            "redisync:v1:lock:hold:{orders:42}"
+        );
+        assert_eq!(
+            key(Kind::Fair, Role::Queue, "orders:{42}"),
+            "redisync:v1:fair:queue:=orders:{42}"
+        );
+        assert_eq!(
+            key(Kind::Rw, Role::Fence, "}x"),
+            "redisync:v1:rw:fence:#{7d78}"
+        );
+        assert_eq!(
+            hash_tag(&key(Kind::Lock, Role::Hold, "orders:{42}")),
+            Some("42")
+        );
+        assert_eq!(PREFIX, format!("redisync:{KEY_LAYOUT}:"));
     }
 
     #[test]

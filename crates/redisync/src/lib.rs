@@ -23,6 +23,7 @@ mod semaphore;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
+pub use keys::KEY_LAYOUT;
 pub use lock::{Lock, LockGuard};
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -12,7 +12,7 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
 use crate::hub::{Slot, SlotRef};
-use crate::keys;
+use crate::keys::{self, Kind, Role};
 use crate::replica;
 use crate::script::lua_script;
 
@@ -126,14 +126,14 @@ fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &str) -> Lock {
-        let key = keys::lock_key(name);
+        let key = keys::key(Kind::Lock, Role::Hold, name);
         Lock {
             inner: Arc::new(LockInner {
                 client,
                 name: name.to_owned(),
                 redis_key: Key::from(key.as_str()),
-                channel: Key::from(format!("{key}{}", crate::hub::CHANNEL_SUFFIX)),
-                fence: Key::from(format!("{key}:fence")),
+                channel: Key::from(keys::key(Kind::Lock, Role::Channel, name)),
+                fence: Key::from(keys::key(Kind::Lock, Role::Fence, name)),
                 key: Arc::from(key),
             }),
         }
@@ -346,11 +346,12 @@ impl Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
+                vec![self.inner.redis_key.clone()],
                 vec![
                     Value::String(owner.into()),
                     Value::String(keep.map(|t| t.to_string()).unwrap_or_default().into()),
                     Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                 ],
             )
             .await?;
@@ -397,6 +398,7 @@ impl Lock {
                     Value::String(owner.into()),
                     Value::Integer(lease_ms),
                     Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
+                    Value::Integer(client.settings.fence_ttl_ms),
                 ],
             )
             .await?;
@@ -507,7 +509,10 @@ impl Lock {
                 &client.redis,
                 &fence,
                 vec![self.inner.fence.clone()],
-                vec![Value::String(token.to_string().into())],
+                vec![
+                    Value::String(token.to_string().into()),
+                    Value::Integer(client.settings.fence_ttl_ms),
+                ],
             )
             .await?;
         Ok(u64::try_from(value).unwrap_or(0))
@@ -532,8 +537,11 @@ impl Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.redis_key.clone(), self.inner.channel.clone()],
-                vec![Value::String(client.hub.publish_command().into())],
+                vec![self.inner.redis_key.clone()],
+                vec![
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
+                ],
             )
             .await?;
         if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
@@ -790,12 +798,13 @@ pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) 
         .run_with::<i64>(
             &client.redis,
             key,
-            vec![Key::from(&**key), hold.slot.channel.clone()],
+            vec![Key::from(&**key)],
             vec![
                 hold.owner.clone(),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(client.hub.publish_command().into()),
+                Value::from(hold.slot.channel.clone()),
             ],
             if last { 3 } else { 1 },
         )

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
-use crate::hub::{SlotRef, CHANNEL_SUFFIX};
-use crate::keys;
+use crate::hub::SlotRef;
+use crate::keys::{self, Kind, Role};
 use crate::lock::{checked_ms, retry_until_deadline};
 use crate::replica;
 use crate::script::lua_script;
@@ -59,7 +59,7 @@ fn raw_owner(hold: &Hold) -> &str {
 fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
     let key = &*h.slot.key;
     (
-        vec![Key::from(key), Key::from(format!("{key}:readers"))],
+        vec![Key::from(key), keys::sibling_key(key, Role::Readers)],
         vec![
             Value::String(raw_owner(h).into()),
             Value::String(h.token.to_string().into()),
@@ -87,17 +87,14 @@ async fn release_side(client: &ClientInner, hold: &Hold, side: Side) -> Result<i
         .run_idempotent(
             &client.redis,
             key,
-            vec![
-                Key::from(&**key),
-                Key::from(format!("{key}:readers")),
-                hold.slot.channel.clone(),
-            ],
+            vec![Key::from(&**key), keys::sibling_key(key, Role::Readers)],
             vec![
                 Value::String(raw_owner(hold).into()),
                 Value::String(hold.token.to_string().into()),
                 Value::String("1".into()),
                 Value::String(side.tag().into()),
                 Value::String(client.hub.publish_command().into()),
+                Value::from(hold.slot.channel.clone()),
                 Value::String("=".into()),
             ],
         )
@@ -145,15 +142,16 @@ impl std::fmt::Debug for RwLock {
 impl Client {
     /// A handle on the read-write lock `name` (no I/O). See [`RwLock`].
     pub fn rw_lock(&self, name: &str) -> RwLock {
-        let key = format!("{}:rw", keys::lock_key(name));
+        let key = keys::key(Kind::Rw, Role::Hold, name);
+        let role = |role| Key::from(keys::key(Kind::Rw, role, name));
         RwLock {
             inner: Arc::new(RwInner {
                 client: self.clone(),
                 name: name.to_owned(),
                 hash: Key::from(key.as_str()),
-                readers: Key::from(format!("{key}:readers")),
-                fence: Key::from(format!("{key}:fence")),
-                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                readers: role(Role::Readers),
+                fence: role(Role::Fence),
+                channel: role(Role::Channel),
                 key: Arc::from(key),
             }),
         }
@@ -340,6 +338,7 @@ impl RwLock {
                             .unwrap_or_default()
                             .into(),
                     ),
+                    Value::Integer(client.settings.fence_ttl_ms),
                 ],
             )
             .await;
@@ -379,17 +378,14 @@ impl RwLock {
             .run_with(
                 &client.redis,
                 &self.inner.key,
-                vec![
-                    self.inner.hash.clone(),
-                    self.inner.readers.clone(),
-                    self.inner.channel.clone(),
-                ],
+                vec![self.inner.hash.clone(), self.inner.readers.clone()],
                 vec![
                     Value::String(owner.into()),
                     Value::String(token.map(|t| t.to_string()).unwrap_or_default().into()),
                     Value::String(if last { "1" } else { "0" }.into()),
                     Value::String(side.tag().into()),
                     Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                     Value::String(matching.to_string().into()),
                 ],
                 if last { 3 } else { 1 },
@@ -428,12 +424,11 @@ impl RwLock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
+                vec![self.inner.hash.clone(), self.inner.readers.clone()],
                 vec![
-                    self.inner.hash.clone(),
-                    self.inner.readers.clone(),
-                    self.inner.channel.clone(),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                 ],
-                vec![Value::String(client.hub.publish_command().into())],
             )
             .await?;
         if let Some(slot) = client.hub.existing_slot(&self.inner.key) {

@@ -124,11 +124,19 @@ pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
     e.details().contains("Too many failed write attempts") || e.details().starts_with("TRYAGAIN")
 }
 
+/// A `static` script of `lua/`, with `lua/prelude.lua` (shared type checks,
+/// server time, the fencing-token rule) in front of it.
 macro_rules! lua_script {
     ($static:ident, $file:literal) => {
         pub(crate) static $static: std::sync::LazyLock<$crate::script::LuaScript> =
             std::sync::LazyLock::new(|| {
-                $crate::script::LuaScript::new($file, include_str!(concat!("../lua/", $file)))
+                $crate::script::LuaScript::new(
+                    $file,
+                    concat!(
+                        include_str!("../lua/prelude.lua"),
+                        include_str!(concat!("../lua/", $file))
+                    ),
+                )
             });
     };
 }

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
-use crate::hub::{SlotRef, CHANNEL_SUFFIX};
-use crate::keys;
+use crate::hub::SlotRef;
+use crate::keys::{self, Kind, Role};
 use crate::lock::checked_ms;
 use crate::replica;
 use crate::script::lua_script;
@@ -71,15 +71,16 @@ enum Acquired {
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &str) -> Semaphore {
-        let key = format!("{}:sem", keys::lock_key(name));
+        let key = keys::key(Kind::Semaphore, Role::Hold, name);
+        let role = |role| Key::from(keys::key(Kind::Semaphore, role, name));
         Semaphore {
             inner: Arc::new(SemaphoreInner {
                 client,
                 name: name.to_owned(),
                 hash: Key::from(key.as_str()),
-                leases: Key::from(format!("{key}:leases")),
-                fence: Key::from(format!("{key}:fence")),
-                channel: Key::from(format!("{key}{CHANNEL_SUFFIX}")),
+                leases: role(Role::Leases),
+                fence: role(Role::Fence),
+                channel: role(Role::Channel),
                 key: Arc::from(key),
             }),
         }
@@ -125,10 +126,11 @@ impl Semaphore {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.hash.clone(), self.inner.channel.clone()],
+                vec![self.inner.hash.clone()],
                 vec![
                     Value::Integer(i64::from(permits)),
                     Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                 ],
             )
             .await?;
@@ -269,6 +271,7 @@ impl Semaphore {
                     Value::String(id.into()),
                     Value::Integer(i64::from(permits)),
                     Value::Integer(lease_ms),
+                    Value::Integer(client.settings.fence_ttl_ms),
                 ],
             )
             .await?;
@@ -293,14 +296,11 @@ impl Semaphore {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![
-                    self.inner.hash.clone(),
-                    self.inner.leases.clone(),
-                    self.inner.channel.clone(),
-                ],
+                vec![self.inner.hash.clone(), self.inner.leases.clone()],
                 vec![
                     id.clone(),
                     Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                 ],
             )
             .await?;
@@ -326,12 +326,11 @@ impl Semaphore {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
+                vec![self.inner.hash.clone(), self.inner.leases.clone()],
                 vec![
-                    self.inner.hash.clone(),
-                    self.inner.leases.clone(),
-                    self.inner.channel.clone(),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
                 ],
-                vec![Value::String(client.hub.publish_command().into())],
             )
             .await?;
         match reply[..] {
@@ -402,7 +401,7 @@ static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
     script: &RENEW,
     hold_args: |h| {
         (
-            vec![Key::from(format!("{}:leases", h.slot.key))],
+            vec![keys::sibling_key(&h.slot.key, Role::Leases)],
             vec![h.owner.clone()],
         )
     },
@@ -416,14 +415,11 @@ async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
         .run_idempotent(
             &client.redis,
             key,
-            vec![
-                Key::from(&**key),
-                Key::from(format!("{key}:leases")),
-                hold.slot.channel.clone(),
-            ],
+            vec![Key::from(&**key), keys::sibling_key(key, Role::Leases)],
             vec![
                 hold.owner.clone(),
                 Value::String(client.hub.publish_command().into()),
+                Value::from(hold.slot.channel.clone()),
             ],
         )
         .await

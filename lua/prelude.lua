@@ -1,0 +1,47 @@
+-- Shared functions, prepended to every script of this directory (they run
+-- as one EVALSHA). Not a script of its own.
+
+-- Validation before any write: the first of {key1, type1, key2, type2, ...}
+-- that exists with another type, as an error reply naming that key, or nil.
+local function wrong_type(spec)
+  for i = 1, #spec, 2 do
+    local kind = redis.call('type', spec[i]).ok
+    if kind ~= 'none' and kind ~= spec[i + 1] then
+      return redis.error_reply('WRONGTYPE ' .. spec[i] .. ' is a ' .. kind .. ', not a redisync ' .. spec[i + 1])
+    end
+  end
+  return nil
+end
+
+-- As wrong_type for a fencing counter, which must also hold an integer.
+local function wrong_fence(fence)
+  local err = wrong_type({fence, 'string'})
+  if err then
+    return err
+  end
+  local v = redis.call('get', fence)
+  if v and not tonumber(v) then
+    return redis.error_reply('WRONGTYPE ' .. fence .. ' is a string, not a redisync fencing counter')
+  end
+  return nil
+end
+
+-- The server clock: milliseconds and microseconds.
+local function server_time()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Issues a fencing token: max(counter + 1, server time in microseconds),
+-- kept by the counter for ttl_ms. Tokens so never go back when the counter
+-- is lost or behind (restart from an older snapshot, failover to a replica
+-- that missed increments, expiry), as long as the server clock does not
+-- step back by more than what was lost. Microsecond times stay exact in Lua
+-- numbers (below 2^53) until the year 2255. Check wrong_fence first.
+local function next_token(fence, ttl_ms)
+  local _, now_us = server_time()
+  local n = math.max(tonumber(redis.call('get', fence) or '0') + 1, now_us)
+  redis.call('set', fence, string.format('%.0f', n), 'PX', ttl_ms)
+  return n
+end
+
