@@ -626,3 +626,24 @@ async fn bad_settings_are_refused() {
         .expect("build");
     assert!(matches!(short.lock().await, Err(Error::InvalidArgument(_))));
 }
+
+/// Defect 9 (Redlock side): two "independent" nodes that are one server
+/// (two clients of one URL, or two databases of one server) are refused by
+/// `new`; today's check only caught one shared client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_twice_is_not_a_redlock() {
+    let nodes = RedisNodes::start(2).await;
+    let cs = clients(&nodes).await;
+    let again = Client::connect(&nodes[0].url()).await.expect("connect");
+    let db1 = Client::connect(&format!("{}/1", nodes[0].url()))
+        .await
+        .expect("connect db 1");
+    for twin in [&again, &db1] {
+        match Redlock::new(vec![cs[0].lock("x"), cs[1].lock("x"), twin.lock("x")]) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("#0") && msg.contains("#2"), "{msg}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+}

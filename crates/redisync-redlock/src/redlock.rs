@@ -110,19 +110,42 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when there are no locks, two locks share a
-    /// client (they would not be independent nodes), the node timeout is
-    /// zero, or the drift factor is outside `[0, 1)`.
+    /// client or a server (they would not be independent nodes), the node
+    /// timeout is zero, or the drift factor is outside `[0, 1)`. Two clients
+    /// are on one server when their [`Client::endpoints`] share a
+    /// `host:port`, whatever the database; one server reached under two
+    /// spellings (`localhost` and `127.0.0.1`, a DNS alias) is not detected.
+    ///
+    /// [`Client::endpoints`]: redisync::Client::endpoints
     pub fn build(self) -> Result<Redlock> {
         let invalid = |s: String| Err(Error::InvalidArgument(s));
         if self.locks.is_empty() {
             return invalid("a Redlock needs at least one lock (one per node)".into());
         }
+        // Each node's server, whatever the database: `host:port` (or
+        // `service@host:port` through sentinels) of `Client::endpoints`.
+        let servers: Vec<Vec<String>> = self
+            .locks
+            .iter()
+            .map(|l| {
+                let endpoints = l.client().endpoints().into_iter();
+                endpoints
+                    .map(|e| e.rsplit_once('/').map_or(e.clone(), |(s, _)| s.to_owned()))
+                    .collect()
+            })
+            .collect();
         for (i, a) in self.locks.iter().enumerate() {
             for (j, b) in self.locks.iter().enumerate().skip(i + 1) {
                 if a.client().id() == b.client().id() {
                     return invalid(format!(
                         "locks #{i} and #{j} share a client: a Redlock needs one lock per \
                          independent Redis node, each from its own Client"
+                    ));
+                }
+                if let Some(server) = servers[i].iter().find(|s| servers[j].contains(s)) {
+                    return invalid(format!(
+                        "locks #{i} and #{j} are on the same server {server}: a Redlock needs \
+                         one lock per independent Redis node"
                     ));
                 }
             }
