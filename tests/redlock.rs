@@ -647,3 +647,40 @@ async fn one_server_twice_is_not_a_redlock() {
         }
     }
 }
+
+/// Defect 10: an absurd lease (zero, over a year) is refused before any
+/// I/O; the guard is not lost and a valid extension and the unlock still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_with_an_absurd_lease_keeps_the_guard() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    // Restart guard off: no max_lease bound, only the one-year bound.
+    let rl = redlock(&cs, "absurd");
+    let over_a_year = Duration::from_secs(367 * 24 * 3600 + 1);
+    for bad in [Duration::ZERO, over_a_year, Duration::MAX] {
+        assert!(
+            matches!(
+                rl.try_lock(Duration::ZERO, Some(bad)).await,
+                Err(Error::InvalidArgument(_))
+            ),
+            "try_lock {bad:?}"
+        );
+    }
+    let guard = rl
+        .try_lock(Duration::ZERO, Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    for bad in [Duration::ZERO, over_a_year, Duration::MAX] {
+        match guard.extend(bad).await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("extend {bad:?}: expected InvalidArgument, got {other:?}"),
+        }
+        assert!(!guard.is_lost(), "extend {bad:?} marked the guard lost");
+        assert!(guard.validity() > Duration::ZERO);
+    }
+    guard.extend(LEASE).await.expect("a valid extension");
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+    assert!(held_on(&nodes, "absurd", &[0, 1, 2]).await.is_empty());
+}

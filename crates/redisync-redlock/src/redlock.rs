@@ -24,6 +24,10 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// attempts in a row failed for want of nodes (not because the lock is busy).
 const LOCK_UNAVAILABLE_ATTEMPTS: u32 = 3;
 
+/// Leases above this are refused before any I/O, as `redisync::Lock` does
+/// (366 days).
+const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Redis reports `uptime_in_seconds` as the difference of two wall-clock
 /// times truncated to seconds (now and the start), so it can overstate the
 /// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
@@ -377,8 +381,8 @@ impl Redlock {
     /// # Errors
     /// [`Error::QuorumNotReached`] when the wait ran out and the last attempt
     /// failed for want of nodes (timed out, failed, restarted recently) rather
-    /// than because the lock is busy; [`Error::InvalidArgument`] for a zero
-    /// lease or one above `max_lease`.
+    /// than because the lock is busy; [`Error::InvalidArgument`] (before any
+    /// I/O) for a zero lease, one over a year, or one above `max_lease`.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Redlock::lock`].
@@ -490,6 +494,12 @@ impl Inner {
         let guarded = !self.max_lease.is_zero();
         match lease {
             Some(l) if l.is_zero() => Err(Error::InvalidArgument("lease must not be zero".into())),
+            // The core lock's own bound: past it every node would refuse the
+            // lease, which would read as a lost quorum (and, for an
+            // extension, mark the guard lost).
+            Some(l) if l > ABSURD_LEASE => Err(Error::InvalidArgument(format!(
+                "lease of {l:?} is longer than a year; is the unit right?"
+            ))),
             Some(l) if guarded && l > self.max_lease => Err(Error::InvalidArgument(format!(
                 "lease {l:?} is longer than max_lease {:?}: a node restarted within that lease \
                  could grant the lock twice; raise RedlockBuilder::max_lease",
@@ -783,8 +793,9 @@ impl RedlockGuard {
     /// `refused` counts nodes that no longer hold it; nodes the guard never
     /// held count as they answered the acquisition);
     /// `Error::Lock(`[`redisync::Error::NotHeld`]`)` when the guard was
-    /// already lost; [`Error::InvalidArgument`] for a zero lease or one
-    /// above `max_lease`.
+    /// already lost; [`Error::InvalidArgument`] for a zero lease, one over a
+    /// year, or one above `max_lease`: checked before any I/O, the guard is
+    /// left as it was (not lost).
     ///
     /// # Cancel safety
     /// Cancel safe: each node's extension is one script, done or not done;
