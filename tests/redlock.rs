@@ -684,3 +684,67 @@ async fn extend_with_an_absurd_lease_keeps_the_guard() {
     guard.unlock().await.expect("unlock");
     assert!(held_on(&nodes, "absurd", &[0, 1, 2]).await.is_empty());
 }
+
+/// Defect 14: nodes that were once slower than the node timeout used to
+/// count as timed out until they granted again, so a lock merely held by
+/// someone else looked like a lost quorum. Any answer in time makes a node
+/// count again: `try_lock` says `Ok(None)` and `lock()` waits for the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_stalled_once_count_again_when_they_answer() {
+    let nodes = RedisNodes::start(3).await;
+    let ours = clients(&nodes).await;
+    let theirs = clients(&nodes).await;
+    let rl = redlock(&ours, "stalled");
+    let other = redlock(&theirs, "stalled");
+    // Nodes 0 and 1 stall through one attempt, then come back.
+    nodes[0].pause();
+    nodes[1].pause();
+    let v = votes_of(rl.try_lock(Duration::ZERO, Some(LEASE)).await);
+    assert!(v.timed_out >= 2, "{v}");
+    nodes[0].resume();
+    nodes[1].resume();
+    // The attempts sent to them are undone once they answer: our own client
+    // takes and gives back the plain lock on each when that is done.
+    for c in &ours[..2] {
+        let g = c
+            .lock("stalled")
+            .try_lock(Duration::from_secs(5), Some(LEASE))
+            .await
+            .expect("plain try_lock")
+            .expect("undone in time");
+        g.unlock().await.expect("plain unlock");
+    }
+    assert!(released_on(&nodes, "stalled", &[0, 1, 2]).await);
+    // Somebody else holds it; every node is up and answers.
+    let held = other
+        .try_lock(Duration::from_secs(2), Some(LEASE))
+        .await
+        .expect("other try_lock")
+        .expect("free");
+    let got = rl
+        .try_lock(Duration::from_millis(300), Some(LEASE))
+        .await
+        .expect("busy is Ok(None), not a lost quorum");
+    assert!(got.is_none());
+    // lock() keeps waiting (it used to give up after three attempts) ...
+    let waiter = {
+        let rl = rl.clone();
+        tokio::spawn(async move { rl.lock().await })
+    };
+    let mut waiter = std::pin::pin!(waiter);
+    assert!(
+        timeout(Duration::from_millis(500), &mut waiter)
+            .await
+            .is_err(),
+        "lock() returned while the lock was held"
+    );
+    // ... and gets it once the holder lets go.
+    held.unlock().await.expect("other unlock");
+    let guard = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("lock() in time")
+        .expect("task")
+        .expect("lock()");
+    assert!(guard.fencing_token() > 0);
+    guard.unlock().await.expect("unlock");
+}

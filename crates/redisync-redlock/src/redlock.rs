@@ -33,10 +33,13 @@ const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
-/// How a node did in its last attempt: a node whose attempt was cancelled
-/// or failed may answer the next ones "busy" from its client's local queue
-/// while the undo of that attempt is still running, so such answers are
-/// not counted as refusals until the node grants again.
+/// How a node did in its last attempt. A node whose attempt timed out or
+/// failed may answer the next ones "busy" from its client's local queue,
+/// without asking the node, while the undo of that attempt is still
+/// running. So the next attempts on such a node read its uptime in the same
+/// round trip: a refusal counts as one (and makes the node healthy again)
+/// when the node itself answered in time; otherwise the node counts as its
+/// last state said (a hung node stays timed out).
 const HEALTHY: u8 = 0;
 const TIMED_OUT: u8 = 1;
 const FAILED: u8 = 2;
@@ -298,7 +301,11 @@ enum Vote {
     /// Granted, but the node has been up for less than `max_lease`: the
     /// grant does not count and is given back.
     Restarted(LockGuard),
-    Refused,
+    /// Somebody else holds it. `answered`: the node itself answered in
+    /// time (always assumed for a healthy node).
+    Refused {
+        answered: bool,
+    },
     TimedOut,
     /// The node failed; a grant whose uptime could not be read is given back.
     Failed(redisync::Error, Option<LockGuard>),
@@ -539,7 +546,11 @@ impl Inner {
                     v.restarted += 1;
                     round.extra.push(g);
                 }
-                Vote::Refused => match node.health.load(Ordering::Relaxed) {
+                Vote::Refused { answered: true } => {
+                    node.health.store(HEALTHY, Ordering::Relaxed);
+                    v.refused += 1;
+                }
+                Vote::Refused { answered: false } => match node.health.load(Ordering::Relaxed) {
                     TIMED_OUT => v.timed_out += 1,
                     FAILED => v.failed += 1,
                     _ => v.refused += 1,
@@ -560,24 +571,31 @@ impl Inner {
     }
 
     /// One node's attempt: the acquire script, and the node's uptime in the
-    /// same round trip when the restart guard is on, bounded by the node
-    /// timeout. Cancel safe: the core lock undoes an acquisition whose
-    /// future is dropped, and a guard dropped here is released.
+    /// same round trip when the restart guard is on or the node is not
+    /// healthy (see [`HEALTHY`]), bounded by the node timeout. Cancel safe:
+    /// the core lock undoes an acquisition whose future is dropped, and a
+    /// guard dropped here is released.
     async fn vote(&self, node: &Node, lease: Option<Duration>) -> Vote {
         let acquire = node.lock.try_lock(Duration::ZERO, lease);
-        if self.max_lease.is_zero() {
+        let guarded = !self.max_lease.is_zero();
+        let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
+        if !guarded && healthy {
             return match tokio::time::timeout(self.node_timeout, acquire).await {
                 Err(_) => Vote::TimedOut,
                 Ok(Ok(Some(g))) => Vote::Granted(g),
-                Ok(Ok(None)) => Vote::Refused,
+                Ok(Ok(None)) => Vote::Refused { answered: true },
                 Ok(Err(e)) => Vote::Failed(e, None),
             };
         }
         let uptime = node.lock.client().server_uptime();
         match tokio::time::timeout(self.node_timeout, join(acquire, uptime)).await {
             Err(_) => Vote::TimedOut,
-            Ok((Ok(None), _)) => Vote::Refused,
+            Ok((Ok(None), up)) => Vote::Refused {
+                answered: healthy || up.is_ok(),
+            },
             Ok((Err(e), _)) => Vote::Failed(e, None),
+            // The uptime was read only to learn that the node answers.
+            Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
             Ok((Ok(Some(g)), Ok(up))) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => {
                 Vote::Granted(g)
             }
