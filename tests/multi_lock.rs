@@ -334,3 +334,40 @@ async fn member_errors_name_the_member() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Defect 9: the same lock twice (one handle cloned, one name through one
+/// client twice, one name through two clients of one server) used to chase
+/// itself forever; `new` refuses it without I/O. The same name on two
+/// servers, or in two databases of one server, is two different locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_lock_twice_is_refused_by_new() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let a_again = Client::connect(&nodes[0].url()).await.expect("connect");
+    let refused = |r: Result<MultiLock, Error>| match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    let x = p.a.lock("x");
+    let msg = refused(MultiLock::new(vec![x.clone(), x]));
+    assert!(msg.contains("#0") && msg.contains("#1"), "{msg}");
+    let msg = refused(MultiLock::new(vec![
+        p.a.lock("x"),
+        p.b.lock("z"),
+        p.a.lock("x"),
+    ]));
+    assert!(msg.contains("#0") && msg.contains("#2"), "{msg}");
+    refused(MultiLock::new(vec![p.a.lock("x"), a_again.lock("x")]));
+    // Different servers, different databases: three locks, taken at once.
+    let db1 = Client::connect(&format!("{}/1", nodes[0].url()))
+        .await
+        .expect("connect db 1");
+    let three = MultiLock::new(vec![p.a.lock("x"), p.b.lock("x"), db1.lock("x")])
+        .expect("three different locks");
+    let guard = timeout(Duration::from_secs(5), three.try_lock(Duration::ZERO, None))
+        .await
+        .expect("one round")
+        .expect("try_lock")
+        .expect("all free");
+    guard.unlock().await.expect("unlock");
+}

@@ -626,3 +626,125 @@ async fn bad_settings_are_refused() {
         .expect("build");
     assert!(matches!(short.lock().await, Err(Error::InvalidArgument(_))));
 }
+
+/// Defect 9 (Redlock side): two "independent" nodes that are one server
+/// (two clients of one URL, or two databases of one server) are refused by
+/// `new`; today's check only caught one shared client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_twice_is_not_a_redlock() {
+    let nodes = RedisNodes::start(2).await;
+    let cs = clients(&nodes).await;
+    let again = Client::connect(&nodes[0].url()).await.expect("connect");
+    let db1 = Client::connect(&format!("{}/1", nodes[0].url()))
+        .await
+        .expect("connect db 1");
+    for twin in [&again, &db1] {
+        match Redlock::new(vec![cs[0].lock("x"), cs[1].lock("x"), twin.lock("x")]) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("#0") && msg.contains("#2"), "{msg}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+/// Defect 10: an absurd lease (zero, over a year) is refused before any
+/// I/O; the guard is not lost and a valid extension and the unlock still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_with_an_absurd_lease_keeps_the_guard() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    // Restart guard off: no max_lease bound, only the one-year bound.
+    let rl = redlock(&cs, "absurd");
+    let over_a_year = Duration::from_secs(367 * 24 * 3600 + 1);
+    for bad in [Duration::ZERO, over_a_year, Duration::MAX] {
+        assert!(
+            matches!(
+                rl.try_lock(Duration::ZERO, Some(bad)).await,
+                Err(Error::InvalidArgument(_))
+            ),
+            "try_lock {bad:?}"
+        );
+    }
+    let guard = rl
+        .try_lock(Duration::ZERO, Some(LEASE))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    for bad in [Duration::ZERO, over_a_year, Duration::MAX] {
+        match guard.extend(bad).await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("extend {bad:?}: expected InvalidArgument, got {other:?}"),
+        }
+        assert!(!guard.is_lost(), "extend {bad:?} marked the guard lost");
+        assert!(guard.validity() > Duration::ZERO);
+    }
+    guard.extend(LEASE).await.expect("a valid extension");
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+    assert!(held_on(&nodes, "absurd", &[0, 1, 2]).await.is_empty());
+}
+
+/// Defect 14: nodes that were once slower than the node timeout used to
+/// count as timed out until they granted again, so a lock merely held by
+/// someone else looked like a lost quorum. Any answer in time makes a node
+/// count again: `try_lock` says `Ok(None)` and `lock()` waits for the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_stalled_once_count_again_when_they_answer() {
+    let nodes = RedisNodes::start(3).await;
+    let ours = clients(&nodes).await;
+    let theirs = clients(&nodes).await;
+    let rl = redlock(&ours, "stalled");
+    let other = redlock(&theirs, "stalled");
+    // Nodes 0 and 1 stall through one attempt, then come back.
+    nodes[0].pause();
+    nodes[1].pause();
+    let v = votes_of(rl.try_lock(Duration::ZERO, Some(LEASE)).await);
+    assert!(v.timed_out >= 2, "{v}");
+    nodes[0].resume();
+    nodes[1].resume();
+    // The attempts sent to them are undone once they answer: our own client
+    // takes and gives back the plain lock on each when that is done.
+    for c in &ours[..2] {
+        let g = c
+            .lock("stalled")
+            .try_lock(Duration::from_secs(5), Some(LEASE))
+            .await
+            .expect("plain try_lock")
+            .expect("undone in time");
+        g.unlock().await.expect("plain unlock");
+    }
+    assert!(released_on(&nodes, "stalled", &[0, 1, 2]).await);
+    // Somebody else holds it; every node is up and answers.
+    let held = other
+        .try_lock(Duration::from_secs(2), Some(LEASE))
+        .await
+        .expect("other try_lock")
+        .expect("free");
+    let got = rl
+        .try_lock(Duration::from_millis(300), Some(LEASE))
+        .await
+        .expect("busy is Ok(None), not a lost quorum");
+    assert!(got.is_none());
+    // lock() keeps waiting (it used to give up after three attempts) ...
+    let waiter = {
+        let rl = rl.clone();
+        tokio::spawn(async move { rl.lock().await })
+    };
+    let mut waiter = std::pin::pin!(waiter);
+    assert!(
+        timeout(Duration::from_millis(500), &mut waiter)
+            .await
+            .is_err(),
+        "lock() returned while the lock was held"
+    );
+    // ... and gets it once the holder lets go.
+    held.unlock().await.expect("other unlock");
+    let guard = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("lock() in time")
+        .expect("task")
+        .expect("lock()");
+    assert!(guard.fencing_token() > 0);
+    guard.unlock().await.expect("unlock");
+}

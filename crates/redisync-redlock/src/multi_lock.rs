@@ -71,13 +71,38 @@ impl std::fmt::Debug for MultiLock {
 impl MultiLock {
     /// A `MultiLock` over `locks` (any clients, any servers; no I/O).
     ///
+    /// Each lock may be given once: two members are the same lock when they
+    /// have the same name and either the same [`Client`](redisync::Client)
+    /// (clones of one `Lock` included) or clients configured with a common
+    /// endpoint ([`Client::endpoints`](redisync::Client::endpoints): same
+    /// `host:port` and database). A `MultiLock` holding the same lock twice
+    /// would wait for itself. One server reached under two spellings
+    /// (`localhost` and `127.0.0.1`, a DNS alias, two different cluster
+    /// seeds) cannot be told apart without I/O and is not detected.
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `locks` is empty.
+    /// [`Error::InvalidArgument`] when `locks` is empty or holds the same
+    /// lock twice.
     pub fn new(locks: Vec<Lock>) -> Result<MultiLock> {
         if locks.is_empty() {
             return Err(Error::InvalidArgument(
                 "a MultiLock needs at least one lock".into(),
             ));
+        }
+        let endpoints: Vec<Vec<String>> = locks.iter().map(|l| l.client().endpoints()).collect();
+        for (i, a) in locks.iter().enumerate() {
+            for (j, b) in locks.iter().enumerate().skip(i + 1) {
+                let same_server = a.client().id() == b.client().id()
+                    || endpoints[i].iter().any(|e| endpoints[j].contains(e));
+                if a.name() == b.name() && same_server {
+                    return Err(Error::InvalidArgument(format!(
+                        "locks #{i} and #{j} are the same lock {:?} on the same server ({}): \
+                         a MultiLock would wait for itself; give each lock once",
+                        a.name(),
+                        endpoints[i].join(", ")
+                    )));
+                }
+            }
         }
         let mut order: Vec<usize> = (0..locks.len()).collect();
         order.sort_by(|&a, &b| {

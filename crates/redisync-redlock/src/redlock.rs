@@ -24,15 +24,22 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// attempts in a row failed for want of nodes (not because the lock is busy).
 const LOCK_UNAVAILABLE_ATTEMPTS: u32 = 3;
 
+/// Leases above this are refused before any I/O, as `redisync::Lock` does
+/// (366 days).
+const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Redis reports `uptime_in_seconds` as the difference of two wall-clock
 /// times truncated to seconds (now and the start), so it can overstate the
 /// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
-/// How a node did in its last attempt: a node whose attempt was cancelled
-/// or failed may answer the next ones "busy" from its client's local queue
-/// while the undo of that attempt is still running, so such answers are
-/// not counted as refusals until the node grants again.
+/// How a node did in its last attempt. A node whose attempt timed out or
+/// failed may answer the next ones "busy" from its client's local queue,
+/// without asking the node, while the undo of that attempt is still
+/// running. So the next attempts on such a node read its uptime in the same
+/// round trip: a refusal counts as one (and makes the node healthy again)
+/// when the node itself answered in time; otherwise the node counts as its
+/// last state said (a hung node stays timed out).
 const HEALTHY: u8 = 0;
 const TIMED_OUT: u8 = 1;
 const FAILED: u8 = 2;
@@ -110,19 +117,42 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when there are no locks, two locks share a
-    /// client (they would not be independent nodes), the node timeout is
-    /// zero, or the drift factor is outside `[0, 1)`.
+    /// client or a server (they would not be independent nodes), the node
+    /// timeout is zero, or the drift factor is outside `[0, 1)`. Two clients
+    /// are on one server when their [`Client::endpoints`] share a
+    /// `host:port`, whatever the database; one server reached under two
+    /// spellings (`localhost` and `127.0.0.1`, a DNS alias) is not detected.
+    ///
+    /// [`Client::endpoints`]: redisync::Client::endpoints
     pub fn build(self) -> Result<Redlock> {
         let invalid = |s: String| Err(Error::InvalidArgument(s));
         if self.locks.is_empty() {
             return invalid("a Redlock needs at least one lock (one per node)".into());
         }
+        // Each node's server, whatever the database: `host:port` (or
+        // `service@host:port` through sentinels) of `Client::endpoints`.
+        let servers: Vec<Vec<String>> = self
+            .locks
+            .iter()
+            .map(|l| {
+                let endpoints = l.client().endpoints().into_iter();
+                endpoints
+                    .map(|e| e.rsplit_once('/').map_or(e.clone(), |(s, _)| s.to_owned()))
+                    .collect()
+            })
+            .collect();
         for (i, a) in self.locks.iter().enumerate() {
             for (j, b) in self.locks.iter().enumerate().skip(i + 1) {
                 if a.client().id() == b.client().id() {
                     return invalid(format!(
                         "locks #{i} and #{j} share a client: a Redlock needs one lock per \
                          independent Redis node, each from its own Client"
+                    ));
+                }
+                if let Some(server) = servers[i].iter().find(|s| servers[j].contains(s)) {
+                    return invalid(format!(
+                        "locks #{i} and #{j} are on the same server {server}: a Redlock needs \
+                         one lock per independent Redis node"
                     ));
                 }
             }
@@ -271,7 +301,11 @@ enum Vote {
     /// Granted, but the node has been up for less than `max_lease`: the
     /// grant does not count and is given back.
     Restarted(LockGuard),
-    Refused,
+    /// Somebody else holds it. `answered`: the node itself answered in
+    /// time (always assumed for a healthy node).
+    Refused {
+        answered: bool,
+    },
     TimedOut,
     /// The node failed; a grant whose uptime could not be read is given back.
     Failed(redisync::Error, Option<LockGuard>),
@@ -354,8 +388,8 @@ impl Redlock {
     /// # Errors
     /// [`Error::QuorumNotReached`] when the wait ran out and the last attempt
     /// failed for want of nodes (timed out, failed, restarted recently) rather
-    /// than because the lock is busy; [`Error::InvalidArgument`] for a zero
-    /// lease or one above `max_lease`.
+    /// than because the lock is busy; [`Error::InvalidArgument`] (before any
+    /// I/O) for a zero lease, one over a year, or one above `max_lease`.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Redlock::lock`].
@@ -467,6 +501,12 @@ impl Inner {
         let guarded = !self.max_lease.is_zero();
         match lease {
             Some(l) if l.is_zero() => Err(Error::InvalidArgument("lease must not be zero".into())),
+            // The core lock's own bound: past it every node would refuse the
+            // lease, which would read as a lost quorum (and, for an
+            // extension, mark the guard lost).
+            Some(l) if l > ABSURD_LEASE => Err(Error::InvalidArgument(format!(
+                "lease of {l:?} is longer than a year; is the unit right?"
+            ))),
             Some(l) if guarded && l > self.max_lease => Err(Error::InvalidArgument(format!(
                 "lease {l:?} is longer than max_lease {:?}: a node restarted within that lease \
                  could grant the lock twice; raise RedlockBuilder::max_lease",
@@ -506,7 +546,11 @@ impl Inner {
                     v.restarted += 1;
                     round.extra.push(g);
                 }
-                Vote::Refused => match node.health.load(Ordering::Relaxed) {
+                Vote::Refused { answered: true } => {
+                    node.health.store(HEALTHY, Ordering::Relaxed);
+                    v.refused += 1;
+                }
+                Vote::Refused { answered: false } => match node.health.load(Ordering::Relaxed) {
                     TIMED_OUT => v.timed_out += 1,
                     FAILED => v.failed += 1,
                     _ => v.refused += 1,
@@ -527,24 +571,31 @@ impl Inner {
     }
 
     /// One node's attempt: the acquire script, and the node's uptime in the
-    /// same round trip when the restart guard is on, bounded by the node
-    /// timeout. Cancel safe: the core lock undoes an acquisition whose
-    /// future is dropped, and a guard dropped here is released.
+    /// same round trip when the restart guard is on or the node is not
+    /// healthy (see [`HEALTHY`]), bounded by the node timeout. Cancel safe:
+    /// the core lock undoes an acquisition whose future is dropped, and a
+    /// guard dropped here is released.
     async fn vote(&self, node: &Node, lease: Option<Duration>) -> Vote {
         let acquire = node.lock.try_lock(Duration::ZERO, lease);
-        if self.max_lease.is_zero() {
+        let guarded = !self.max_lease.is_zero();
+        let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
+        if !guarded && healthy {
             return match tokio::time::timeout(self.node_timeout, acquire).await {
                 Err(_) => Vote::TimedOut,
                 Ok(Ok(Some(g))) => Vote::Granted(g),
-                Ok(Ok(None)) => Vote::Refused,
+                Ok(Ok(None)) => Vote::Refused { answered: true },
                 Ok(Err(e)) => Vote::Failed(e, None),
             };
         }
         let uptime = node.lock.client().server_uptime();
         match tokio::time::timeout(self.node_timeout, join(acquire, uptime)).await {
             Err(_) => Vote::TimedOut,
-            Ok((Ok(None), _)) => Vote::Refused,
+            Ok((Ok(None), up)) => Vote::Refused {
+                answered: healthy || up.is_ok(),
+            },
             Ok((Err(e), _)) => Vote::Failed(e, None),
+            // The uptime was read only to learn that the node answers.
+            Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
             Ok((Ok(Some(g)), Ok(up))) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => {
                 Vote::Granted(g)
             }
@@ -760,8 +811,9 @@ impl RedlockGuard {
     /// `refused` counts nodes that no longer hold it; nodes the guard never
     /// held count as they answered the acquisition);
     /// `Error::Lock(`[`redisync::Error::NotHeld`]`)` when the guard was
-    /// already lost; [`Error::InvalidArgument`] for a zero lease or one
-    /// above `max_lease`.
+    /// already lost; [`Error::InvalidArgument`] for a zero lease, one over a
+    /// year, or one above `max_lease`: checked before any I/O, the guard is
+    /// left as it was (not lost).
     ///
     /// # Cancel safety
     /// Cancel safe: each node's extension is one script, done or not done;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::clients::Client as RedisClient;
 use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 use fred::types::{Builder, Key, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -349,6 +349,35 @@ impl Client {
     /// The lease of watchdog-renewed locks of this client.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.settings.watchdog_timeout
+    }
+
+    /// Where this client was configured to connect (no I/O, no DNS), one
+    /// entry per configured endpoint, as `"host:port/db"` with the host in
+    /// lower case: the server, each seed node of a cluster, or
+    /// `"service@host:port/db"` for each sentinel of a sentinel service.
+    ///
+    /// Two clients whose endpoints share an entry reach the same server (and
+    /// database); different entries do not prove different servers (a host
+    /// name and its IP address, or a cluster reached through different
+    /// seeds, look different). `redisync-redlock` uses it to refuse one lock
+    /// given twice.
+    pub fn endpoints(&self) -> Vec<String> {
+        let config = self.inner.redis.client_config();
+        let db = config.database.unwrap_or(0);
+        let at =
+            |s: &fred::types::config::Server| format!("{}:{}/{db}", s.host.to_lowercase(), s.port);
+        match &config.server {
+            ServerConfig::Centralized { server } => vec![at(server)],
+            ServerConfig::Clustered { hosts, .. } => hosts.iter().map(at).collect(),
+            ServerConfig::Sentinel {
+                hosts,
+                service_name,
+                ..
+            } => hosts
+                .iter()
+                .map(|s| format!("{service_name}@{}", at(s)))
+                .collect(),
+        }
     }
 
     /// How long the Redis server has been running (`INFO server`,
