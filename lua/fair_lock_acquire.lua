@@ -13,6 +13,11 @@
 -- ARGV[5]  publish command: 'spublish' or 'publish'
 -- ARGV[6]  channel: the next owner's id is published on it
 -- ARGV[7]  fencing counter TTL, milliseconds
+-- ARGV[8]  token of the acquisition the caller holds and re-enters, or ''
+--          for a fresh acquisition: a field of this owner with another token
+--          was left by an acquisition the caller no longer holds (lost, or
+--          its release never arrived) and is replaced with a new token, so
+--          nothing carrying the old token matches it any more
 -- Returns {1, token} acquired, {2, token} re-entered (same token), or
 -- {0, pttl ms of the lock (-2 free), ms until the head's queue deadline when
 -- the head is another owner (-1 otherwise)} busy.
@@ -57,7 +62,7 @@ while head and head ~= owner do
   head = redis.call('lindex', queue, 0)
 end
 
-if held[1] then
+if held[1] and held[2] == ARGV[8] then
   redis.call('hincrby', lock, owner, 1)
   -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
   if redis.call('pttl', lock) < lease then
@@ -66,8 +71,7 @@ if held[1] then
   return {2, tonumber(held[2])}
 end
 
-local pttl = redis.call('pttl', lock)
-if pttl == -2 and (not head or head == owner) then
+local function grant()
   local token = next_token(fence, ARGV[7])
   if head == owner then
     redis.call('lpop', queue)
@@ -78,6 +82,17 @@ if pttl == -2 and (not head or head == owner) then
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token}
+end
+
+-- A stale field of ours: the lock is ours in Redis either way, so a fresh
+-- acquisition takes it over with a new token (no queue can be ahead of it).
+if held[1] then
+  return grant()
+end
+
+local pttl = redis.call('pttl', lock)
+if pttl == -2 and (not head or head == owner) then
+  return grant()
 end
 
 if ARGV[4] == '1' then

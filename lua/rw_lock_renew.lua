@@ -2,7 +2,9 @@
 -- KEYS[2i-1]  hash of hold i;  KEYS[2i]  its readers zset
 -- ARGV[1]     lease, milliseconds
 -- ARGV[3i-1], ARGV[3i], ARGV[3i+1]  owner, token, side ('r' or 'w') of hold i
--- Returns one flag per hold: 1 renewed, 0 gone (never re-created).
+-- Returns one flag per hold: 1 renewed, 0 gone (never re-created). A lease
+-- is only ever raised (a reader's end and the keys' PTTL), never cut: the
+-- guards' local estimates, which only grow, then never run past Redis.
 local lease = tonumber(ARGV[1])
 local t = redis.call('time')
 local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease
@@ -20,7 +22,7 @@ for i = 1, #KEYS / 2 do
     else
       local held = redis.call('hmget', h, 'r:' .. owner, 't:' .. owner)
       if held[1] and held[2] == token and redis.call('zscore', readers, owner) then
-        redis.call('zadd', readers, 'XX', until_ms, owner)
+        redis.call('zadd', readers, 'XX', 'GT', until_ms, owner)
         ok = 1
       end
     end

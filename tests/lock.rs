@@ -568,10 +568,17 @@ async fn guard_validity_follows_extend_renewal_and_loss() {
         v <= Duration::from_secs(10) && v > Duration::from_secs(9),
         "{v:?}"
     );
+    // A shorter extend never cuts the lease, in Redis or locally.
     fixed.extend(Duration::from_secs(2)).await.unwrap();
     let v = fixed.validity();
+    assert!(v > Duration::from_secs(9), "{v:?}");
+    let left = lock.remaining_lease().await.unwrap().expect("locked");
+    assert!(left > Duration::from_secs(9), "{left:?}");
+    assert!(v <= left, "local {v:?} above Redis {left:?}");
+    fixed.extend(Duration::from_secs(20)).await.unwrap();
+    let v = fixed.validity();
     assert!(
-        v <= Duration::from_secs(2) && v > Duration::from_secs(1),
+        v <= Duration::from_secs(20) && v > Duration::from_secs(19),
         "{v:?}"
     );
     lock.force_unlock().await.unwrap();

@@ -369,7 +369,7 @@ impl FairLock {
             let sent_at = Instant::now();
             cleanup.arm(sent_at + lease.max(self.queue_lease));
             let reply = self
-                .run_acquire(&owner, lease_ms, queue_lease_ms, enqueue)
+                .run_acquire(&owner, lease_ms, queue_lease_ms, enqueue, None)
                 .await;
             let acquired = match reply {
                 Ok(acquired) => acquired,
@@ -438,7 +438,13 @@ impl FairLock {
         let mut cleanup = Cleanup::new(self, slot, &hold.owner_str);
         cleanup.arm(sent_at + lease);
         let reply = self
-            .run_acquire(&hold.owner_str, lease_ms, queue_lease_ms, false)
+            .run_acquire(
+                &hold.owner_str,
+                lease_ms,
+                queue_lease_ms,
+                false,
+                Some(hold.token),
+            )
             .await;
         if !matches!(&reply, Err(e) if e.outcome_unknown()) {
             cleanup.disarm();
@@ -486,6 +492,7 @@ impl FairLock {
         lease_ms: i64,
         queue_lease_ms: i64,
         enqueue: bool,
+        reentry: Option<u64>,
     ) -> Result<Acquired> {
         let client = self.client_inner();
         let reply: Vec<i64> = ACQUIRE
@@ -506,6 +513,7 @@ impl FairLock {
                     self.publish_command(),
                     self.channel_arg(),
                     Value::Integer(client.settings.fence_ttl_ms),
+                    Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
                 ],
             )
             .await?;
@@ -855,8 +863,10 @@ impl FairLockGuard {
         &self.lock
     }
 
-    /// Sets the remaining lease to `lease` if this acquisition still holds
-    /// the lock. With a watchdog lease the watchdog keeps renewing afterwards.
+    /// Makes the remaining lease at least `lease` if this acquisition still
+    /// holds the lock; a longer lease is kept (a lease is never cut: another
+    /// guard of the same hold, or a watchdog renewal in flight, may count on
+    /// it). With a watchdog lease the watchdog keeps renewing afterwards.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);

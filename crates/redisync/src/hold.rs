@@ -120,15 +120,12 @@ impl Hold {
         *lock_unpoisoned(&self.valid_until)
     }
 
-    /// The lease now lasts at least until `sent_at + lease`.
+    /// The lease now lasts at least until `sent_at + lease`. Redis only ever
+    /// raises a lease (renewals and extends), so the estimate only grows too,
+    /// and stays below what Redis holds whatever order replies arrive in.
     pub(crate) fn extend_validity(&self, sent_at: Instant, lease: Duration) {
         let mut v = lock_unpoisoned(&self.valid_until);
         *v = (*v).max(sent_at + lease);
-    }
-
-    /// The lease was set to exactly `lease` by a command sent at `sent_at`.
-    pub(crate) fn set_validity(&self, sent_at: Instant, lease: Duration) {
-        *lock_unpoisoned(&self.valid_until) = sent_at + lease;
     }
 
     /// Lost for good: the lease ran out (by the local clock), a renewal or an

@@ -752,7 +752,7 @@ pub(crate) fn lease_left(locked: bool, pttl_ms: i64) -> Option<Duration> {
     }
 }
 
-/// Sets the lease of `hold` to exactly `lease` if it still holds the lock
+/// Raises the lease of `hold` to at least `lease` if it still holds the lock
 /// hash `key` (the lock layout: owner -> count, '~t' -> token; shared by the
 /// fair lock). `Ok(false)` (and the hold marked lost) when it does not.
 pub(crate) async fn extend_hold(
@@ -780,7 +780,7 @@ pub(crate) async fn extend_hold(
         )
         .await?;
     if extended == 1 {
-        hold.set_validity(sent_at, lease);
+        hold.extend_validity(sent_at, lease);
         Ok(true)
     } else {
         hold.mark_lost("extend found the lock gone");
@@ -881,8 +881,10 @@ impl LockGuard {
         &self.lock
     }
 
-    /// Sets the remaining lease to `lease` if this acquisition still holds
-    /// the lock. With a watchdog lease the watchdog keeps renewing afterwards.
+    /// Makes the remaining lease at least `lease` if this acquisition still
+    /// holds the lock; a longer lease is kept (a lease is never cut: another
+    /// guard of the same hold, or a watchdog renewal in flight, may count on
+    /// it). With a watchdog lease the watchdog keeps renewing afterwards.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);
