@@ -30,6 +30,8 @@ use tokio::time::{sleep, timeout, Instant};
 /// `wait` for [`Kind::acquire`]: wait without a deadline (`lock()`, `acquire()`).
 const FOREVER: Duration = Duration::MAX;
 const ZERO: Duration = Duration::ZERO;
+/// A scenario that runs longer hangs.
+const SCENARIO_LIMIT: Duration = Duration::from_mins(1);
 
 // ---------------------------------------------------------------------------
 // The adapter
@@ -302,11 +304,13 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let task = tokio::spawn(scenario(kind));
-    match timeout(Duration::from_secs(60), task).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Ok(Err(e)) => panic!("{kind:?}: {e}"),
-        Err(_) => panic!("{kind:?}: the scenario hung for 60 s"),
+    let joined = timeout(SCENARIO_LIMIT, task)
+        .await
+        .unwrap_or_else(|_| panic!("{kind:?}: the scenario hung for {SCENARIO_LIMIT:?}"));
+    match joined {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("{kind:?}: {e}"),
     }
 }
 
@@ -434,36 +438,43 @@ async fn reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_g
     let env = Env::start().await;
     let a = env.client().await;
     let other = env.client().await;
-    let name = "relost";
-    kind.prepare(&a, name).await;
-    let g1 = kind
-        .acquire(&a, name, ZERO, Some(Duration::from_millis(300)))
-        .await
-        .unwrap()
-        .expect("free");
-    timeout(Duration::from_secs(2), g1.lost())
-        .await
-        .expect("a 300 ms lease is lost within 2 s");
-    let g2 = kind
-        .acquire(&a, name, Duration::from_secs(1), None)
-        .await
-        .unwrap()
-        .expect("free again after the loss");
-    assert!(
-        g2.token() > g1.token(),
-        "the new acquisition reuses token {} (old {})",
-        g2.token(),
-        g1.token()
-    );
-    let old_token = g1.token();
-    let e = g1.unlock().await.expect_err("the lost guard's unlock");
-    assert!(matches!(e, Error::NotHeld { .. }), "{e:?}");
-    assert!(
-        !is_free(kind, &other, name).await,
-        "the lost guard (token {old_token}) released the new acquisition"
-    );
-    assert!(!g2.is_lost(), "the new acquisition reports lost");
-    g2.unlock().await.expect("g2.unlock");
+    // The window (lost by the local clock, still in Redis) is short: try a few times.
+    for round in 0..8 {
+        let name = format!("relost-{round}");
+        let name = name.as_str();
+        kind.prepare(&a, name).await;
+        let g1 = kind
+            .acquire(&a, name, ZERO, Some(Duration::from_millis(300)))
+            .await
+            .unwrap()
+            .expect("free");
+        timeout(Duration::from_secs(2), g1.lost())
+            .await
+            .expect("a 300 ms lease is lost within 2 s");
+        let g2 = kind
+            .acquire(&a, name, Duration::from_secs(1), None)
+            .await
+            .unwrap()
+            .expect("free again after the loss");
+        assert!(
+            g2.token() > g1.token(),
+            "round {round}: the new acquisition reuses token {} (old {})",
+            g2.token(),
+            g1.token()
+        );
+        let old_token = g1.token();
+        let e = g1.unlock().await.expect_err("the lost guard's unlock");
+        assert!(matches!(e, Error::NotHeld { .. }), "round {round}: {e:?}");
+        assert!(
+            !is_free(kind, &other, name).await,
+            "round {round}: the lost guard (token {old_token}) released the new acquisition"
+        );
+        assert!(
+            !g2.is_lost(),
+            "round {round}: the new acquisition reports lost"
+        );
+        g2.unlock().await.expect("g2.unlock");
+    }
 }
 
 /// Probes `name` with `other` every 5 ms for up to `span`; the moment it gets
@@ -1048,51 +1059,51 @@ macro_rules! conformance {
 conformance! {
     lock: Lock {
         cancel_at_every_await_point: ok,
-        cancelled_reentry_never_undoes_the_next_acquisition: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: a cancelled re-entry undoes the next acquisition (another client took it while g2 held it; about 1 run in 3)"),
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
         up_and_downgrade_with_a_local_waiter_downgrade: na,
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         non_owner_unlock_writes_nothing: ok,
-        wrong_type_keys_are_an_error_and_untouched: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ok,
-        names_are_a_namespace: ok,
-        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: a waiter of the shut-down client still waits 1 s after shutdown()"),
+        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
-        cancelled_reentry_never_undoes_the_next_acquisition: ok,
-        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: the cancelled re-entry releases the outer hold (g1.unlock() is NotHeld)"),
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ignore("defect 4: the acquisition right after the loss re-enters the old hold and gets its token (about 1 run in 2)"),
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
         up_and_downgrade_with_a_local_waiter_downgrade: na,
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         non_owner_unlock_writes_nothing: ok,
-        wrong_type_keys_are_an_error_and_untouched: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ok,
-        names_are_a_namespace: ok,
-        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: a waiter of the shut-down client still waits 1 s after shutdown()"),
+        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
     read: Read {
         cancel_at_every_await_point: ok,
         cancelled_reentry_never_undoes_the_next_acquisition: ok,
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
-        extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
-        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: ignore("defect 1: extend(200ms) on the inner read guard leaves the outer guard valid for 5 s while a writer gets in"),
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ignore("defect 7: extend(50ms) racing renewals: a writer gets in while the read guard is not lost"),
         up_and_downgrade_with_a_local_waiter_downgrade: na,
-        up_and_downgrade_with_a_local_waiter_upgrade: ok,
+        up_and_downgrade_with_a_local_waiter_upgrade: ignore("defect 2: with a local writer waiting, a reader asking for write waits (Ok(None) after 2 s) instead of UpgradeNotSupported"),
         non_owner_unlock_writes_nothing: ok,
-        wrong_type_keys_are_an_error_and_untouched: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ok,
-        names_are_a_namespace: ok,
-        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: a waiter of the shut-down client still waits 1 s after shutdown()"),
+        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1100,15 +1111,15 @@ conformance! {
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
-        up_and_downgrade_with_a_local_waiter_downgrade: ok,
+        up_and_downgrade_with_a_local_waiter_downgrade: ignore("defect 2: with a local writer waiting, the downgrade to read waits behind it (Ok(None) after 2 s)"),
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         non_owner_unlock_writes_nothing: ok,
-        wrong_type_keys_are_an_error_and_untouched: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ok,
-        names_are_a_namespace: ok,
-        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: a waiter of the shut-down client still waits 1 s after shutdown()"),
+        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1123,11 +1134,11 @@ conformance! {
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         // A Semaphore has no force_unlock.
         non_owner_unlock_writes_nothing: na,
-        wrong_type_keys_are_an_error_and_untouched: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("defect 8: a non-integer fence string: try_acquire gives Error::Script, not WrongType, and acquire() hangs (> 3 s)"),
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ok,
-        names_are_a_namespace: ok,
-        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: a waiter of the shut-down client still waits 1 s after shutdown()"),
+        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         // Permits are not re-entrant.
         reentry_racing_the_last_drop_never_revives_a_released_hold: na,
     }
