@@ -877,49 +877,57 @@ fn namespace_candidates() -> Vec<String> {
 ///     lock's keys, with or without hash tags, never collide, across kinds.
 async fn names_are_a_namespace(kind: Kind) {
     let env = Env::start().await;
-    let a = env.client().await;
     let names = namespace_candidates();
-    let lease = kind.fixed_lease_if_any(Duration::from_secs(5));
+    // Every failure is collected, so one collision does not hide the others.
+    let mut failures = Vec::new();
     let mut held = Vec::new();
+    let a = env.client().await;
+    let take = |k: Kind, client: Client, name: String, what: String| {
+        let lease = k.fixed_lease_if_any(Duration::from_secs(5));
+        async move {
+            if k == Kind::Semaphore {
+                if let Err(e) = client.semaphore(&name).try_set_permits(1).await {
+                    return Err(format!("{what}: try_set_permits: {e}"));
+                }
+            }
+            match k.acquire(&client, &name, ZERO, lease).await {
+                Ok(Some(g)) => Ok((k, name, g)),
+                Ok(None) => Err(format!("{what}: busy")),
+                Err(e) => Err(format!("{what}: {e}")),
+            }
+        }
+    };
     for name in &names {
-        kind.prepare(&a, name).await;
-        let g = kind
-            .acquire(&a, name, ZERO, lease)
-            .await
-            .unwrap_or_else(|e| panic!("{kind:?} {name:?}: {e}"))
-            .unwrap_or_else(|| {
-                panic!("{kind:?} {name:?} is busy while the others of its kind are held")
-            });
-        held.push((kind, name.clone(), g));
+        let what = format!("{kind:?} {name:?} while the others of its kind are held");
+        match take(kind, a.clone(), name.clone(), what).await {
+            Ok(h) => held.push(h),
+            Err(f) => failures.push(f),
+        }
     }
     for other in PRIMITIVES {
         if other.primitive() == kind.primitive() {
             continue;
         }
         let client = env.client().await;
-        let lease = other.fixed_lease_if_any(Duration::from_secs(5));
         for name in &names {
             let what = format!("{other:?} {name:?} while {kind:?} holds every candidate");
-            if other == Kind::Semaphore {
-                client
-                    .semaphore(name)
-                    .try_set_permits(1)
-                    .await
-                    .unwrap_or_else(|e| panic!("{what}: try_set_permits: {e}"));
+            match take(other, client.clone(), name.clone(), what).await {
+                Ok(h) => held.push(h),
+                Err(f) => failures.push(f),
             }
-            let g = other
-                .acquire(&client, name, ZERO, lease)
-                .await
-                .unwrap_or_else(|e| panic!("{what}: {e}"))
-                .unwrap_or_else(|| panic!("{what}: busy"));
-            held.push((other, name.clone(), g));
         }
     }
     for (k, name, g) in held {
-        g.unlock()
-            .await
-            .unwrap_or_else(|e| panic!("{k:?} {name:?}: unlock: {e}"));
+        if let Err(e) = g.unlock().await {
+            failures.push(format!("{k:?} {name:?}: unlock: {e}"));
+        }
     }
+    assert!(
+        failures.is_empty(),
+        "{} collisions:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// 11. (defect 3) Tokens never go back, even after a restart that reloads
@@ -1069,7 +1077,7 @@ conformance! {
         wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
         shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter acquires the lock during shutdown (Ok(guard) from a shut-down client); unlock() after shutdown takes > 500 ms"),
-        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
@@ -1085,7 +1093,7 @@ conformance! {
         wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
         shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter gets Err(Shutdown) only after ~1.5 s; unlock() after shutdown takes > 500 ms"),
-        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
@@ -1101,7 +1109,7 @@ conformance! {
         wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
         shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
-        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
@@ -1117,7 +1125,7 @@ conformance! {
         wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
         script_flush_changes_nothing: ok,
         shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
-        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
     }
@@ -1137,7 +1145,7 @@ conformance! {
         wrong_type_keys_are_an_error_and_untouched: ignore("defect 8: a non-integer fence string: try_acquire gives Error::Script, not WrongType, and acquire() hangs (> 3 s)"),
         script_flush_changes_nothing: ok,
         shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); release() after shutdown takes > 500 ms"),
-        names_are_a_namespace: ignore("defect 6: the lock named redisync:{base}:fence is the fence key of the lock named redisync:{base} (WrongType)"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
         // Permits are not re-entrant.
         reentry_racing_the_last_drop_never_revives_a_released_hold: na,
