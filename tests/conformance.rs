@@ -1,0 +1,1153 @@
+//! The conformance matrix: one set of scenarios run against every kind of
+//! lock (`Lock`, `FairLock`, both sides of `RwLock`, a one-permit
+//! `Semaphore`), each against its own fresh redis-server.
+//!
+//! The adapter ([`Kind`], [`AnyGuard`]) hides the differences between the
+//! primitives; the table at the end ([`conformance!`]) expands every
+//! (kind, scenario) cell into one test `<kind>::<scenario>`, and marks cells
+//! `ok` (a test), `na` (the scenario cannot be expressed for the kind: no
+//! test) or `ignore("defect N: ...")` (a test that fails today). A new kind
+//! is one more variant in [`Kind`] and one more row in the table.
+//!
+//! Not in the matrix: undoing an acquisition that replicas did not
+//! acknowledge; `tests/replica_sync.rs` already covers it for every primitive.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use common::{eventually, Env};
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+use redisync::{Client, Error, FairLockGuard, LockGuard, RwLockGuard, SemaphorePermit};
+use tokio::time::{sleep, timeout, Instant};
+
+/// `wait` for [`Kind::acquire`]: wait without a deadline (`lock()`, `acquire()`).
+const FOREVER: Duration = Duration::MAX;
+const ZERO: Duration = Duration::ZERO;
+/// A scenario that runs longer hangs.
+const SCENARIO_LIMIT: Duration = Duration::from_mins(1);
+
+// ---------------------------------------------------------------------------
+// The adapter
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Lock,
+    Fair,
+    Read,
+    Write,
+    Semaphore,
+}
+
+/// Every kind once per primitive: the exclusive side of each (for tests that
+/// need "some other primitive", e.g. [`names_are_a_namespace`]).
+const PRIMITIVES: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Write, Kind::Semaphore];
+
+impl Kind {
+    /// The `kind` argument of [`common::key`].
+    fn primitive(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Fair => "fair",
+            Kind::Read | Kind::Write => "rw",
+            Kind::Semaphore => "sem",
+        }
+    }
+
+    /// Every key role of the primitive (see [`common::key`]), channels aside.
+    fn roles(self) -> &'static [&'static str] {
+        match self.primitive() {
+            "lock" => &["hold", "fence"],
+            "fair" => &["hold", "queue", "deadlines", "fence"],
+            "rw" => &["hold", "readers", "fence"],
+            "sem" => &["hold", "leases", "fence"],
+            other => unreachable!("{other}"),
+        }
+    }
+
+    fn reentrant(self) -> bool {
+        self != Kind::Semaphore
+    }
+
+    /// Whether the kind has `extend` (a `SemaphorePermit` has not).
+    fn has_extend(self) -> bool {
+        self != Kind::Semaphore
+    }
+
+    /// The side another client takes to tell whether the name is free: the
+    /// write side for readers, the same kind otherwise.
+    fn exclusive(self) -> Kind {
+        if self == Kind::Read {
+            Kind::Write
+        } else {
+            self
+        }
+    }
+
+    /// `Some(lease)` where the kind has fixed leases; `None` (the watchdog)
+    /// for the semaphore, whose permits are always watchdog-renewed.
+    fn fixed_lease_if_any(self, lease: Duration) -> Option<Duration> {
+        (self != Kind::Semaphore).then_some(lease)
+    }
+
+    /// What a name needs before it can be acquired: permits for a semaphore.
+    async fn prepare(self, client: &Client, name: &str) {
+        if self == Kind::Semaphore {
+            client
+                .semaphore(name)
+                .try_set_permits(1)
+                .await
+                .expect("try_set_permits(1)");
+        }
+    }
+
+    /// One acquisition: `wait` = [`FOREVER`] uses `lock()` / `lock_with_lease()`
+    /// / `acquire(1)`, anything else `try_lock(wait, lease)` /
+    /// `try_acquire(1, wait)`. `lease: Some` is not available for the semaphore.
+    async fn acquire(
+        self,
+        client: &Client,
+        name: &str,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> redisync::Result<Option<AnyGuard>> {
+        macro_rules! side {
+            ($handle:expr, $wrap:path) => {{
+                let h = $handle;
+                if wait == FOREVER {
+                    match lease {
+                        None => h.lock().await,
+                        Some(d) => h.lock_with_lease(d).await,
+                    }
+                    .map(|g| Some($wrap(g)))
+                } else {
+                    h.try_lock(wait, lease).await.map(|g| g.map($wrap))
+                }
+            }};
+        }
+        match self {
+            Kind::Lock => side!(client.lock(name), AnyGuard::Lock),
+            Kind::Fair => side!(client.fair_lock(name), AnyGuard::Fair),
+            Kind::Read => side!(client.rw_lock(name).read(), AnyGuard::Rw),
+            Kind::Write => side!(client.rw_lock(name).write(), AnyGuard::Rw),
+            Kind::Semaphore => {
+                assert!(lease.is_none(), "a semaphore has no fixed lease");
+                let s = client.semaphore(name);
+                if wait == FOREVER {
+                    s.acquire(1).await.map(|p| Some(AnyGuard::Permit(p)))
+                } else {
+                    s.try_acquire(1, wait)
+                        .await
+                        .map(|p| p.map(AnyGuard::Permit))
+                }
+            }
+        }
+    }
+
+    /// The handle's `force_unlock()`; the semaphore has none.
+    async fn force_unlock(self, client: &Client, name: &str) -> redisync::Result<bool> {
+        match self {
+            Kind::Lock => client.lock(name).force_unlock().await,
+            Kind::Fair => client.fair_lock(name).force_unlock().await,
+            Kind::Read => client.rw_lock(name).read().force_unlock().await,
+            Kind::Write => client.rw_lock(name).write().force_unlock().await,
+            Kind::Semaphore => unreachable!("a semaphore has no force_unlock"),
+        }
+    }
+}
+
+/// The guard of any kind.
+#[derive(Debug)]
+enum AnyGuard {
+    Lock(LockGuard),
+    Fair(FairLockGuard),
+    Rw(RwLockGuard),
+    Permit(SemaphorePermit),
+}
+
+impl AnyGuard {
+    fn token(&self) -> u64 {
+        match self {
+            AnyGuard::Lock(g) => g.fencing_token(),
+            AnyGuard::Fair(g) => g.fencing_token(),
+            AnyGuard::Rw(g) => g.fencing_token(),
+            AnyGuard::Permit(p) => p.fencing_token(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            AnyGuard::Lock(g) => g.is_lost(),
+            AnyGuard::Fair(g) => g.is_lost(),
+            AnyGuard::Rw(g) => g.is_lost(),
+            AnyGuard::Permit(p) => p.is_lost(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            AnyGuard::Lock(g) => g.lost().await,
+            AnyGuard::Fair(g) => g.lost().await,
+            AnyGuard::Rw(g) => g.lost().await,
+            AnyGuard::Permit(p) => p.lost().await,
+        }
+    }
+
+    /// `extend(d)`; callers check [`Kind::has_extend`] first.
+    async fn extend(&self, lease: Duration) -> redisync::Result<()> {
+        match self {
+            AnyGuard::Lock(g) => g.extend(lease).await,
+            AnyGuard::Fair(g) => g.extend(lease).await,
+            AnyGuard::Rw(g) => g.extend(lease).await,
+            AnyGuard::Permit(_) => unreachable!("a SemaphorePermit has no extend"),
+        }
+    }
+
+    /// `unlock()` (`release()` for permits).
+    async fn unlock(self) -> redisync::Result<()> {
+        match self {
+            AnyGuard::Lock(g) => g.unlock().await,
+            AnyGuard::Fair(g) => g.unlock().await,
+            AnyGuard::Rw(g) => g.unlock().await,
+            AnyGuard::Permit(p) => p.release().await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// Takes the exclusive side of `name` with `other` at once (`try_lock(ZERO)`),
+/// calls `check` while holding it, then releases it. Whether it got it.
+async fn probe_exclusive(kind: Kind, other: &Client, name: &str, check: impl FnOnce()) -> bool {
+    match kind
+        .exclusive()
+        .acquire(other, name, ZERO, None)
+        .await
+        .unwrap_or_else(|e| panic!("{kind:?} probe of {name:?}: {e}"))
+    {
+        Some(g) => {
+            check();
+            g.unlock().await.expect("probe unlock");
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether another client can take the exclusive side of `name` at once.
+async fn is_free(kind: Kind, other: &Client, name: &str) -> bool {
+    probe_exclusive(kind, other, name, || {}).await
+}
+
+/// For `span`, every 10 ms: `g` is not lost and `other` cannot take the name.
+async fn stays_held(
+    kind: Kind,
+    other: &Client,
+    name: &str,
+    g: &AnyGuard,
+    span: Duration,
+    what: &str,
+) {
+    let end = Instant::now() + span;
+    loop {
+        assert!(!g.is_lost(), "{what}: the guard reports lost");
+        assert!(
+            !is_free(kind, other, name).await,
+            "{what}: another client took {name:?} while the guard holds it"
+        );
+        if Instant::now() >= end {
+            return;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Shard channels with subscribers that belong to redisync.
+async fn our_shard_channels(env: &Env) -> Vec<String> {
+    env.admin
+        .pubsub_shardchannels("redisync:*")
+        .await
+        .expect("PUBSUB SHARDCHANNELS")
+}
+
+async fn script_flush(env: &Env) {
+    env.admin.script_flush(false).await.expect("SCRIPT FLUSH");
+}
+
+async fn all_keys(env: &Env) -> BTreeSet<String> {
+    let keys: Vec<String> = env
+        .admin
+        .custom(
+            CustomCommand::new_static("KEYS", ClusterHash::FirstKey, false),
+            vec!["*".to_owned()],
+        )
+        .await
+        .expect("KEYS");
+    keys.into_iter().collect()
+}
+
+/// Runs a scenario in its own task (so that "the same task" is a real tokio
+/// task, as in applications), bounded so that a hang fails instead of
+/// blocking the suite; a panic is re-raised as is.
+async fn run<F, Fut>(scenario: F, kind: Kind)
+where
+    F: FnOnce(Kind) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let task = tokio::spawn(scenario(kind));
+    let joined = timeout(SCENARIO_LIMIT, task)
+        .await
+        .unwrap_or_else(|_| panic!("{kind:?}: the scenario hung for {SCENARIO_LIMIT:?}"));
+    match joined {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("{kind:?}: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------
+
+/// Polls `fut` `n` times, pausing between polls (`sleep`: 1 ms, so the
+/// command in flight completes; else one `yield_now`, so it is still in
+/// flight), and drops it. Returns what it returned if it finished.
+async fn poll_n_then_drop<F: Future>(fut: F, n: u32, sleep_between: bool) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    for i in 0..n {
+        if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+            return Some(out);
+        }
+        if i + 1 < n {
+            if sleep_between {
+                sleep(Duration::from_millis(1)).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    None
+}
+
+/// 1. A dropped acquisition, at any of its await points, with the name busy
+///    or free, leaves the name free and no subscription behind.
+async fn cancel_at_every_await_point(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client_with_watchdog(Duration::from_millis(900)).await;
+    let holder = env.client().await;
+    let other = env.client().await;
+    for busy in [true, false] {
+        for sleep_between in [true, false] {
+            for n in 1..=12_u32 {
+                let name = format!("cancel-{busy}-{sleep_between}-{n}");
+                let what = format!("busy={busy} sleep={sleep_between} polls={n}");
+                kind.prepare(&holder, &name).await;
+                let held = if busy {
+                    Some(
+                        kind.exclusive()
+                            .acquire(&holder, &name, ZERO, None)
+                            .await
+                            .unwrap()
+                            .expect("free at the start"),
+                    )
+                } else {
+                    None
+                };
+                let finished =
+                    poll_n_then_drop(kind.acquire(&a, &name, FOREVER, None), n, sleep_between)
+                        .await;
+                if let Some(r) = finished {
+                    assert!(!busy, "{what}: acquired a held name: {r:?}");
+                    drop(r.expect("acquire of a free name"));
+                }
+                if let Some(g) = held {
+                    g.unlock().await.expect("the holder's unlock");
+                }
+                let free =
+                    eventually(Duration::from_secs(1), || is_free(kind, &other, &name)).await;
+                assert!(
+                    free,
+                    "{what}: {name:?} is not free 1 s after the cancellation"
+                );
+            }
+        }
+    }
+    let unsubscribed = eventually(Duration::from_millis(1500), || async {
+        our_shard_channels(&env).await.is_empty()
+    })
+    .await;
+    assert!(
+        unsubscribed,
+        "subscriptions left behind: {:?}",
+        our_shard_channels(&env).await
+    );
+}
+
+/// 2. (defect 5) A re-entry cancelled while its script is re-sent after
+///    `SCRIPT FLUSH` never undoes the next acquisition of the same task.
+async fn cancelled_reentry_never_undoes_the_next_acquisition(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    let name = "reentry";
+    kind.prepare(&a, name).await;
+    for i in 0..20 {
+        let g1 = kind
+            .acquire(&a, name, ZERO, None)
+            .await
+            .unwrap()
+            .expect("free");
+        script_flush(&env).await;
+        let reentry = poll_n_then_drop(kind.acquire(&a, name, ZERO, None), 1, false).await;
+        drop(reentry);
+        g1.unlock()
+            .await
+            .unwrap_or_else(|e| panic!("round {i}: g1.unlock: {e}"));
+        let g2 = kind
+            .acquire(&a, name, Duration::from_secs(2), None)
+            .await
+            .unwrap()
+            .expect("g2");
+        stays_held(
+            kind,
+            &other,
+            name,
+            &g2,
+            Duration::from_millis(300),
+            &format!("round {i}"),
+        )
+        .await;
+        g2.unlock()
+            .await
+            .unwrap_or_else(|e| panic!("round {i}: g2.unlock: {e}"));
+    }
+}
+
+/// 3. (defect 4) After a loss, a new acquisition of the same task gets a new
+///    token and the old guard can neither release nor share it.
+async fn reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    // The window (lost by the local clock, still in Redis) is short: try a few times.
+    for round in 0..8 {
+        let name = format!("relost-{round}");
+        let name = name.as_str();
+        kind.prepare(&a, name).await;
+        let g1 = kind
+            .acquire(&a, name, ZERO, Some(Duration::from_millis(300)))
+            .await
+            .unwrap()
+            .expect("free");
+        timeout(Duration::from_secs(2), g1.lost())
+            .await
+            .expect("a 300 ms lease is lost within 2 s");
+        let g2 = kind
+            .acquire(&a, name, Duration::from_secs(1), None)
+            .await
+            .unwrap()
+            .expect("free again after the loss");
+        assert!(
+            g2.token() > g1.token(),
+            "round {round}: the new acquisition reuses token {} (old {})",
+            g2.token(),
+            g1.token()
+        );
+        let old_token = g1.token();
+        let e = g1.unlock().await.expect_err("the lost guard's unlock");
+        assert!(matches!(e, Error::NotHeld { .. }), "round {round}: {e:?}");
+        assert!(
+            !is_free(kind, &other, name).await,
+            "round {round}: the lost guard (token {old_token}) released the new acquisition"
+        );
+        assert!(
+            !g2.is_lost(),
+            "round {round}: the new acquisition reports lost"
+        );
+        g2.unlock().await.expect("g2.unlock");
+    }
+}
+
+/// Probes `name` with `other` every 5 ms for up to `span`; the moment it gets
+/// in, every guard in `guards` must already report lost.
+async fn probe_until_free_then_all_lost(
+    kind: Kind,
+    other: &Client,
+    name: &str,
+    guards: &[Arc<AnyGuard>],
+    span: Duration,
+) {
+    let end = Instant::now() + span;
+    while Instant::now() < end {
+        let got = probe_exclusive(kind, other, name, || {
+            for (i, g) in guards.iter().enumerate() {
+                assert!(
+                    g.is_lost(),
+                    "another client holds {name:?} while guard {i} (token {}) still believes in its lease",
+                    g.token()
+                );
+            }
+        })
+        .await;
+        if got {
+            return;
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// 4a. (defect 1) `extend` on a re-entered guard shortens the lease in Redis:
+///     no guard of the owner may keep a longer local validity.
+async fn extend_and_renew_never_leave_local_validity_above_redis_reentered(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    let name = "ext-re";
+    kind.prepare(&a, name).await;
+    let long = Some(Duration::from_secs(5));
+    let outer = Arc::new(
+        kind.acquire(&a, name, ZERO, long)
+            .await
+            .unwrap()
+            .expect("free"),
+    );
+    let inner = Arc::new(
+        kind.acquire(&a, name, ZERO, long)
+            .await
+            .unwrap()
+            .expect("re-entry"),
+    );
+    inner
+        .extend(Duration::from_millis(200))
+        .await
+        .expect("extend");
+    probe_until_free_then_all_lost(kind, &other, name, &[outer, inner], Duration::from_secs(2))
+        .await;
+}
+
+/// 4b. (defect 7) `extend` racing the watchdog's renewals: whatever order
+///     they reach Redis in, the local validity never outlives Redis's lease.
+async fn extend_and_renew_never_leave_local_validity_above_redis_watchdog(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client_with_watchdog(Duration::from_millis(600)).await;
+    let other = env.client().await;
+    let name = "ext-wd";
+    kind.prepare(&a, name).await;
+    let g = Arc::new(
+        kind.acquire(&a, name, ZERO, None)
+            .await
+            .unwrap()
+            .expect("free"),
+    );
+    let extender = {
+        let g = g.clone();
+        tokio::spawn(async move {
+            for i in 0..60_u64 {
+                if g.extend(Duration::from_millis(50)).await.is_err() {
+                    return;
+                }
+                sleep(Duration::from_millis(i * 7 % 13)).await;
+            }
+        })
+    };
+    probe_until_free_then_all_lost(
+        kind,
+        &other,
+        name,
+        std::slice::from_ref(&g),
+        Duration::from_secs(2),
+    )
+    .await;
+    extender.await.unwrap();
+}
+
+/// 5a. (defect 2; the write row) A writer that takes the read side
+///     (downgrade) does so at once, even with a local task waiting to write.
+async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
+    assert_eq!(kind, Kind::Write);
+    let env = Env::start().await;
+    let a = env.client().await;
+    let name = "downgrade";
+    let w = Kind::Write
+        .acquire(&a, name, ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let g = Kind::Write
+                .acquire(&a, name, FOREVER, None)
+                .await
+                .unwrap()
+                .expect("write");
+            g.unlock().await.unwrap();
+        })
+    };
+    // Not needed for correctness: lets the waiter park first.
+    sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let r = timeout(
+        Duration::from_secs(3),
+        Kind::Read.acquire(&a, name, Duration::from_secs(2), None),
+    )
+    .await
+    .expect("the downgrade hangs")
+    .expect("downgrade")
+    .expect("a writer may take the read side");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the downgrade took {:?}",
+        started.elapsed()
+    );
+    r.unlock().await.expect("read unlock");
+    w.unlock().await.expect("write unlock");
+    timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiting writer gets in")
+        .unwrap();
+}
+
+/// 5b. (defect 2; the read row) A reader asking for the write side gets
+///     `UpgradeNotSupported` at once, even with a local task waiting to write.
+async fn up_and_downgrade_with_a_local_waiter_upgrade(kind: Kind) {
+    assert_eq!(kind, Kind::Read);
+    let env = Env::start().await;
+    let a = env.client().await;
+    let name = "upgrade";
+    let r = Kind::Read
+        .acquire(&a, name, ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let g = Kind::Write
+                .acquire(&a, name, FOREVER, None)
+                .await
+                .unwrap()
+                .expect("write");
+            g.unlock().await.unwrap();
+        })
+    };
+    // Not needed for correctness: lets the waiter park first.
+    sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let e = timeout(
+        Duration::from_secs(3),
+        Kind::Write.acquire(&a, name, Duration::from_secs(2), None),
+    )
+    .await
+    .expect("the upgrade hangs")
+    .expect_err("a reader must not get the write side");
+    assert!(matches!(e, Error::UpgradeNotSupported { .. }), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "UpgradeNotSupported took {:?}",
+        started.elapsed()
+    );
+    r.unlock().await.expect("read unlock");
+    timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiting writer gets in")
+        .unwrap();
+}
+
+/// 6. An unlock by an owner that lost the name (force-unlocked) writes
+///    nothing: the next owner keeps it.
+async fn non_owner_unlock_writes_nothing(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let admin_like = env.client().await;
+    let third = env.client().await;
+    let name = "owner";
+    kind.prepare(&a, name).await;
+    let g1 = kind
+        .acquire(&a, name, ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(kind
+        .force_unlock(&admin_like, name)
+        .await
+        .expect("force_unlock"));
+    let g2 = kind
+        .acquire(&b, name, Duration::from_secs(1), None)
+        .await
+        .unwrap()
+        .expect("free after force_unlock");
+    let e = g1.unlock().await.expect_err("unlock after force_unlock");
+    assert!(matches!(e, Error::NotHeld { .. }), "{e:?}");
+    assert!(
+        !is_free(kind, &third, name).await,
+        "the old guard's unlock released the new owner"
+    );
+    assert!(!g2.is_lost());
+    g2.unlock().await.expect("the new owner's unlock");
+}
+
+/// 7. (defect 8 for the semaphore) A key of any role holding a foreign
+///    string: acquisitions fail with `WrongType` and write nothing.
+async fn wrong_type_keys_are_an_error_and_untouched(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    for &role in kind.roles() {
+        let name = format!("wt-{role}");
+        let key = common::key(kind.primitive(), role, &name);
+        let permits_key = common::key("sem", "hold", &name);
+        // The semaphore's permits live in its hold key: set them first,
+        // unless that is the key under test.
+        let with_permits = kind == Kind::Semaphore && role != "hold";
+        if with_permits {
+            kind.prepare(&a, &name).await;
+        }
+        let permits_before: HashMap<String, String> = if with_permits {
+            env.admin.hgetall(&permits_key).await.unwrap()
+        } else {
+            HashMap::new()
+        };
+        let () = env.admin.set(&key, "x", None, None, false).await.unwrap();
+        let check = |what: &str, r: redisync::Result<Option<AnyGuard>>| match r {
+            Err(Error::WrongType { .. }) => {}
+            Err(e) if e.to_string().contains(&key) => {}
+            other => panic!("{role}: {what} with {key:?} a string: {other:?}"),
+        };
+        check("try_lock(ZERO)", kind.acquire(&a, &name, ZERO, None).await);
+        check(
+            "lock()",
+            timeout(
+                Duration::from_secs(3),
+                kind.acquire(&a, &name, FOREVER, None),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{role}: lock() hangs")),
+        );
+        let v: String = env.admin.get(&key).await.unwrap();
+        assert_eq!(v, "x", "{role}: the foreign string was changed");
+        let ttl: i64 = env.admin.ttl(&key).await.unwrap();
+        assert_eq!(ttl, -1, "{role}: the foreign key got a TTL");
+        let mut expected = BTreeSet::from([key.clone()]);
+        if with_permits {
+            expected.insert(permits_key.clone());
+            let permits_after: HashMap<String, String> =
+                env.admin.hgetall(&permits_key).await.unwrap();
+            assert_eq!(permits_after, permits_before, "{role}: the permits changed");
+            match a.semaphore(&name).available_permits().await {
+                Ok(n) => assert_eq!(n, 1, "{role}: available permits"),
+                Err(Error::WrongType { .. }) => {}
+                Err(e) => panic!("{role}: available_permits: {e:?}"),
+            }
+        }
+        assert_eq!(
+            all_keys(&env).await,
+            expected,
+            "{role}: something was written"
+        );
+        let _: i64 = env
+            .admin
+            .del(expected.into_iter().collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+}
+
+/// 8. `SCRIPT FLUSH` before every step changes nothing.
+async fn script_flush_changes_nothing(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    let name = "flush";
+    kind.prepare(&a, name).await;
+    script_flush(&env).await;
+    let g = kind
+        .acquire(&a, name, ZERO, None)
+        .await
+        .expect("acquire")
+        .expect("free");
+    script_flush(&env).await;
+    let inner = if kind.reentrant() {
+        let inner = kind
+            .acquire(&a, name, ZERO, None)
+            .await
+            .expect("re-entry")
+            .expect("re-entry");
+        script_flush(&env).await;
+        Some(inner)
+    } else {
+        None
+    };
+    if kind.has_extend() {
+        g.extend(Duration::from_secs(10)).await.expect("extend");
+        script_flush(&env).await;
+    }
+    if let Some(inner) = inner {
+        inner.unlock().await.expect("inner unlock");
+        script_flush(&env).await;
+        assert!(
+            !is_free(kind, &other, name).await,
+            "the inner unlock freed the name"
+        );
+    }
+    g.unlock().await.expect("unlock");
+    assert!(
+        is_free(kind, &other, name).await,
+        "not free after the unlock"
+    );
+}
+
+/// 9. (defect 16) `shutdown()` fails waiters, tells live guards before anyone
+///    else can take their names, and leaves nothing hanging.
+async fn shutdown_tells_live_guards_and_fails_waiters(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let name = "bye";
+    kind.prepare(&a, name).await;
+    let g = kind
+        .acquire(&a, name, ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { kind.exclusive().acquire(&a, name, FOREVER, None).await })
+    };
+    // Not needed for correctness: lets the waiter park first.
+    sleep(Duration::from_millis(100)).await;
+    a.shutdown().await.expect("shutdown");
+    let r = timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter still waits 1 s after the shutdown")
+        .unwrap();
+    assert!(matches!(r, Err(Error::Shutdown)), "the waiter got {r:?}");
+    probe_exclusive(kind, &b, name, || {
+        assert!(
+            g.is_lost(),
+            "another client holds the name, the guard does not know"
+        );
+    })
+    .await;
+    let r = timeout(Duration::from_millis(500), g.unlock())
+        .await
+        .expect("unlock after shutdown hangs");
+    assert!(
+        matches!(r, Err(Error::Shutdown | Error::NotHeld { .. })),
+        "unlock after shutdown: {r:?}"
+    );
+    a.shutdown().await.expect("a second shutdown");
+    for wait in [ZERO, FOREVER] {
+        let r = timeout(
+            Duration::from_millis(100),
+            kind.acquire(&a, name, wait, None),
+        )
+        .await
+        .expect("an acquisition after shutdown hangs");
+        assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+    }
+}
+
+/// The candidate names of [`names_are_a_namespace`].
+fn namespace_candidates() -> Vec<String> {
+    let mut names = vec!["base".to_owned(), "{base}".to_owned(), "base}".to_owned()];
+    for k in PRIMITIVES {
+        for role in k.roles().iter().copied().chain(["ch"]) {
+            let key = common::key(k.primitive(), role, "base");
+            let stripped = key.strip_prefix("redisync:").expect("prefix").to_owned();
+            names.push(key);
+            names.push(stripped);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+/// 10. (defect 6) Every name is its own lock: names that look like another
+///     lock's keys, with or without hash tags, never collide, across kinds.
+async fn names_are_a_namespace(kind: Kind) {
+    let env = Env::start().await;
+    let names = namespace_candidates();
+    // Every failure is collected, so one collision does not hide the others.
+    let mut failures = Vec::new();
+    let mut held = Vec::new();
+    let a = env.client().await;
+    let take = |k: Kind, client: Client, name: String, what: String| {
+        let lease = k.fixed_lease_if_any(Duration::from_secs(5));
+        async move {
+            if k == Kind::Semaphore {
+                if let Err(e) = client.semaphore(&name).try_set_permits(1).await {
+                    return Err(format!("{what}: try_set_permits: {e}"));
+                }
+            }
+            match k.acquire(&client, &name, ZERO, lease).await {
+                Ok(Some(g)) => Ok((k, name, g)),
+                Ok(None) => Err(format!("{what}: busy")),
+                Err(e) => Err(format!("{what}: {e}")),
+            }
+        }
+    };
+    for name in &names {
+        let what = format!("{kind:?} {name:?} while the others of its kind are held");
+        match take(kind, a.clone(), name.clone(), what).await {
+            Ok(h) => held.push(h),
+            Err(f) => failures.push(f),
+        }
+    }
+    for other in PRIMITIVES {
+        if other.primitive() == kind.primitive() {
+            continue;
+        }
+        let client = env.client().await;
+        for name in &names {
+            let what = format!("{other:?} {name:?} while {kind:?} holds every candidate");
+            match take(other, client.clone(), name.clone(), what).await {
+                Ok(h) => held.push(h),
+                Err(f) => failures.push(f),
+            }
+        }
+    }
+    for (k, name, g) in held {
+        if let Err(e) = g.unlock().await {
+            failures.push(format!("{k:?} {name:?}: unlock: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} collisions:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// 11. (defect 3) Tokens never go back, even after a restart that reloads
+///     an older snapshot (the fence counter it holds is behind).
+async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot(kind: Kind) {
+    let mut env = Env::start().await;
+    let a = env.client().await;
+    let name = "snap";
+    kind.prepare(&a, name).await;
+    let once = |a: Client| async move {
+        let g = kind
+            .acquire(&a, name, ZERO, None)
+            .await
+            .unwrap()
+            .expect("free");
+        let t = g.token();
+        g.unlock().await.unwrap();
+        t
+    };
+    let t1 = once(a.clone()).await;
+    let marker = "conformance:snapshot-marker";
+    let () = env.admin.set(marker, "1", None, None, false).await.unwrap();
+    let _: String = env
+        .admin
+        .custom(
+            CustomCommand::new_static("SAVE", ClusterHash::FirstKey, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("SAVE");
+    let mut last = t1;
+    for _ in 0..5 {
+        let t = once(a.clone()).await;
+        assert!(t > last);
+        last = t;
+    }
+    env.server.kill().await;
+    env.server.restart().await;
+    let reloaded = eventually(Duration::from_secs(5), || async {
+        matches!(env.admin.exists::<i64, _>(marker).await, Ok(1))
+    })
+    .await;
+    assert!(reloaded, "the restart did not load the snapshot");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let g = loop {
+        match kind.acquire(&a, name, ZERO, None).await {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("busy after the restart"),
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("acquire after the restart: {e}"),
+        }
+    };
+    assert!(
+        g.token() > last,
+        "token {} after the restart, {last} before it (the snapshot had {t1})",
+        g.token()
+    );
+    g.unlock().await.unwrap();
+}
+
+/// 12. (defect 12) A re-entry racing the release of the last guard (dropped
+///     in another task) never yields a guard for a hold that is gone.
+async fn reentry_racing_the_last_drop_never_revives_a_released_hold(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    let name = "race";
+    kind.prepare(&a, name).await;
+    for i in 0..200 {
+        let g = kind
+            .acquire(&a, name, Duration::from_secs(2), None)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {i}: still taken"));
+        let dropper = tokio::spawn(async move { drop(g) });
+        let h = kind.acquire(&a, name, ZERO, None).await.unwrap();
+        if let Some(h) = h {
+            for check in 0..3 {
+                if check > 0 {
+                    sleep(Duration::from_millis(10)).await;
+                }
+                probe_exclusive(kind, &other, name, || {
+                    assert!(
+                        h.is_lost(),
+                        "round {i}: another client holds {name:?}, the re-entered guard does not know"
+                    );
+                })
+                .await;
+            }
+            let lost = h.is_lost();
+            let r = h.unlock().await;
+            assert!(
+                lost || r.is_ok(),
+                "round {i}: unlock of a live guard: {r:?}"
+            );
+        }
+        dropper.await.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The matrix
+// ---------------------------------------------------------------------------
+
+/// One cell: `ok` a test, `ignore("why")` an ignored test, `na` no test.
+macro_rules! cell {
+    ($kind:ident, $scenario:ident, ok) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            run(super::$scenario, Kind::$kind).await;
+        }
+    };
+    ($kind:ident, $scenario:ident, ignore($why:literal)) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = $why]
+        async fn $scenario() {
+            run(super::$scenario, Kind::$kind).await;
+        }
+    };
+    ($kind:ident, $scenario:ident, na) => {};
+}
+
+/// One module of tests per kind (row), one test per scenario (cell).
+macro_rules! conformance {
+    ($($row:ident: $kind:ident { $($scenario:ident: $status:ident $(($why:literal))?,)* })*) => {
+        $(
+            mod $row {
+                use super::{run, Kind};
+                $( cell!($kind, $scenario, $status $(($why))?); )*
+            }
+        )*
+    };
+}
+
+conformance! {
+    lock: Lock {
+        cancel_at_every_await_point: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: a cancelled re-entry undoes the next acquisition (another client took it while g2 held it; about 1 run in 3)"),
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
+        up_and_downgrade_with_a_local_waiter_downgrade: na,
+        up_and_downgrade_with_a_local_waiter_upgrade: na,
+        non_owner_unlock_writes_nothing: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
+        script_flush_changes_nothing: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter acquires the lock during shutdown (Ok(guard) from a shut-down client); unlock() after shutdown takes > 500 ms"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+    }
+    fair: Fair {
+        cancel_at_every_await_point: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: the cancelled re-entry releases the outer hold (g1.unlock() is NotHeld)"),
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ignore("defect 4: the acquisition right after the loss re-enters the old hold and gets its token (about 1 run in 2)"),
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
+        up_and_downgrade_with_a_local_waiter_downgrade: na,
+        up_and_downgrade_with_a_local_waiter_upgrade: na,
+        non_owner_unlock_writes_nothing: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
+        script_flush_changes_nothing: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter gets Err(Shutdown) only after ~1.5 s; unlock() after shutdown takes > 500 ms"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+    }
+    read: Read {
+        cancel_at_every_await_point: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ok,
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: ignore("defect 1: extend(200ms) on the inner read guard leaves the outer guard valid for 5 s while a writer gets in"),
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ignore("defect 7: extend(50ms) racing renewals: a writer gets in while the read guard is not lost"),
+        up_and_downgrade_with_a_local_waiter_downgrade: na,
+        up_and_downgrade_with_a_local_waiter_upgrade: ignore("defect 2: with a local writer waiting, a reader asking for write waits (Ok(None) after 2 s) instead of UpgradeNotSupported"),
+        non_owner_unlock_writes_nothing: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
+        script_flush_changes_nothing: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+    }
+    write: Write {
+        cancel_at_every_await_point: ok,
+        cancelled_reentry_never_undoes_the_next_acquisition: ok,
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
+        up_and_downgrade_with_a_local_waiter_downgrade: ignore("defect 2: with a local writer waiting, the downgrade to read waits behind it (Ok(None) after 2 s)"),
+        up_and_downgrade_with_a_local_waiter_upgrade: na,
+        non_owner_unlock_writes_nothing: ok,
+        wrong_type_keys_are_an_error_and_untouched: ignore("new: a non-integer string in the fence key gives Error::Script (ERR value is not an integer), not WrongType nor an error naming the key"),
+        script_flush_changes_nothing: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+    }
+    semaphore: Semaphore {
+        cancel_at_every_await_point: ok,
+        // Permits are not re-entrant.
+        cancelled_reentry_never_undoes_the_next_acquisition: na,
+        // Permits have no fixed lease to lose.
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: na,
+        // A SemaphorePermit has no extend (and is not re-entrant).
+        extend_and_renew_never_leave_local_validity_above_redis_reentered: na,
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: na,
+        up_and_downgrade_with_a_local_waiter_downgrade: na,
+        up_and_downgrade_with_a_local_waiter_upgrade: na,
+        // A Semaphore has no force_unlock.
+        non_owner_unlock_writes_nothing: na,
+        wrong_type_keys_are_an_error_and_untouched: ignore("defect 8: a non-integer fence string: try_acquire gives Error::Script, not WrongType, and acquire() hangs (> 3 s)"),
+        script_flush_changes_nothing: ok,
+        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); release() after shutdown takes > 500 ms"),
+        names_are_a_namespace: ignore("defect 6: 14-16 collisions, e.g. the lock named {base}:fence is the fence key of the lock {base} (WrongType), the lock named {base}:fair is busy while the fair lock {base} is held"),
+        tokens_never_go_back_after_a_restart_from_an_older_snapshot: ignore("defect 3: after reloading an older snapshot the fence counter resumes from it (token goes back)"),
+        // Permits are not re-entrant.
+        reentry_racing_the_last_drop_never_revives_a_released_hold: na,
+    }
+}
