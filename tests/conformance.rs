@@ -1067,7 +1067,7 @@ macro_rules! conformance {
 conformance! {
     lock: Lock {
         cancel_at_every_await_point: ok,
-        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: a cancelled re-entry undoes the next acquisition (another client took it while g2 held it; about 1 run in 3)"),
+        cancelled_reentry_never_undoes_the_next_acquisition: ok,
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
@@ -1076,14 +1076,14 @@ conformance! {
         non_owner_unlock_writes_nothing: ok,
         wrong_type_keys_are_an_error_and_untouched: ok,
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter acquires the lock during shutdown (Ok(guard) from a shut-down client); unlock() after shutdown takes > 500 ms"),
+        shutdown_tells_live_guards_and_fails_waiters: ok,
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
-        cancelled_reentry_never_undoes_the_next_acquisition: ignore("defect 5: the cancelled re-entry releases the outer hold (g1.unlock() is NotHeld)"),
+        cancelled_reentry_never_undoes_the_next_acquisition: ok,
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
@@ -1092,10 +1092,10 @@ conformance! {
         non_owner_unlock_writes_nothing: ok,
         wrong_type_keys_are_an_error_and_untouched: ok,
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter gets Err(Shutdown) only after ~1.5 s; unlock() after shutdown takes > 500 ms"),
+        shutdown_tells_live_guards_and_fails_waiters: ok,
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
     }
     read: Read {
         cancel_at_every_await_point: ok,
@@ -1104,14 +1104,14 @@ conformance! {
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
         up_and_downgrade_with_a_local_waiter_downgrade: na,
-        up_and_downgrade_with_a_local_waiter_upgrade: ignore("defect 2: with a local writer waiting, a reader asking for write waits (Ok(None) after 2 s) instead of UpgradeNotSupported"),
+        up_and_downgrade_with_a_local_waiter_upgrade: ok,
         non_owner_unlock_writes_nothing: ok,
         wrong_type_keys_are_an_error_and_untouched: ok,
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
+        shutdown_tells_live_guards_and_fails_waiters: ok,
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1119,15 +1119,15 @@ conformance! {
         reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
         extend_and_renew_never_leave_local_validity_above_redis_reentered: ok,
         extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
-        up_and_downgrade_with_a_local_waiter_downgrade: ignore("defect 2: with a local writer waiting, the downgrade to read waits behind it (Ok(None) after 2 s)"),
+        up_and_downgrade_with_a_local_waiter_downgrade: ok,
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         non_owner_unlock_writes_nothing: ok,
         wrong_type_keys_are_an_error_and_untouched: ok,
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); unlock() after shutdown takes > 500 ms"),
+        shutdown_tells_live_guards_and_fails_waiters: ok,
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
-        reentry_racing_the_last_drop_never_revives_a_released_hold: ignore("defect 12: the re-entry joins the hold the drop then deletes: another client gets in, the guard is not lost"),
+        reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1144,7 +1144,7 @@ conformance! {
         non_owner_unlock_writes_nothing: na,
         wrong_type_keys_are_an_error_and_untouched: ok,
         script_flush_changes_nothing: ok,
-        shutdown_tells_live_guards_and_fails_waiters: ignore("defect 16: the local waiter still waits 5 s after shutdown(); release() after shutdown takes > 500 ms"),
+        shutdown_tells_live_guards_and_fails_waiters: ok,
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         // Permits are not re-entrant.

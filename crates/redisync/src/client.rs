@@ -421,18 +421,26 @@ impl Client {
         Lock::new(self.clone(), name)
     }
 
-    /// Stops the watchdog and background tasks, releases what this client
-    /// holds (locks, read-write holds, permits; their guards then report
-    /// lost), and closes the connections.
-    /// Later calls on this client or its locks fail with [`Error::Shutdown`].
+    /// Shuts the client down now: refuses new acquisitions, fails every
+    /// waiting acquisition with [`Error::Shutdown`] at once, marks every live
+    /// guard [`lost`](crate::LockGuard::lost) *before* releasing its hold,
+    /// stops the watchdog and closes the connections. Afterwards every call
+    /// on this client, its handles and its guards returns
+    /// [`Error::Shutdown`] at once (`unlock` and `release` included).
+    ///
+    /// Code still running under a guard is told only through `lost()`
+    /// (`is_lost()`): drain your tasks (release their guards) before calling
+    /// it to let them finish. Calling it again does nothing.
     ///
     /// # Errors
     /// Never fails today; release failures are logged (the leases expire).
     ///
     /// # Cancel safety
-    /// Cancel safe in effect: background tasks are stopped at once; a dropped
-    /// future may leave some locks to expire by lease instead of being released.
+    /// Cancel safe in effect: waiters fail and background tasks stop at once;
+    /// a dropped future may leave some locks to expire by lease instead of
+    /// being released.
     pub async fn shutdown(&self) -> Result<()> {
+        self.inner.hub.close();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -441,6 +449,7 @@ impl Client {
         }
         for slot in self.inner.hub.all_slots() {
             for hold in slot.holders() {
+                // Tell the guard before its hold is given away.
                 hold.mark_lost("client shut down");
                 if let Err(e) = (hold.renew.release)(&self.inner, &hold).await {
                     tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
@@ -459,12 +468,28 @@ impl ClientInner {
         Arc::from(format!("{}:{}", self.id_str, keys::task_tag()))
     }
 
+    /// `Err(Shutdown)` once a shutdown began: no new acquisition or query.
     pub(crate) fn check_open(&self) -> Result<()> {
+        self.hub.check_open()
+    }
+
+    /// `Err(Shutdown)` once the connections are closed (after a shutdown's
+    /// grace): releases and extensions fail at once instead of timing out.
+    pub(crate) fn check_connected(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Shutdown)
         } else {
             Ok(())
         }
+    }
+
+    /// Before a guard's release: once the connections are closed, the guard
+    /// only leaves its hold (the shutdown released it) and the release fails
+    /// at once with `Shutdown`.
+    pub(crate) fn check_release(&self, hold: &Arc<Hold>, watchdog: bool) -> Result<()> {
+        self.check_connected().inspect_err(|_| {
+            hold.detach(watchdog);
+        })
     }
 
     /// Whether a handle on `name` (a `what`: "lock", "semaphore") may run a

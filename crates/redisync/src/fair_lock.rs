@@ -396,7 +396,7 @@ impl FairLock {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                if queued && self.leave(&slot, &owner).await.is_ok() {
+                if queued && self.leave(&slot, &owner, None).await.is_ok() {
                     cleanup.disarm();
                 }
                 // Otherwise the cleanup leaves in the background.
@@ -434,8 +434,13 @@ impl FairLock {
         lease_ms: i64,
         queue_lease_ms: i64,
     ) -> Result<Option<FairLockGuard>> {
+        // Reserved first (see `Hold::reserve`).
+        let Some(reserved) = hold.reserve(watchdog) else {
+            return Ok(None);
+        };
         let sent_at = Instant::now();
         let mut cleanup = Cleanup::new(self, slot, &hold.owner_str);
+        cleanup.keep = Some(hold.token);
         cleanup.arm(sent_at + lease);
         let reply = self
             .run_acquire(
@@ -450,14 +455,11 @@ impl FairLock {
             cleanup.disarm();
         }
         match reply? {
-            Acquired::Token(token) if token == hold.token => {
-                hold.add_hold(watchdog, sent_at, lease);
-                Ok(Some(FairLockGuard {
-                    lock: self.clone(),
-                    hold: Some(hold.clone()),
-                    watchdog,
-                }))
-            }
+            Acquired::Token(token) if token == hold.token => Ok(Some(FairLockGuard {
+                lock: self.clone(),
+                hold: Some(reserved.confirm(sent_at, lease)),
+                watchdog,
+            })),
             Acquired::Token(token) => {
                 // Our earlier acquisition had expired; this is a new one.
                 hold.mark_lost("re-entry found the lock expired");
@@ -549,10 +551,12 @@ impl FairLock {
     /// Removes `owner` from the queue and deletes any acquisition of it
     /// except a live local hold; tells the next owner when the lock is free
     /// and its head changed. Returns whether an acquisition was deleted.
-    async fn leave(&self, slot: &Slot, owner: &str) -> Result<bool> {
-        let keep = slot
-            .holder(owner)
-            .map(|h| h.token.to_string())
+    /// `keep`: an acquisition to keep whatever happens locally (the outer
+    /// hold of a cancelled re-entry, whose release may still be on its way).
+    async fn leave(&self, slot: &Slot, owner: &str, keep: Option<u64>) -> Result<bool> {
+        let keep = keep
+            .or_else(|| slot.holder(owner).map(|h| h.token))
+            .map(|t| t.to_string())
             .unwrap_or_default();
         let client = self.client_inner();
         let freed: i64 = LEAVE
@@ -580,7 +584,7 @@ impl FairLock {
         }
         let _turn = slot.gate.clone().acquire_owned().await;
         if slot.has_pending_undo(owner) {
-            self.leave(slot, owner).await?;
+            self.leave(slot, owner, None).await?;
             slot.remove_pending_undo(owner);
         }
         Ok(())
@@ -744,6 +748,8 @@ struct Cleanup {
     lock: FairLock,
     slot: SlotRef,
     owner: Arc<str>,
+    /// The acquisition a cancelled re-entry keeps (see [`FairLock::leave`]).
+    keep: Option<u64>,
     /// When whatever it may have left expires anyway.
     expires_at: Instant,
 }
@@ -755,6 +761,7 @@ impl Cleanup {
             lock: lock.clone(),
             slot: slot.clone(),
             owner: owner.clone(),
+            keep: None,
             expires_at: Instant::now(),
         }
     }
@@ -776,6 +783,7 @@ impl Drop for Cleanup {
                 self.lock.clone(),
                 self.slot.clone(),
                 self.owner.clone(),
+                self.keep,
                 self.expires_at,
             );
         }
@@ -786,8 +794,14 @@ impl Drop for Cleanup {
 /// task, retried while Redis is unreachable until it would have expired
 /// anyway. The owner's next acquisition waits for it (see
 /// [`FairLock::settle_pending`]), so it never lands after that.
-fn spawn_cleanup(lock: FairLock, slot: SlotRef, owner: Arc<str>, expires_at: Instant) {
-    if lock.client_inner().check_open().is_err() {
+fn spawn_cleanup(
+    lock: FairLock,
+    slot: SlotRef,
+    owner: Arc<str>,
+    keep: Option<u64>,
+    expires_at: Instant,
+) {
+    if lock.client_inner().check_connected().is_err() {
         return; // shut down: like a crash, the leases clean up
     }
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -804,11 +818,11 @@ fn spawn_cleanup(lock: FairLock, slot: SlotRef, owner: Arc<str>, expires_at: Ins
             if !slot.has_pending_undo(&owner) {
                 return; // the owner did it before acquiring again
             }
-            match lock.leave(&slot, &owner).await {
+            match lock.leave(&slot, &owner, keep).await {
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() + pause < expires_at
-                        && lock.client_inner().check_open().is_ok() =>
+                        && lock.client_inner().check_connected().is_ok() =>
                 {
                     tracing::debug!(lock_key = %lock.inner.key, error = %e, "leaving the fair lock queue failed; retrying");
                     drop(turn);
@@ -901,6 +915,9 @@ impl FairLockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        self.lock
+            .client_inner()
+            .check_release(&hold, self.watchdog)?;
         let was_lost = hold.is_lost();
         let last = hold.detach(self.watchdog);
         let mut cleanup = Cleanup::new(&self.lock, &hold.slot, &hold.owner_str);
@@ -944,6 +961,7 @@ impl Drop for FairLockGuard {
                 lock,
                 hold.slot.clone(),
                 hold.owner_str.clone(),
+                None,
                 hold.valid_until(),
             );
             return;

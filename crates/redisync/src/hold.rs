@@ -3,7 +3,7 @@
 //! `LockGuard::lost()`.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::types::Value;
@@ -79,13 +79,25 @@ impl Hold {
         }
     }
 
-    /// Another guard of the same owner and acquisition.
-    pub(crate) fn add_hold(&self, watchdog: bool, sent_at: Instant, lease: Duration) {
-        self.holds.fetch_add(1, Ordering::AcqRel);
+    /// Reserves another guard of the same owner and acquisition, before
+    /// the re-entry is sent: `None` once the last guard is gone (its final
+    /// release may be on its way), so a re-entry never revives a released
+    /// hold. While reserved, a guard dropped meanwhile is not the last one,
+    /// so it only counts down in Redis. Dropped unconfirmed (the re-entry
+    /// failed or was cancelled), the reservation is given back.
+    pub(crate) fn reserve(self: &Arc<Self>, watchdog: bool) -> Option<Reservation> {
+        self.holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)
+            })
+            .ok()?;
         if watchdog {
             self.watchdog_holds.fetch_add(1, Ordering::AcqRel);
         }
-        self.extend_validity(sent_at, lease);
+        Some(Reservation {
+            hold: Some(self.clone()),
+            watchdog,
+        })
     }
 
     /// Takes one guard off this hold: stops its renewal at once; the last one
@@ -182,6 +194,36 @@ impl Hold {
                 return;
             }
             let _ = tokio::time::timeout_at(self.valid_until(), notified).await;
+        }
+    }
+}
+
+/// One more guard of a hold, reserved before its re-entry is sent (see
+/// [`Hold::reserve`]).
+pub(crate) struct Reservation {
+    hold: Option<Arc<Hold>>,
+    watchdog: bool,
+}
+
+impl Reservation {
+    /// The re-entry was granted with the hold's token: the guard is real.
+    pub(crate) fn confirm(mut self, sent_at: Instant, lease: Duration) -> Arc<Hold> {
+        let hold = self
+            .hold
+            .take()
+            .unwrap_or_else(|| unreachable!("confirmed twice"));
+        hold.extend_validity(sent_at, lease);
+        hold
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            // Not granted: give the reservation back. If the other guards
+            // went meanwhile, they counted down in Redis; what our re-entry
+            // may have added there ends with the lease (nobody renews it).
+            hold.detach(self.watchdog);
         }
     }
 }

@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::PubsubInterface;
 use fred::types::{Key, Value};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -245,6 +245,10 @@ pub(crate) struct Hub {
     /// SSUBSCRIBE/SPUBLISH (Redis >= 7): the subscribe reply is awaited, so a
     /// retry after subscribing cannot miss an unlock.
     pub(crate) sharded: bool,
+    /// Set when the client starts shutting down: no new acquisition, and
+    /// every waiter fails with `Error::Shutdown` at once.
+    closing: AtomicBool,
+    closing_notify: Notify,
 }
 
 const STRIPES: usize = 16;
@@ -260,7 +264,68 @@ impl Hub {
                 .collect(),
             subscriber,
             sharded,
+            closing: AtomicBool::new(false),
+            closing_notify: Notify::new(),
         }
+    }
+
+    /// Refuses new acquisitions and fails every waiter (parked, or queued
+    /// for the local gate) with `Error::Shutdown`.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.closing_notify.notify_waiters();
+        self.wake_all();
+    }
+
+    /// `Err(Shutdown)` once the client is shutting down.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closing.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Resolves once the client starts shutting down.
+    pub(crate) async fn closing(&self) {
+        loop {
+            let notified = self.closing_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits for the local gate of `slot` (its FIFO turn) until `deadline`:
+    /// `Ok(None)` when the deadline passes first, `Err(Shutdown)` when the
+    /// client shuts down first.
+    pub(crate) async fn gate_turn(
+        &self,
+        slot: &Slot,
+        deadline: Option<Instant>,
+    ) -> Result<Option<OwnedSemaphorePermit>> {
+        let turn = slot.gate.clone().acquire_owned();
+        let turn = async {
+            match deadline {
+                None => turn.await.ok(),
+                // The inner future is polled before the deadline: a free turn
+                // is taken even with a zero wait.
+                Some(d) => tokio::time::timeout_at(d, turn)
+                    .await
+                    .ok()
+                    .and_then(std::result::Result::ok),
+            }
+        };
+        let turn = tokio::select! {
+            biased;
+            () = self.closing() => return Err(Error::Shutdown),
+            turn = turn => turn,
+        };
+        self.check_open()?;
+        Ok(turn)
     }
 
     /// The publish command the release scripts use.
@@ -507,6 +572,7 @@ impl SlotRef {
         fallback: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<()>> {
+        self.hub.check_open()?;
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Ok(None);
@@ -521,6 +587,7 @@ impl SlotRef {
         };
         self.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
             .await;
+        self.hub.check_open()?;
         Ok(Some(()))
     }
 }

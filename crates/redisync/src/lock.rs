@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
-use crate::hub::{Slot, SlotRef};
+use crate::hub::{Hub, Slot, SlotRef};
 use crate::keys::{self, Kind, Role};
 use crate::replica;
 use crate::script::lua_script;
@@ -250,7 +250,7 @@ impl Lock {
             }
         }
 
-        let Some(permit) = wait_gate(&slot, deadline).await else {
+        let Some(permit) = wait_gate(&client.hub, &slot, deadline).await? else {
             return Ok(None);
         };
         if let Some(until) = slot.take_yield() {
@@ -300,6 +300,11 @@ impl Lock {
         lease: Duration,
         lease_ms: i64,
     ) -> Result<Option<LockGuard>> {
+        // Reserved first: the last other guard dropped meanwhile then only
+        // counts down, and a hold already released is never revived.
+        let Some(reserved) = hold.reserve(watchdog) else {
+            return Ok(None);
+        };
         let sent_at = Instant::now();
         let mut attempt = Attempt::arm(
             self,
@@ -315,10 +320,9 @@ impl Lock {
         attempt.disarm();
         match acquired {
             Acquired::Token(token) if token == hold.token => {
-                hold.add_hold(watchdog, sent_at, lease);
                 let guard = LockGuard {
                     lock: self.clone(),
-                    hold: Some(hold.clone()),
+                    hold: Some(reserved.confirm(sent_at, lease)),
                     watchdog,
                 };
                 self.synced(guard).await.map(Some)
@@ -560,7 +564,11 @@ fn unreachable_wait(name: &str) -> Error {
 /// Waits for the local gate (FIFO among this client's tasks). `None` when
 /// `deadline` passes first. A local holder whose lease ran out (by the local
 /// clock) is declared lost so it does not keep the queue shut.
-async fn wait_gate(slot: &Slot, deadline: Option<Instant>) -> Option<OwnedSemaphorePermit> {
+async fn wait_gate(
+    hub: &Hub,
+    slot: &Slot,
+    deadline: Option<Instant>,
+) -> Result<Option<OwnedSemaphorePermit>> {
     let acquire = slot.gate.clone().acquire_owned();
     tokio::pin!(acquire);
     loop {
@@ -568,18 +576,25 @@ async fn wait_gate(slot: &Slot, deadline: Option<Instant>) -> Option<OwnedSemaph
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let Some(wake) = wake else {
-            return acquire.await.ok();
+        let sleep = async {
+            match wake {
+                Some(wake) => tokio::time::sleep_until(wake).await,
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
             biased;
-            permit = &mut acquire => return permit.ok(),
-            () = tokio::time::sleep_until(wake) => {
+            () = hub.closing() => return Err(Error::Shutdown),
+            permit = &mut acquire => {
+                hub.check_open()?;
+                return Ok(permit.ok());
+            }
+            () = sleep => {
                 for hold in slot.holders() {
                     let _ = hold.is_lost();
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return (&mut acquire).now_or_never().and_then(Result::ok);
+                    return Ok((&mut acquire).now_or_never().and_then(std::result::Result::ok));
                 }
             }
         }
@@ -640,25 +655,20 @@ impl Drop for Attempt {
         let slot = self.slot.clone();
         let owner = self.owner.clone();
         let permit = self.permit.take();
-        let Some(keep) = self.keep_token else {
-            // Fresh attempt: undo it in the background, retried while Redis
-            // is unreachable, until the possible acquisition would have
-            // expired anyway. Each try holds the local gate, and the owner
-            // runs a pending undo itself before acquiring again, so an undo
-            // never lands after the owner's next acquisition.
-            slot.add_pending_undo(&owner);
-            let expires_at = self.expires_at;
-            rt.spawn(
-                async move { undo_in_background(lock, slot, owner, permit, expires_at).await },
-            );
-            return;
-        };
-        // Re-entrant attempt (no gate): one try, keeping the earlier acquisition.
+        // Undo in the background, retried while Redis is unreachable, until
+        // the possible acquisition would have expired anyway. Each try holds
+        // the local gate, and the owner runs a pending undo itself before
+        // acquiring afresh, so an undo never lands after the owner's next
+        // acquisition. A cancelled re-entry waits for the gate too, that is
+        // until the outer hold is released (whose final release drops what
+        // the re-entry counted up), and keeps the outer acquisition (its
+        // release may still be on its way): it only removes a fresh grant
+        // the re-entry may have made, never the owner's next acquisition.
+        slot.add_pending_undo(&owner);
+        let expires_at = self.expires_at;
+        let keep = self.keep_token;
         rt.spawn(async move {
-            if let Err(e) = lock.abandon(&owner, Some(keep)).await {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled re-entry; it expires with its lease");
-            }
-            drop(slot);
+            undo_in_background(lock, slot, owner, keep, permit, expires_at).await;
         });
     }
 }
@@ -667,6 +677,7 @@ async fn undo_in_background(
     lock: Lock,
     slot: SlotRef,
     owner: Arc<str>,
+    keep: Option<u64>,
     mut permit: Option<OwnedSemaphorePermit>,
     expires_at: Instant,
 ) {
@@ -682,7 +693,7 @@ async fn undo_in_background(
         if !slot.has_pending_undo(&owner) {
             return; // the owner did it before acquiring again
         }
-        match lock.abandon(&owner, None).await {
+        match lock.abandon(&owner, keep).await {
             Err(e) if e.is_retryable() && Instant::now() + pause < expires_at => {
                 tracing::debug!(lock_key = %lock.inner.key, error = %e, "undo of a cancelled acquisition failed; retrying");
                 drop(turn);
@@ -919,6 +930,9 @@ impl LockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        self.lock
+            .client_inner()
+            .check_release(&hold, self.watchdog)?;
         // Known lost already (the lease ran out by our clock): still release,
         // to free what may be left in Redis, but report it as not held.
         let was_lost = hold.is_lost();

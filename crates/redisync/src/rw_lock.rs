@@ -198,18 +198,22 @@ impl RwLock {
         let holder_id: Arc<str> = Arc::from(format!("{}|{owner}", side.tag()));
         let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
 
-        if let Some(hold) = slot.holder(&holder_id) {
+        // Reserved first (see `Hold::reserve`); a released hold is not
+        // re-entered.
+        let reentry = slot
+            .holder(&holder_id)
+            .and_then(|hold| Some((hold.reserve(watchdog)?, hold)));
+        if let Some((reserved, hold)) = reentry {
             let sent_at = Instant::now();
             let mut undo = Undo::arm(self, &slot, side, &holder_id, Some(hold.token), None);
             let acquired = self.attempt(&mut undo, side, &owner, lease_ms).await?;
             undo.armed = false;
             match acquired {
                 Acquired::Token(token) if token == hold.token => {
-                    hold.add_hold(watchdog, sent_at, lease);
                     let guard = RwLockGuard {
                         rw: self.clone(),
                         side,
-                        hold: Some(hold),
+                        hold: Some(reserved.confirm(sent_at, lease)),
                         watchdog,
                     };
                     return self.synced(guard).await.map(Some);
@@ -224,23 +228,35 @@ impl RwLock {
             }
         }
 
+        // This owner holding the other side decides before the local queue,
+        // whose head may wait for that very hold: a reader asking for the
+        // write side is refused at once (it would wait for itself); a
+        // writer asking for the read side (a downgrade) goes straight to
+        // Redis, which grants it.
+        let other_side = match side {
+            Side::Read => Side::Write,
+            Side::Write => Side::Read,
+        };
+        let holds_other = slot
+            .holder(&format!("{}|{owner}", other_side.tag()))
+            .is_some();
+        if side == Side::Write && holds_other {
+            return Err(Error::UpgradeNotSupported {
+                name: self.inner.name.clone(),
+            });
+        }
         // Local FIFO turn to ask Redis (not held while holding: readers share).
-        let turn = slot.gate.clone().acquire_owned();
-        let turn = match deadline {
-            None => turn.await.ok(),
-            Some(d) => tokio::time::timeout_at(d, turn)
-                .await
-                .ok()
-                .and_then(Result::ok),
-        };
-        let Some(turn) = turn else {
-            return Ok(None);
-        };
+        let mut turn = None;
+        if !holds_other {
+            let Some(t) = client.hub.gate_turn(&slot, deadline).await? else {
+                return Ok(None);
+            };
+            turn = Some(t);
+        }
         if slot.has_pending_undo(&holder_id) {
             self.release_script(side, &owner, None, true, '!').await?;
             slot.remove_pending_undo(&holder_id);
         }
-        let mut turn = Some(turn);
         loop {
             let since = slot.generation();
             let sent_at = Instant::now();
@@ -497,13 +513,11 @@ impl Drop for Undo {
             self.holder_id.clone(),
         );
         let owner: Arc<str> = Arc::from(holder_id.split_once('|').map_or(&*holder_id, |(_, o)| o));
-        if let Some(keep) = self.keep_token {
-            rt.spawn(async move {
-                let _ = rw.release_script(side, &owner, Some(keep), true, '!').await;
-                drop(slot);
-            });
-            return;
-        }
+        // A pending undo, run under the local gate: the owner's next fresh
+        // acquisition settles it first, so it never lands after that. A
+        // cancelled re-entry keeps the outer acquisition (`keep`): it only
+        // removes a fresh grant the re-entry may have made.
+        let keep = self.keep_token;
         slot.add_pending_undo(&holder_id);
         let mut turn = self.turn.take();
         let expires_at = self.expires_at;
@@ -520,7 +534,7 @@ impl Drop for Undo {
                 if !slot.has_pending_undo(&holder_id) {
                     return;
                 }
-                match rw.release_script(side, &owner, None, true, '!').await {
+                match rw.release_script(side, &owner, keep, true, '!').await {
                     Err(e) if e.is_retryable() && Instant::now() + pause < expires_at => {
                         drop(mine);
                         tokio::time::sleep(pause).await;
@@ -740,6 +754,7 @@ impl RwLockGuard {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        self.rw.client().check_release(&hold, self.watchdog)?;
         let was_lost = hold.is_lost();
         let last = hold.detach(self.watchdog);
         let released = self

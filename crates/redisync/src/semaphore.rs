@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
@@ -198,7 +197,7 @@ impl Semaphore {
         let lease = client.settings.watchdog_timeout;
         let lease_ms = checked_ms("lease", lease)?;
         let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
-        let Some(turn) = wait_turn(&slot, deadline).await else {
+        let Some(turn) = client.hub.gate_turn(&slot, deadline).await? else {
             return Ok(None);
         };
         let id: Arc<str> = Arc::from(format!(
@@ -340,20 +339,6 @@ impl Semaphore {
     }
 }
 
-/// The local FIFO turn to ask Redis; `None` when `deadline` passes first.
-async fn wait_turn(slot: &SlotRef, deadline: Option<Instant>) -> Option<OwnedSemaphorePermit> {
-    let turn = slot.gate.clone().acquire_owned();
-    match deadline {
-        None => turn.await.ok(),
-        // The inner future is polled before the deadline: a free turn is
-        // taken even with a zero wait.
-        Some(d) => tokio::time::timeout_at(d, turn)
-            .await
-            .ok()
-            .and_then(Result::ok),
-    }
-}
-
 /// An acquire in flight; dropped armed, it gives back what it may have won
 /// (the permit id is unique, so this never touches another acquisition).
 struct Undo {
@@ -472,6 +457,7 @@ impl SemaphorePermit {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
+        self.semaphore.client().check_release(&hold, true)?;
         let was_lost = hold.is_lost();
         hold.detach(true);
         let released = self.semaphore.release_id(&hold.owner).await?;
