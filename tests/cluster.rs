@@ -542,3 +542,41 @@ async fn unlock_works_while_its_slot_migrates() {
     );
     slot_move.finish(&cluster).await;
 }
+
+/// One paused primary costs only its own locks: the watchdog renews every
+/// (kind, slot) batch on its own, so a batch stuck on the paused node for
+/// the command timeout does not hold back the renewals of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_costs_only_its_own_locks() {
+    let cluster = RedisCluster::start(3, 0).await;
+    let client = Client::builder(&cluster.url())
+        .watchdog_timeout(Duration::from_millis(900))
+        .command_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..24 {
+        let name = format!("iso-{i}");
+        let slot = fred::util::redis_keyslot(common::lock_key(&name).as_bytes());
+        let port = primary_of_slot(&cluster, slot).await;
+        guards.push((port, client.lock(&name).lock().await.unwrap()));
+    }
+    let paused = guards[0].0;
+    let node = cluster.nodes().iter().find(|n| n.port() == paused).unwrap();
+    assert!(guards.iter().any(|(p, _)| *p != paused), "all on one node");
+    node.pause();
+    // Three leases pass while the paused node's renewals hang for up to the
+    // command timeout each: a healthy guard must not be lost meanwhile.
+    let healthy: Vec<_> = guards.iter().filter(|(p, _)| *p != paused).collect();
+    let lost_any = futures::future::select_all(healthy.iter().map(|(_, g)| Box::pin(g.lost())));
+    let r = tokio::time::timeout(Duration::from_millis(2700), lost_any).await;
+    node.resume();
+    assert!(
+        r.is_err(),
+        "a lock on a healthy primary was lost while another primary was paused"
+    );
+    for (p, g) in &healthy {
+        assert!(!g.is_lost(), "guard on {p} lost");
+    }
+}

@@ -1,7 +1,8 @@
 //! `Client`: one command connection, one subscriber connection, the watchdog.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use fred::clients::Client as RedisClient;
@@ -638,6 +639,11 @@ async fn watchdog(client: Weak<ClientInner>) {
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    // (kind, hash slot) groups whose renewal is still on its way: each group
+    // renews in its own task, so a slow node (a paused primary, for up to
+    // the command timeout) only delays its own groups, never the others;
+    // a group still in flight skips a round.
+    let in_flight: Arc<Mutex<HashSet<(usize, u16)>>> = Arc::default();
     loop {
         ticker.tick().await;
         let Some(client) = client.upgrade() else {
@@ -668,10 +674,18 @@ async fn watchdog(client: Weak<ClientInner>) {
                 None => kinds.push((h.renew, slot, vec![h])),
             }
         }
-        for (spec, _, list) in &kinds {
-            for batch in list.chunks(RENEW_BATCH) {
-                renew(&client, spec, batch).await;
+        for (spec, slot, list) in kinds {
+            let group = (std::ptr::from_ref(spec) as usize, slot);
+            if !crate::hub::lock_unpoisoned(&in_flight).insert(group) {
+                continue;
             }
+            let (client, in_flight) = (client.clone(), in_flight.clone());
+            tokio::spawn(async move {
+                for batch in list.chunks(RENEW_BATCH) {
+                    renew(&client, spec, batch).await;
+                }
+                crate::hub::lock_unpoisoned(&in_flight).remove(&group);
+            });
         }
     }
 }
