@@ -17,9 +17,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
 use crate::hub::Hub;
 use crate::keys;
-use crate::lock::Lock;
 use crate::script::LuaScript;
-use crate::semaphore::Semaphore;
 
 /// Locks renewed by one watchdog script call.
 const RENEW_BATCH: usize = 100;
@@ -37,7 +35,7 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
     /// `WAIT` for this many replicas (within the timeout) after each
-    /// acquisition of a [`Lock`]; too few acknowledgements undo it.
+    /// acquisition of a `Lock`; too few acknowledgements undo it.
     pub(crate) replica_sync: Option<(u32, Duration)>,
     /// TTL of fencing counters, in ms for Lua (refreshed at every issue).
     pub(crate) fence_ttl_ms: i64,
@@ -53,14 +51,14 @@ impl Settings {
                 self.fence_ttl
             )));
         }
-        self.fence_ttl_ms = crate::lock::checked_ms("fence_ttl", self.fence_ttl)?;
+        self.fence_ttl_ms = crate::script::checked_ms("fence_ttl", self.fence_ttl)?;
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidArgument(format!(
                 "watchdog_timeout must be at least 30 ms, got {:?}",
                 self.watchdog_timeout
             )));
         }
-        crate::lock::checked_ms("watchdog_timeout", self.watchdog_timeout)?;
+        crate::script::checked_ms("watchdog_timeout", self.watchdog_timeout)?;
         if let Some((replicas, timeout)) = self.replica_sync {
             if replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout {
                 return Err(Error::InvalidArgument(format!(
@@ -135,7 +133,7 @@ impl ClientBuilder {
     /// write of every primitive is followed by `WAIT replicas timeout` on the
     /// connection of the primary that ran it.
     ///
-    /// - **Acquisitions** (new or re-entrant, of a [`Lock`], `FairLock`,
+    /// - **Acquisitions** (new or re-entrant, of a [`Lock`](crate::Lock), `FairLock`,
     ///   either side of an `RwLock`, a `Semaphore`): when fewer than
     ///   `replicas` replicas acknowledge within `timeout` (or `WAIT` fails),
     ///   the acquisition is undone (one hold; an outer re-entrant hold
@@ -410,16 +408,6 @@ impl Client {
                     "INFO server has no uptime_in_seconds",
                 ))
             })
-    }
-
-    /// A handle on the counting semaphore `name` (no I/O). See [`Semaphore`].
-    pub fn semaphore(&self, name: &str) -> Semaphore {
-        Semaphore::new(self.clone(), name)
-    }
-
-    /// A handle on the reentrant lock `name` (no I/O). See [`Lock`].
-    pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
     }
 
     /// Shuts the client down now: refuses new acquisitions, fails every

@@ -112,9 +112,7 @@ impl Error {
         let Error::Redis(e) = self else { return false };
         match e.kind() {
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
-            ErrorKind::Unknown => {
-                !(e.details().contains("Failed to route") || crate::script::refused_unrun(e))
-            }
+            ErrorKind::Unknown => !(e.details().contains("Failed to route") || refused_unrun(e)),
             _ => false,
         }
     }
@@ -142,4 +140,16 @@ impl Error {
         }
         Error::Redis(e)
     }
+}
+
+/// Whether the cluster refused the command before running it because its
+/// slot is moving:
+/// - fred answers "Too many failed write attempts." when it would write a
+///   command again with its attempts used up. With our settings (no re-send
+///   after a connection loss: those fail with the IO error) the only second
+///   write is the one that follows a MOVED or ASK reply.
+/// - `TRYAGAIN`: a multi-key command while some of its keys have moved and
+///   others not (mid-migration).
+pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
+    e.details().contains("Too many failed write attempts") || e.details().starts_with("TRYAGAIN")
 }

@@ -13,9 +13,10 @@ use crate::hold::RenewSpec;
 use crate::hub::{Addressed, Slot, SlotRef};
 use crate::keys::{self, Kind, Role};
 use crate::lock::{
-    checked_ms, extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
+    extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
 };
 use crate::replica;
+use crate::script::checked_ms;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");

@@ -14,7 +14,7 @@ use crate::hold::{Hold, RenewSpec};
 use crate::hub::{Hub, Slot, SlotRef};
 use crate::keys::{self, Kind, Role};
 use crate::replica;
-use crate::script::lua_script;
+use crate::script::{checked_ms, lua_script};
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -41,26 +41,10 @@ pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
     )
 }
 
-/// Longest lease or wait bound accepted, to catch unit mistakes.
-const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Local hand-offs in a row before remote waiters get a turn.
 const LOCAL_STREAK_CAP: u32 = 4;
 /// Poll bound while the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
-
-/// `d` in whole milliseconds for Lua, rounded up; zero and absurd values are
-/// [`Error::InvalidArgument`].
-pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {
-    if d.is_zero() {
-        return Err(Error::InvalidArgument(format!("{what} must not be zero")));
-    }
-    if d > MAX_LEASE {
-        return Err(Error::InvalidArgument(format!(
-            "{what} of {d:?} is longer than a year; is the unit right?"
-        )));
-    }
-    Ok(i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX))
-}
 
 /// A reentrant distributed lock, Redisson's `RLock` for async Rust.
 ///
@@ -124,8 +108,15 @@ fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
     }
 }
 
+impl Client {
+    /// A handle on the reentrant lock `name` (no I/O). See [`Lock`].
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+}
+
 impl Lock {
-    pub(crate) fn new(client: Client, name: &str) -> Lock {
+    fn new(client: Client, name: &str) -> Lock {
         let key = keys::key(Kind::Lock, Role::Hold, name);
         Lock {
             inner: Arc::new(LockInner {

@@ -12,8 +12,9 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
 use crate::hub::SlotRef;
 use crate::keys::{self, Kind, Role};
-use crate::lock::{checked_ms, retry_until_deadline};
+use crate::lock::retry_until_deadline;
 use crate::replica;
+use crate::script::checked_ms;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");

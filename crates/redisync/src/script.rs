@@ -91,7 +91,7 @@ impl LuaScript {
                 other => other,
             };
             match result {
-                Err(e) if refused_unrun(&e) => {
+                Err(e) if crate::error::refused_unrun(&e) => {
                     // The slot is moving: the script did not run. Send it
                     // again (fred has refreshed its slot map after MOVED)
                     // until the slot settles or REFUSED_RETRY_FOR passes.
@@ -112,16 +112,20 @@ impl LuaScript {
 /// How long a script the cluster refuses while its slot moves is sent again.
 const REFUSED_RETRY_FOR: Duration = Duration::from_secs(2);
 
-/// Whether the cluster refused the command before running it because its
-/// slot is moving:
-/// - fred answers "Too many failed write attempts." when it would write a
-///   command again with its attempts used up. With our settings (no re-send
-///   after a connection loss: those fail with the IO error) the only second
-///   write is the one that follows a MOVED or ASK reply.
-/// - `TRYAGAIN`: a multi-key command while some of its keys have moved and
-///   others not (mid-migration).
-pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
-    e.details().contains("Too many failed write attempts") || e.details().starts_with("TRYAGAIN")
+/// Longest lease or wait bound accepted, to catch unit mistakes.
+const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+/// `d` in whole milliseconds for Lua, rounded up; zero and absurd values are
+/// [`Error::InvalidArgument`].
+pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {
+    if d.is_zero() {
+        return Err(Error::InvalidArgument(format!("{what} must not be zero")));
+    }
+    if d > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {d:?} is longer than a year; is the unit right?"
+        )));
+    }
+    Ok(i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX))
 }
 
 /// A `static` script of `lua/`, with `lua/prelude.lua` (shared type checks,

@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, RenewSpec};
 use crate::hub::SlotRef;
 use crate::keys::{self, Kind, Role};
-use crate::lock::checked_ms;
 use crate::replica;
+use crate::script::checked_ms;
 use crate::script::lua_script;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
@@ -68,8 +68,15 @@ enum Acquired {
     Busy { wait_ms: i64 },
 }
 
+impl Client {
+    /// A handle on the counting semaphore `name` (no I/O). See [`Semaphore`].
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.clone(), name)
+    }
+}
+
 impl Semaphore {
-    pub(crate) fn new(client: Client, name: &str) -> Semaphore {
+    fn new(client: Client, name: &str) -> Semaphore {
         let key = keys::key(Kind::Semaphore, Role::Hold, name);
         let role = |role| Key::from(keys::key(Kind::Semaphore, role, name));
         Semaphore {
