@@ -570,15 +570,14 @@ async fn extend_and_renew_never_leave_local_validity_above_redis_watchdog(kind: 
     extender.await.unwrap();
 }
 
-/// 5a. (defect 2; the write row) A writer that takes the read side
-///     (downgrade) does so at once, even with a local task waiting to write.
-async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
-    assert_eq!(kind, Kind::Write);
-    let env = Env::start().await;
-    let a = env.client().await;
-    let name = "downgrade";
-    let w = Kind::Write
-        .acquire(&a, name, ZERO, None)
+/// `first` holds `name` on client `a`; another task of `a` waits to write.
+async fn hold_with_a_local_writer_waiting(
+    a: &Client,
+    name: &'static str,
+    first: Kind,
+) -> (AnyGuard, tokio::task::JoinHandle<()>) {
+    let held = first
+        .acquire(a, name, ZERO, None)
         .await
         .unwrap()
         .expect("free");
@@ -595,6 +594,17 @@ async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
     };
     // Not needed for correctness: lets the waiter park first.
     sleep(Duration::from_millis(100)).await;
+    (held, waiter)
+}
+
+/// 5a. (defect 2; the write row) A writer that takes the read side
+///     (downgrade) does so at once, even with a local task waiting to write.
+async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
+    assert_eq!(kind, Kind::Write);
+    let env = Env::start().await;
+    let a = env.client().await;
+    let name = "downgrade";
+    let (w, waiter) = hold_with_a_local_writer_waiting(&a, name, Kind::Write).await;
     let started = Instant::now();
     let r = timeout(
         Duration::from_secs(3),
@@ -624,24 +634,7 @@ async fn up_and_downgrade_with_a_local_waiter_upgrade(kind: Kind) {
     let env = Env::start().await;
     let a = env.client().await;
     let name = "upgrade";
-    let r = Kind::Read
-        .acquire(&a, name, ZERO, None)
-        .await
-        .unwrap()
-        .expect("free");
-    let waiter = {
-        let a = a.clone();
-        tokio::spawn(async move {
-            let g = Kind::Write
-                .acquire(&a, name, FOREVER, None)
-                .await
-                .unwrap()
-                .expect("write");
-            g.unlock().await.unwrap();
-        })
-    };
-    // Not needed for correctness: lets the waiter park first.
-    sleep(Duration::from_millis(100)).await;
+    let (r, waiter) = hold_with_a_local_writer_waiting(&a, name, Kind::Read).await;
     let started = Instant::now();
     let e = timeout(
         Duration::from_secs(3),
