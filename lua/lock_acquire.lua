@@ -10,13 +10,19 @@
 -- Field '~w' marks that another client tried while the lock was held.
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local err = wrong_type({lock, 'hash'}) or wrong_fence(fence)
+local held = redis.pcall('hmget', lock, owner, '~t')
+local err = read_error(held, lock, 'lock')
+if err then
+  return err
+end
+local counter
+counter, err = read_fence(fence)
 if err then
   return err
 end
 
 local function grant()
-  local token = next_token(fence, ARGV[4])
+  local token = next_token(fence, ARGV[4], counter)
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token}
@@ -27,8 +33,8 @@ if pttl == -2 then
   return grant()
 end
 
-if redis.call('hexists', lock, owner) == 1 then
-  if redis.call('hget', lock, '~t') ~= ARGV[3] then
+if held[1] then
+  if held[2] ~= ARGV[3] then
     -- Left by an acquisition of this owner that the caller no longer holds
     -- (its release never arrived): a fresh acquisition replaces it, with a
     -- new token, so nothing carrying the old token matches it any more.
@@ -39,13 +45,13 @@ if redis.call('hexists', lock, owner) == 1 then
   if pttl < lease then
     redis.call('pexpire', lock, lease)
   end
-  return {2, tonumber(redis.call('hget', lock, '~t'))}
+  return {2, tonumber(held[2])}
 end
 
 -- Busy: tell the holder that another client contends (the releasing client
 -- then lets remote waiters in now and then instead of its own queue). Only
 -- our own locks (with a token) are marked.
-if redis.call('hexists', lock, '~t') == 1 then
+if held[2] then
   redis.call('hset', lock, '~w', 1)
 end
 return {0, pttl}

@@ -11,11 +11,11 @@
 -- nothing published), 3 released and waiters told (another client had tried
 -- to take it meanwhile).
 local lock, owner = KEYS[1], ARGV[1]
-local err = wrong_type({lock, 'hash'})
+local held = redis.pcall('hmget', lock, owner, '~t', '~w')
+local err = read_error(held, lock, 'lock')
 if err then
   return err
 end
-local held = redis.call('hmget', lock, owner, '~t', '~w')
 if not held[1] or held[2] ~= ARGV[2] then
   return 0
 end

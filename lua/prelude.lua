@@ -13,6 +13,34 @@ local function wrong_type(spec)
   return nil
 end
 
+-- The error reply naming `key` when `reply` (of a redis.pcall read of it)
+-- is an error (a key of another type), or nil: one read both reads and
+-- validates, with no TYPE call on the hot path.
+local function read_error(reply, key, want)
+  if type(reply) == 'table' and reply.err then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' is not a redisync ' .. want)
+  end
+  return nil
+end
+
+-- The fencing counter (0 when missing) and nil, or nil and an error reply
+-- naming it when it holds something else than an integer.
+local function read_fence(fence)
+  local v = redis.pcall('get', fence)
+  local err = read_error(v, fence, 'fencing counter')
+  if err then
+    return nil, err
+  end
+  if not v then
+    return 0, nil
+  end
+  local n = tonumber(v)
+  if not n then
+    return nil, redis.error_reply('WRONGTYPE ' .. fence .. ' is a string, not a redisync fencing counter')
+  end
+  return n, nil
+end
+
 -- As wrong_type for a fencing counter, which must also hold an integer.
 local function wrong_fence(fence)
   local err = wrong_type({fence, 'string'})
@@ -37,10 +65,11 @@ end
 -- is lost or behind (restart from an older snapshot, failover to a replica
 -- that missed increments, expiry), as long as the server clock does not
 -- step back by more than what was lost. Microsecond times stay exact in Lua
--- numbers (below 2^53) until the year 2255. Check wrong_fence first.
-local function next_token(fence, ttl_ms)
+-- numbers (below 2^53) until the year 2255. Check wrong_fence first, or
+-- pass the counter read_fence returned as `current`.
+local function next_token(fence, ttl_ms, current)
   local _, now_us = server_time()
-  local n = math.max(tonumber(redis.call('get', fence) or '0') + 1, now_us)
+  local n = math.max((current or tonumber(redis.call('get', fence) or '0')) + 1, now_us)
   redis.call('set', fence, string.format('%.0f', n), 'PX', ttl_ms)
   return n
 end
