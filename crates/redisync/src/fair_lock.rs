@@ -906,7 +906,8 @@ impl FairLockGuard {
     /// [`Error::NotHeld`] if this acquisition no longer holds the lock
     /// (nothing was written or published); [`Error::Redis`] if Redis failed
     /// (the release of a last hold is then retried in the background while
-    /// the lease lasts).
+    /// the lease lasts); [`Error::Shutdown`] at once after
+    /// [`Client::shutdown`](crate::Client::shutdown) (which released the hold).
     ///
     /// # Cancel safety
     /// Cancel safe: renewal stops at once; if the future is dropped before

@@ -911,7 +911,8 @@ impl LockGuard {
     /// (nothing was written), or if the guard was already known lost (its
     /// lease had run out by this client's clock; whatever was left in Redis
     /// is released anyway); [`Error::Redis`] if Redis failed (the lease
-    /// expiry then frees the lock).
+    /// expiry then frees the lock); [`Error::Shutdown`] at once after
+    /// [`Client::shutdown`] (which released the hold).
     ///
     /// # Cancel safety
     /// Cancel safe in effect: renewal stops at once; if the future is

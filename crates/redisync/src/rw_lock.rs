@@ -746,7 +746,8 @@ impl RwLockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if this acquisition no longer holds it (nothing
-    /// written); [`Error::Redis`].
+    /// written); [`Error::Redis`]; [`Error::Shutdown`] at once after
+    /// [`Client::shutdown`](crate::Client::shutdown) (which released the hold).
     ///
     /// # Cancel safety
     /// Cancel safe in effect: renewal stops at once; if the future is dropped

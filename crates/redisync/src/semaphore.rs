@@ -455,7 +455,9 @@ impl SemaphorePermit {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the permits were lost already (their lease ended
-    /// and they were reclaimed); [`Error::Redis`].
+    /// and they were reclaimed); [`Error::Redis`]; [`Error::Shutdown`] at
+    /// once after [`Client::shutdown`](crate::Client::shutdown) (which gave
+    /// them back).
     ///
     /// # Cancel safety
     /// Cancel safe in effect: renewal stops at once; if the future is
