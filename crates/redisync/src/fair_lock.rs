@@ -498,8 +498,9 @@ impl FairLock {
         reentry: Option<u64>,
     ) -> Result<Acquired> {
         let client = self.client_inner();
-        let reply: Vec<i64> = ACQUIRE
-            .run(
+        let reply: Vec<i64> = client
+            .hub
+            .unless_closing(ACQUIRE.run(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -518,7 +519,7 @@ impl FairLock {
                     Value::Integer(client.settings.fence_ttl_ms),
                     Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
                 ],
-            )
+            ))
             .await?;
         parse_acquire(&reply)
     }

@@ -299,6 +299,21 @@ impl Hub {
         }
     }
 
+    /// Runs an acquisition's command unless the client shuts down first:
+    /// then `Err(Shutdown)` at once, without waiting for a reply the closed
+    /// connection may never bring (what it may have won ends with its
+    /// lease, as after a crash).
+    pub(crate) async fn unless_closing<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::select! {
+            biased;
+            () = self.closing() => Err(Error::Shutdown),
+            reply = command => reply,
+        }
+    }
+
     /// Waits for the local gate of `slot` (its FIFO turn) until `deadline`:
     /// `Ok(None)` when the deadline passes first, `Err(Shutdown)` when the
     /// client shuts down first.

@@ -384,8 +384,9 @@ impl Lock {
         reentry: Option<u64>,
     ) -> Result<Acquired> {
         let client = self.client_inner();
-        let reply: Vec<i64> = ACQUIRE
-            .run_idempotent(
+        let reply: Vec<i64> = client
+            .hub
+            .unless_closing(ACQUIRE.run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
@@ -395,7 +396,7 @@ impl Lock {
                     Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
                     Value::Integer(client.settings.fence_ttl_ms),
                 ],
-            )
+            ))
             .await?;
         parse_acquire(&reply)
     }

@@ -336,8 +336,9 @@ impl RwLock {
         lease_ms: i64,
     ) -> Result<Acquired> {
         let client = self.client();
-        let reply: Result<Vec<i64>> = ACQUIRE
-            .run_idempotent(
+        let reply: Result<Vec<i64>> = client
+            .hub
+            .unless_closing(ACQUIRE.run_idempotent(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -357,7 +358,7 @@ impl RwLock {
                     ),
                     Value::Integer(client.settings.fence_ttl_ms),
                 ],
-            )
+            ))
             .await;
         if matches!(&reply, Err(e) if !e.outcome_unknown()) {
             undo.armed = false;

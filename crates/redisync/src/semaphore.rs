@@ -264,8 +264,9 @@ impl Semaphore {
 
     async fn run_acquire(&self, id: &str, permits: u32, lease_ms: i64) -> Result<Acquired> {
         let client = self.client();
-        let reply: Vec<i64> = ACQUIRE
-            .run(
+        let reply: Vec<i64> = client
+            .hub
+            .unless_closing(ACQUIRE.run(
                 &client.redis,
                 &self.inner.key,
                 vec![
@@ -279,7 +280,7 @@ impl Semaphore {
                     Value::Integer(lease_ms),
                     Value::Integer(client.settings.fence_ttl_ms),
                 ],
-            )
+            ))
             .await?;
         match reply[..] {
             [1, token] => Ok(Acquired::Token(u64::try_from(token).unwrap_or(0))),
