@@ -650,3 +650,92 @@ async fn non_owner_unlock_writes_nothing() {
     assert_eq!(msg.channel.to_string(), channel);
     assert_eq!(exists(&env, "owner").await, 0);
 }
+
+/// `force_unlock` deletes whoever holds the lock, so it must never run twice.
+/// Its reply is lost and the connection cut: fred must not send the script
+/// again after the reconnect (which would delete the next holder's lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_whose_reply_is_lost_never_runs_twice() {
+    let env = Env::start().await;
+    let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
+    let forcer = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let holder = env.client().await;
+    for (i, kind) in ["lock", "fair", "rw"].into_iter().enumerate() {
+        let name = format!("forced-{kind}");
+        let key = common::key(kind, "hold", &name);
+        let take = || async {
+            match kind {
+                "lock" => holder
+                    .lock(&name)
+                    .lock()
+                    .await
+                    .map(|g| Box::new(g) as Box<dyn std::any::Any + Send>),
+                "fair" => holder
+                    .fair_lock(&name)
+                    .lock()
+                    .await
+                    .map(|g| Box::new(g) as Box<dyn std::any::Any + Send>),
+                _ => holder
+                    .rw_lock(&name)
+                    .write()
+                    .lock()
+                    .await
+                    .map(|g| Box::new(g) as Box<dyn std::any::Any + Send>),
+            }
+        };
+        // Warm the script cache: the EVALSHA below must run at once (a
+        // NOSCRIPT reply would be swallowed too).
+        let warm = match kind {
+            "lock" => forcer.lock(&name).force_unlock().await,
+            "fair" => forcer.fair_lock(&name).force_unlock().await,
+            _ => forcer.rw_lock(&name).write().force_unlock().await,
+        };
+        assert!(!warm.unwrap(), "{kind}: not locked yet");
+        let first = take().await.unwrap();
+        // The request reaches Redis, the reply does not.
+        proxy.blackhole(redisync_testkit::Direction::Downstream);
+        let force = {
+            let forcer = forcer.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                match kind {
+                    "lock" => forcer.lock(&name).force_unlock().await,
+                    "fair" => forcer.fair_lock(&name).force_unlock().await,
+                    _ => forcer.rw_lock(&name).write().force_unlock().await,
+                }
+            })
+        };
+        let ran = eventually(Duration::from_secs(3), || async {
+            env.admin.exists::<i64, _>(&key).await.unwrap() == 0
+        })
+        .await;
+        assert!(ran, "{kind}: the force-unlock never ran");
+        drop(first);
+        // The next holder, then the cut: a re-sent force-unlock would delete it.
+        let second = take().await.unwrap();
+        proxy.reset_connections();
+        let r = timeout(Duration::from_secs(6), force)
+            .await
+            .unwrap()
+            .unwrap();
+        proxy.heal();
+        assert!(r.is_err(), "{kind}: the lost reply was reported as {r:?}");
+        // The forcer reconnects (a command through it works again)...
+        let back = eventually(Duration::from_secs(10), || async {
+            forcer.lock(&format!("probe-{i}")).is_locked().await.is_ok()
+        })
+        .await;
+        assert!(back, "{kind}: the forcer never reconnected");
+        // ...and nothing it had in flight ran again.
+        assert_eq!(
+            env.admin.exists::<i64, _>(&key).await.unwrap(),
+            1,
+            "{kind}: the force-unlock ran twice and deleted the next holder"
+        );
+        drop(second);
+    }
+}

@@ -696,7 +696,7 @@ impl FairLock {
         self.check_usable()?;
         let client = self.client_inner();
         let deleted: i64 = FORCE_UNLOCK
-            .run_idempotent(
+            .run(
                 &client.redis,
                 &self.inner.key,
                 self.queue_keys(),

@@ -530,7 +530,7 @@ impl Lock {
         self.check_usable()?;
         let client = self.client_inner();
         let deleted: i64 = FORCE_UNLOCK
-            .run_idempotent(
+            .run(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.redis_key.clone()],

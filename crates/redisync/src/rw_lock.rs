@@ -439,7 +439,7 @@ impl RwLock {
         self.check_usable()?;
         let client = self.client();
         let deleted: i64 = FORCE_UNLOCK
-            .run_idempotent(
+            .run(
                 &client.redis,
                 &self.inner.key,
                 vec![self.inner.hash.clone(), self.inner.readers.clone()],
