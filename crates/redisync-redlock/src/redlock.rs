@@ -588,7 +588,12 @@ impl Inner {
             };
         }
         let uptime = node.lock.client().server_uptime();
-        match tokio::time::timeout(self.node_timeout, join(acquire, uptime)).await {
+        match Box::pin(tokio::time::timeout(
+            self.node_timeout,
+            join(acquire, uptime),
+        ))
+        .await
+        {
             Err(_) => Vote::TimedOut,
             Ok((Ok(None), up)) => Vote::Refused {
                 answered: healthy || up.is_ok(),

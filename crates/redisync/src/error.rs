@@ -148,8 +148,13 @@ impl Error {
 ///   command again with its attempts used up. With our settings (no re-send
 ///   after a connection loss: those fail with the IO error) the only second
 ///   write is the one that follows a MOVED or ASK reply.
+/// - "Max attempts reached." (`Routing`): fred could not send the `ASKING`
+///   that must precede the command's re-send after an ASK reply (seen on a
+///   loaded machine mid-migration); the command itself was refused.
 /// - `TRYAGAIN`: a multi-key command while some of its keys have moved and
 ///   others not (mid-migration).
 pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
-    e.details().contains("Too many failed write attempts") || e.details().starts_with("TRYAGAIN")
+    e.details().contains("Too many failed write attempts")
+        || e.details().starts_with("TRYAGAIN")
+        || (*e.kind() == ErrorKind::Routing && e.details().contains("Max attempts reached"))
 }

@@ -307,6 +307,9 @@ impl Hub {
         &self,
         command: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        // Boxed: the script's future is large, and it would otherwise sit
+        // inside every acquisition future.
+        let command = Box::pin(command);
         tokio::select! {
             biased;
             () = self.closing() => Err(Error::Shutdown),
