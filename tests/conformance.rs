@@ -271,14 +271,6 @@ async fn stays_held(
     }
 }
 
-/// Shard channels with subscribers that belong to redisync.
-async fn our_shard_channels(env: &Env) -> Vec<String> {
-    env.admin
-        .pubsub_shardchannels("redisync:*")
-        .await
-        .expect("PUBSUB SHARDCHANNELS")
-}
-
 async fn script_flush(env: &Env) {
     env.admin.script_flush(false).await.expect("SCRIPT FLUSH");
 }
@@ -381,15 +373,7 @@ async fn cancel_at_every_await_point(kind: Kind) {
             }
         }
     }
-    let unsubscribed = eventually(Duration::from_millis(1500), || async {
-        our_shard_channels(&env).await.is_empty()
-    })
-    .await;
-    assert!(
-        unsubscribed,
-        "subscriptions left behind: {:?}",
-        our_shard_channels(&env).await
-    );
+    common::assert_no_subscriptions_left(&env, Duration::from_millis(1500)).await;
 }
 
 /// 2. (defect 5) A re-entry cancelled while its script is re-sent after

@@ -34,14 +34,6 @@ async fn pttl(env: &Env, name: &str) -> i64 {
     env.admin.pttl(lock_key(name)).await.expect("PTTL")
 }
 
-/// Shard channels with subscribers that belong to redisync.
-async fn our_shard_channels(env: &Env) -> Vec<String> {
-    env.admin
-        .pubsub_shardchannels("redisync:*")
-        .await
-        .expect("PUBSUB SHARDCHANNELS")
-}
-
 /// A tiny deterministic LCG (Knuth's MMIX constants).
 struct Lcg(u64);
 
@@ -450,7 +442,7 @@ async fn cancelled_waiters_leave_no_lock() {
     // each client lives 270 ms or more), so the check below is not vacuous.
     let channel = common::key("lock", "ch", "cancel");
     let subscribed = eventually(Duration::from_millis(150), || async {
-        our_shard_channels(&env).await.contains(&channel)
+        common::our_shard_channels(&env).await.contains(&channel)
     })
     .await;
     assert!(subscribed, "the waiters never subscribed to {channel}");
@@ -472,15 +464,7 @@ async fn cancelled_waiters_leave_no_lock() {
         );
         sleep(Duration::from_millis(100)).await;
     }
-    let unsubscribed = eventually(Duration::from_secs(2), || async {
-        our_shard_channels(&env).await.is_empty()
-    })
-    .await;
-    assert!(
-        unsubscribed,
-        "subscriptions left behind: {:?}",
-        our_shard_channels(&env).await
-    );
+    common::assert_no_subscriptions_left(&env, Duration::from_secs(2)).await;
     let g = b
         .lock("cancel")
         .try_lock(Duration::ZERO, None)

@@ -63,6 +63,28 @@ pub fn key(kind: &str, role: &str, name: &str) -> String {
     format!("redisync:v1:{kind}:{role}:{{{name}}}")
 }
 
+/// Shard channels with subscribers that belong to redisync.
+pub async fn our_shard_channels(env: &Env) -> Vec<String> {
+    env.admin
+        .pubsub_shardchannels("redisync:*")
+        .await
+        .expect("PUBSUB SHARDCHANNELS")
+}
+
+/// Every subscription of ours is gone within `within` (they linger a
+/// moment after their last waiter).
+pub async fn assert_no_subscriptions_left(env: &Env, within: Duration) {
+    let unsubscribed = eventually(within, || async {
+        our_shard_channels(env).await.is_empty()
+    })
+    .await;
+    assert!(
+        unsubscribed,
+        "subscriptions left behind: {:?}",
+        our_shard_channels(env).await
+    );
+}
+
 /// Polls `check` every 10 ms until it returns true; false if `within` passes first.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
