@@ -1,4 +1,4 @@
-//! Benchmark driver for redisync: the scenarios of `/work/shared/BENCH.md`.
+//! Benchmark driver for redisync: the scenarios S1-S5 described in `BENCHMARKS.md`.
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
@@ -77,7 +77,7 @@ usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
   --compare    S1-S3 with Lock and the spin baseline only, then the ratios
   --repeats N  run S1, S2, S4 and S5 N times (interleaved) and compare medians (default 1)
   --quick      small workloads (smoke run; numbers not comparable)
-parameters (defaults per scenario as in BENCH.md):
+parameters (defaults per scenario as in BENCHMARKS.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
@@ -200,7 +200,7 @@ struct Opts {
 }
 
 impl Opts {
-    /// BENCH.md's parameters for `scenario`.
+    /// The default parameters of `scenario`.
     fn defaults(scenario: Scenario) -> Self {
         Self {
             scenario,

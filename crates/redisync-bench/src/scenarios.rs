@@ -1,4 +1,4 @@
-//! The measured scenarios of BENCH.md: S1 (uncontended), S2 (contended loop),
+//! The measured scenarios described in BENCHMARKS.md: S1 (uncontended), S2 (contended loop),
 //! S3 (the blog-post scenario: N requests at once, each once) and S5 (many
 //! keys: workers loop over randomly picked keys, on one node or a cluster).
 //!
