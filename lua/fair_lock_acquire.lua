@@ -26,7 +26,12 @@
 -- A key of another type is an error naming it, before anything is written.
 local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6]
 local owner, lease, qlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'}) or wrong_fence(fence)
+local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'})
+if err then
+  return err
+end
+local counter
+counter, err = read_fence(fence)
 if err then
   return err
 end
@@ -72,7 +77,7 @@ if held[1] and held[2] == ARGV[8] then
 end
 
 local function grant()
-  local token = next_token(fence, ARGV[7])
+  local token = next_token(fence, ARGV[7], counter)
   if head == owner then
     redis.call('lpop', queue)
   end

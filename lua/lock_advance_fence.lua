@@ -5,11 +5,10 @@
 -- ARGV[2]  counter TTL, milliseconds (refreshed)
 -- Returns the counter after the call. A key that is not a counter is an
 -- error naming it (nothing written).
-local err = wrong_fence(KEYS[1])
+local current, err = read_fence(KEYS[1])
 if err then
   return err
 end
-local current = tonumber(redis.call('get', KEYS[1]) or '0')
 local wanted = tonumber(ARGV[1])
 if wanted > current then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])

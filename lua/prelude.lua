@@ -41,19 +41,6 @@ local function read_fence(fence)
   return n, nil
 end
 
--- As wrong_type for a fencing counter, which must also hold an integer.
-local function wrong_fence(fence)
-  local err = wrong_type({fence, 'string'})
-  if err then
-    return err
-  end
-  local v = redis.call('get', fence)
-  if v and not tonumber(v) then
-    return redis.error_reply('WRONGTYPE ' .. fence .. ' is a string, not a redisync fencing counter')
-  end
-  return nil
-end
-
 -- The server clock: milliseconds and microseconds.
 local function server_time()
   local t = redis.call('time')
@@ -65,11 +52,11 @@ end
 -- is lost or behind (restart from an older snapshot, failover to a replica
 -- that missed increments, expiry), as long as the server clock does not
 -- step back by more than what was lost. Microsecond times stay exact in Lua
--- numbers (below 2^53) until the year 2255. Check wrong_fence first, or
--- pass the counter read_fence returned as `current`.
+-- numbers (below 2^53) until the year 2255. `current` is the counter as
+-- read_fence returned it (scripts read it first, before any write).
 local function next_token(fence, ttl_ms, current)
   local _, now_us = server_time()
-  local n = math.max((current or tonumber(redis.call('get', fence) or '0')) + 1, now_us)
+  local n = math.max(current + 1, now_us)
   redis.call('set', fence, string.format('%.0f', n), 'PX', ttl_ms)
   return n
 end

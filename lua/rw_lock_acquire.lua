@@ -17,7 +17,12 @@
 -- are dropped first, whoever else keeps renewing.
 local h, readers, fence = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, side, reentry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local err = wrong_type({h, 'hash', readers, 'zset'}) or wrong_fence(fence)
+local err = wrong_type({h, 'hash', readers, 'zset'})
+if err then
+  return err
+end
+local counter
+counter, err = read_fence(fence)
 if err then
   return err
 end
@@ -38,7 +43,7 @@ if mode == 'read' and redis.call('zcard', readers) == 0 then
 end
 
 local function token()
-  return next_token(fence, ARGV[5])
+  return next_token(fence, ARGV[5], counter)
 end
 
 -- The hash and the readers zset live at least as long as any lease in them.

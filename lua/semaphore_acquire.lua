@@ -13,7 +13,12 @@
 -- written (permits included).
 local sem, leases, fence = KEYS[1], KEYS[2], KEYS[3]
 local id, wanted, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local err = wrong_type({sem, 'hash', leases, 'zset'}) or wrong_fence(fence)
+local err = wrong_type({sem, 'hash', leases, 'zset'})
+if err then
+  return err
+end
+local counter
+counter, err = read_fence(fence)
 if err then
   return err
 end
@@ -41,7 +46,7 @@ end
 
 local used = tonumber(redis.call('hget', sem, '~used') or '0')
 if total - used >= wanted then
-  local token = next_token(fence, ARGV[4])
+  local token = next_token(fence, ARGV[4], counter)
   redis.call('hset', sem, id, wanted)
   redis.call('hincrby', sem, '~used', wanted)
   redis.call('zadd', leases, now + lease, id)

@@ -37,21 +37,26 @@ pub(crate) struct Settings {
     /// `WAIT` for this many replicas (within the timeout) after each
     /// acquisition of a `Lock`; too few acknowledgements undo it.
     pub(crate) replica_sync: Option<(u32, Duration)>,
-    /// TTL of fencing counters, in ms for Lua (refreshed at every issue).
-    pub(crate) fence_ttl_ms: i64,
+    /// TTL of fencing counters (refreshed at every issue).
     fence_ttl: Duration,
 }
 
 impl Settings {
-    /// Checks every setting and fills in the derived ones.
-    fn validate(&mut self) -> Result<()> {
+    /// [`Settings::fence_ttl`] in milliseconds, for the scripts (validated
+    /// to fit at connect).
+    pub(crate) fn fence_ttl_ms(&self) -> i64 {
+        i64::try_from(self.fence_ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Checks every setting.
+    fn validate(&self) -> Result<()> {
         if self.fence_ttl < Duration::from_secs(1) {
             return Err(Error::InvalidArgument(format!(
                 "fence_ttl must be at least 1 s, got {:?}",
                 self.fence_ttl
             )));
         }
-        self.fence_ttl_ms = crate::script::checked_ms("fence_ttl", self.fence_ttl)?;
+        crate::script::checked_ms("fence_ttl", self.fence_ttl)?;
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidArgument(format!(
                 "watchdog_timeout must be at least 30 ms, got {:?}",
@@ -254,13 +259,12 @@ impl Client {
                 watchdog_timeout: DEFAULT_WATCHDOG,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 replica_sync: None,
-                fence_ttl_ms: 0,
                 fence_ttl: DEFAULT_FENCE_TTL,
             },
         }
     }
 
-    async fn connect_with(url: &str, mut settings: Settings) -> Result<Client> {
+    async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
         settings.validate()?;
         let config = Config::from_url(url).map_err(|e| {
             Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details()))
@@ -462,8 +466,8 @@ impl ClientInner {
         self.hub.check_open()
     }
 
-    /// `Err(Shutdown)` once the connections are closed (after a shutdown's
-    /// grace): releases and extensions fail at once instead of timing out.
+    /// `Err(Shutdown)` once the connections are closed: releases fail at
+    /// once instead of timing out.
     pub(crate) fn check_connected(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Shutdown)

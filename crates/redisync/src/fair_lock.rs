@@ -516,7 +516,7 @@ impl FairLock {
                     Value::String(if enqueue { "1" } else { "0" }.into()),
                     self.publish_command(),
                     self.channel_arg(),
-                    Value::Integer(client.settings.fence_ttl_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                     Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
                 ],
             ))

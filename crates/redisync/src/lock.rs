@@ -394,7 +394,7 @@ impl Lock {
                     Value::String(owner.into()),
                     Value::Integer(lease_ms),
                     Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
-                    Value::Integer(client.settings.fence_ttl_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             ))
             .await?;
@@ -507,7 +507,7 @@ impl Lock {
                 vec![self.inner.fence.clone()],
                 vec![
                     Value::String(token.to_string().into()),
-                    Value::Integer(client.settings.fence_ttl_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
             .await?;

@@ -356,7 +356,7 @@ impl RwLock {
                             .unwrap_or_default()
                             .into(),
                     ),
-                    Value::Integer(client.settings.fence_ttl_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             ))
             .await;

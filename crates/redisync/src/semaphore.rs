@@ -278,7 +278,7 @@ impl Semaphore {
                     Value::String(id.into()),
                     Value::Integer(i64::from(permits)),
                     Value::Integer(lease_ms),
-                    Value::Integer(client.settings.fence_ttl_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             ))
             .await?;
