@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::{Hold, RenewSpec};
+use crate::hold::{Hold, HoldOps};
 use crate::hub::Hub;
 use crate::keys;
 use crate::script::LuaScript;
@@ -444,7 +444,7 @@ impl Client {
             for hold in slot.holders() {
                 // Tell the guard before its hold is given away.
                 hold.mark_lost("client shut down");
-                if let Err(e) = (hold.renew.release)(&self.inner, &hold).await {
+                if let Err(e) = (hold.ops.release)(&self.inner, &hold, true).await {
                     tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
                 }
             }
@@ -474,15 +474,6 @@ impl ClientInner {
         } else {
             Ok(())
         }
-    }
-
-    /// Before a guard's release: once the connections are closed, the guard
-    /// only leaves its hold (the shutdown released it) and the release fails
-    /// at once with `Shutdown`.
-    pub(crate) fn check_release(&self, hold: &Arc<Hold>, watchdog: bool) -> Result<()> {
-        self.check_connected().inspect_err(|_| {
-            hold.detach(watchdog);
-        })
     }
 
     /// Whether a handle on `name` (a `what`: "lock", "semaphore") may run a
@@ -651,7 +642,7 @@ async fn watchdog(client: Weak<ClientInner>) {
         // One batch script call per kind of hold (and, on a cluster, per
         // hash slot: a script's keys must share one) and RENEW_BATCH holds.
         let clustered = client.redis.is_clustered();
-        let mut kinds: Vec<(&'static RenewSpec, u16, Vec<Arc<Hold>>)> = Vec::new();
+        let mut kinds: Vec<(&'static HoldOps, u16, Vec<Arc<Hold>>)> = Vec::new();
         for h in holds {
             let slot = if clustered {
                 fred::util::redis_keyslot(h.slot.key.as_bytes())
@@ -660,10 +651,10 @@ async fn watchdog(client: Weak<ClientInner>) {
             };
             match kinds
                 .iter_mut()
-                .find(|(spec, s, _)| std::ptr::eq(*spec, h.renew) && *s == slot)
+                .find(|(spec, s, _)| std::ptr::eq(*spec, h.ops) && *s == slot)
             {
                 Some((_, _, list)) => list.push(h),
-                None => kinds.push((h.renew, slot, vec![h])),
+                None => kinds.push((h.ops, slot, vec![h])),
             }
         }
         for (spec, slot, list) in kinds {
@@ -683,7 +674,7 @@ async fn watchdog(client: Weak<ClientInner>) {
 }
 
 /// Renews one batch of holds of one kind in one script call.
-async fn renew(client: &ClientInner, spec: &RenewSpec, batch: &[Arc<Hold>]) {
+async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
     let lease = client.settings.watchdog_timeout;
     let mut keys = Vec::with_capacity(batch.len());
     let mut args: Vec<Value> = vec![Value::Integer(
@@ -694,7 +685,7 @@ async fn renew(client: &ClientInner, spec: &RenewSpec, batch: &[Arc<Hold>]) {
         keys.extend(hold_keys);
         args.extend(hold_args);
     }
-    renew_batch(client, batch, spec.script, keys, args).await;
+    renew_batch(client, batch, spec.renew, keys, args).await;
 }
 
 /// Runs a batched renewal script whose reply has one flag per hold (1

@@ -7,14 +7,12 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
+use crate::engine::held::{guard_accessors, Held};
 use crate::error::{Error, Result};
-use crate::hold::Hold;
-use crate::hold::RenewSpec;
+use crate::hold::{Hold, HoldOps};
 use crate::hub::{Addressed, Slot, SlotRef};
 use crate::keys::{self, Kind, Role};
-use crate::lock::{
-    extend_hold, inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT,
-};
+use crate::lock::{inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
 use crate::replica;
 use crate::script::checked_ms;
 use crate::script::lua_script;
@@ -22,20 +20,22 @@ use crate::script::lua_script;
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 lua_script!(RELEASE, "fair_lock_release.lua");
 
-/// Watchdog renewal: the fair lock's hash has the lock layout, so the lock's
-/// renewal script serves; the release at shutdown uses the fair script, which
-/// also tells the next waiter.
-static FAIR_RENEW: RenewSpec = RenewSpec {
-    script: &LOCK_RENEW_SCRIPT,
+/// Fair lock holds: the hash has the lock layout, so the lock's renewal
+/// script serves; the release is the fair script, which also tells the next
+/// waiter.
+static FAIR_HOLD: HoldOps = HoldOps {
+    renew: &LOCK_RENEW_SCRIPT,
     hold_args: lock_renew_args,
-    release: |client, hold| Box::pin(release_fair(client, hold)),
+    release: |client, hold, last| Box::pin(release_fair(client, hold, last)),
 };
 
-/// Releases `hold` completely (keys derived from its slot).
-async fn release_fair(client: &ClientInner, hold: &Hold) -> Result<i64> {
+/// Releases one hold of `hold` (`last`: the acquisition), keys derived from
+/// its slot; a local next owner is woken at once. Only a final release may
+/// be sent twice. Returns the script's code (0: not held).
+async fn release_fair(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
     let key = &hold.slot.key;
     let reply: Vec<Value> = RELEASE
-        .run_idempotent(
+        .run_with(
             &client.redis,
             key,
             vec![
@@ -46,13 +46,29 @@ async fn release_fair(client: &ClientInner, hold: &Hold) -> Result<i64> {
             vec![
                 hold.owner.clone(),
                 Value::String(hold.token.to_string().into()),
-                Value::String("1".into()),
+                Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(client.hub.publish_command().into()),
                 Value::from(hold.slot.channel.clone()),
             ],
+            if last { 3 } else { 1 },
         )
         .await?;
-    Ok(reply.first().and_then(Value::as_i64).unwrap_or(0))
+    match &reply[..] {
+        [code, next] => {
+            let code = code.as_i64().unwrap_or(-1);
+            if code == 3 {
+                // A local next owner need not wait for the message.
+                if let Some(next) = next.as_str() {
+                    hold.slot.wake_addressed(&next);
+                }
+            }
+            Ok(code)
+        }
+        _ => Err(Error::Script {
+            name: "fair_lock_release.lua",
+            message: format!("unexpected reply {reply:?}"),
+        }),
+    }
 }
 lua_script!(LEAVE, "fair_lock_leave.lua");
 lua_script!(FORCE_UNLOCK, "fair_lock_force_unlock.lua");
@@ -115,7 +131,7 @@ pub struct FairLock {
 
 struct FairLockInner {
     client: Client,
-    name: String,
+    name: Arc<str>,
     /// The lock hash's key; also the slot key of the hub.
     key: Arc<str>,
     hash: Key,
@@ -176,7 +192,7 @@ impl FairLock {
         FairLock {
             inner: Arc::new(FairLockInner {
                 client,
-                name: name.to_owned(),
+                name: Arc::from(name),
                 hash: Key::from(key.as_str()),
                 queue: role(Role::Queue),
                 deadlines: role(Role::Deadlines),
@@ -456,11 +472,9 @@ impl FairLock {
             cleanup.disarm();
         }
         match reply? {
-            Acquired::Token(token) if token == hold.token => Ok(Some(FairLockGuard {
-                lock: self.clone(),
-                hold: Some(reserved.confirm(sent_at, lease)),
-                watchdog,
-            })),
+            Acquired::Token(token) if token == hold.token => {
+                Ok(Some(self.guard(reserved.confirm(sent_at, lease), watchdog)))
+            }
             Acquired::Token(token) => {
                 // Our earlier acquisition had expired; this is a new one.
                 hold.mark_lost("re-entry found the lock expired");
@@ -534,7 +548,7 @@ impl FairLock {
         watchdog: bool,
     ) -> FairLockGuard {
         let hold = Arc::new(Hold::new(
-            &FAIR_RENEW,
+            &FAIR_HOLD,
             slot.clone(),
             owner,
             token,
@@ -543,10 +557,18 @@ impl FairLock {
             None,
         ));
         slot.add_holder(hold.clone());
+        self.guard(hold, watchdog)
+    }
+
+    fn guard(&self, hold: Arc<Hold>, watchdog: bool) -> FairLockGuard {
         FairLockGuard {
             lock: self.clone(),
-            hold: Some(hold),
-            watchdog,
+            held: Held::new(
+                self.inner.client.inner.clone(),
+                self.inner.name.clone(),
+                hold,
+                watchdog,
+            ),
         }
     }
 
@@ -590,42 +612,6 @@ impl FairLock {
             slot.remove_pending_undo(owner);
         }
         Ok(())
-    }
-
-    async fn release(&self, hold: &Hold, last: bool) -> Result<(i64, String)> {
-        let client = self.client_inner();
-        let reply: Vec<Value> = RELEASE
-            .run(
-                &client.redis,
-                &self.inner.key,
-                self.queue_keys(),
-                vec![
-                    hold.owner.clone(),
-                    Value::String(hold.token.to_string().into()),
-                    Value::String(if last { "1" } else { "0" }.into()),
-                    self.publish_command(),
-                    self.channel_arg(),
-                ],
-            )
-            .await?;
-        match &reply[..] {
-            [code, next] => {
-                let code = code.as_i64().unwrap_or(-1);
-                let next = next
-                    .as_str()
-                    .map(std::borrow::Cow::into_owned)
-                    .unwrap_or_default();
-                if code == 3 {
-                    // A local next owner need not wait for the message.
-                    hold.slot.wake_addressed(&next);
-                }
-                Ok((code, next))
-            }
-            _ => Err(Error::Script {
-                name: "fair_lock_release.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
-        }
     }
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
@@ -856,22 +842,18 @@ fn spawn_cleanup(
 #[clippy::has_significant_drop]
 pub struct FairLockGuard {
     lock: FairLock,
-    hold: Option<Arc<Hold>>,
-    watchdog: bool,
+    held: Held,
 }
 
 impl std::fmt::Debug for FairLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("FairLockGuard");
-        d.field("name", &self.lock.inner.name);
-        if let Some(h) = &self.hold {
-            d.field("owner", &h.owner_str).field("token", &h.token);
-        }
-        d.field("watchdog", &self.watchdog).finish()
+        f.debug_struct("FairLockGuard")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
-crate::hold::guard_hold_accessors!(FairLockGuard);
+guard_accessors!(FairLockGuard);
 
 impl FairLockGuard {
     /// The lock this guard holds.
@@ -886,17 +868,13 @@ impl FairLockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);
-    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`];
+    /// [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown).
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let key = &self.lock.inner.hash;
-        if extend_hold(self.lock.client_inner(), key, self.hold(), lease).await? {
-            Ok(())
-        } else {
-            Err(self.not_held())
-        }
+        self.held.extend(lease).await
     }
 
     /// Releases this hold; after the owner's last one the lock is free and
@@ -914,72 +892,7 @@ impl FairLockGuard {
     /// Cancel safe: renewal stops at once; if the future is dropped before
     /// the final release is done, it is done in the background.
     #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.key, lock.kind = "fair"))]
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
-            return Ok(());
-        };
-        self.lock
-            .client_inner()
-            .check_release(&hold, self.watchdog)?;
-        let was_lost = hold.is_lost();
-        let last = hold.detach(self.watchdog);
-        let mut cleanup = Cleanup::new(&self.lock, &hold.slot, &hold.owner_str);
-        if last {
-            cleanup.arm(hold.valid_until());
-        }
-        let released = self.lock.release(&hold, last).await;
-        if released.is_ok() {
-            cleanup.disarm();
-        }
-        if matches!(released, Ok((1.., _))) {
-            replica::after_release(self.lock.client_inner(), &self.lock.inner.key).await;
-        }
-        match released? {
-            (0, _) => {
-                hold.mark_lost("unlock found the lock gone");
-                Err(self.not_held())
-            }
-            _ if was_lost => Err(self.not_held()),
-            _ => Ok(()),
-        }
-    }
-
-    fn not_held(&self) -> Error {
-        Error::NotHeld {
-            name: self.lock.inner.name.clone(),
-        }
-    }
-}
-
-impl Drop for FairLockGuard {
-    fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
-        let last = hold.detach(self.watchdog);
-        let lock = self.lock.clone();
-        if last {
-            // The owner's next acquisition waits for this release.
-            spawn_cleanup(
-                lock,
-                hold.slot.clone(),
-                hold.owner_str.clone(),
-                None,
-                hold.valid_until(),
-            );
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock_key = %lock.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
-            return;
-        };
-        rt.spawn(async move {
-            // Counting down a re-entrant hold: one try (not idempotent).
-            match lock.release(&hold, false).await {
-                Ok((0, _)) => hold.mark_lost("release on drop found the lock gone"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
-            }
-        });
+    pub async fn unlock(self) -> Result<()> {
+        self.held.release().await
     }
 }

@@ -12,28 +12,32 @@ use tokio::time::Instant;
 
 use crate::hub::{lock_unpoisoned, SlotRef};
 
-/// How the watchdog renews one kind of hold: a batched script whose keys and
-/// per-hold arguments come from [`RenewSpec::hold_args`] (a fixed number per
-/// hold, appended in order), with `ARGV[1]` the lease in milliseconds,
-/// replying one flag per hold (1 renewed, 0 gone). Each primitive defines
-/// its own in its module.
-pub(crate) struct RenewSpec {
-    pub(crate) script: &'static std::sync::LazyLock<crate::script::LuaScript>,
+/// What one kind of hold needs from its primitive after the grant: how to
+/// renew it and how to release it. Each primitive defines its own in its
+/// module; the guard core, the watchdog and shutdown use nothing else.
+pub(crate) struct HoldOps {
+    /// The renewal: a batched script whose keys and per-hold arguments come
+    /// from [`HoldOps::hold_args`] (a fixed number per hold, appended in
+    /// order), with `ARGV[1]` the lease in milliseconds, replying one flag
+    /// per hold (1 renewed, 0 gone). It only ever raises a lease. The
+    /// watchdog batches it; `extend` runs it for one hold.
+    pub(crate) renew: &'static std::sync::LazyLock<crate::script::LuaScript>,
     /// The keys and the arguments of one hold.
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
-    /// Releases a hold completely (all its local holds), from the hold alone:
-    /// used by `Client::shutdown`.
-    pub(crate) release: for<'a> fn(&'a crate::client::ClientInner, &'a Hold) -> ReleaseFuture<'a>,
+    /// Releases one local hold, or with `last` the whole acquisition,
+    /// checked by owner and token. Only a final release may be sent twice.
+    pub(crate) release:
+        for<'a> fn(&'a crate::client::ClientInner, &'a Hold, bool) -> ReleaseFuture<'a>,
 }
 
-/// What [`RenewSpec::release`] returns: the release script's answer (0: the
-/// hold was no longer there).
+/// What [`HoldOps::release`] returns: the release script's answer (0: the
+/// hold was no longer there, nothing written).
 pub(crate) type ReleaseFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = crate::error::Result<i64>> + Send + 'a>>;
 
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
-    pub(crate) renew: &'static RenewSpec,
+    pub(crate) ops: &'static HoldOps,
     pub(crate) owner: Value,
     pub(crate) owner_str: std::sync::Arc<str>,
     pub(crate) token: u64,
@@ -55,7 +59,7 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(
-        renew: &'static RenewSpec,
+        ops: &'static HoldOps,
         slot: SlotRef,
         owner: std::sync::Arc<str>,
         token: u64,
@@ -64,7 +68,7 @@ impl Hold {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Hold {
         Hold {
-            renew,
+            ops,
             owner: Value::String(owner.as_ref().into()),
             owner_str: owner,
             token,
@@ -227,42 +231,3 @@ impl Drop for Reservation {
         }
     }
 }
-
-/// The accessors every guard type shares, over its `hold: Option<Arc<Hold>>`
-/// field (present until the guard is released or dropped): `hold()`,
-/// `fencing_token()`, `lost()`, `is_lost()`.
-macro_rules! guard_hold_accessors {
-    ($guard:ty) => {
-        impl $guard {
-            fn hold(&self) -> &std::sync::Arc<$crate::hold::Hold> {
-                self.hold
-                    .as_ref()
-                    .unwrap_or_else(|| unreachable!("guard used after release"))
-            }
-
-            /// The fencing token of this acquisition: strictly increasing per
-            /// name across all clients for every new acquisition (a
-            /// re-entrant acquisition returns the outer token). Pass it to the
-            /// protected resource and have it reject writes with an older token.
-            pub fn fencing_token(&self) -> u64 {
-                self.hold().token
-            }
-
-            /// Resolves when the client learns the hold was lost: its lease
-            /// ran out, the watchdog found it gone (expired, forced, Redis
-            /// restarted or failed over) or could not renew it in time.
-            ///
-            /// # Cancel safety
-            /// Cancel safe.
-            pub async fn lost(&self) {
-                self.hold().lost().await;
-            }
-
-            /// Whether the hold is known to be lost (see `lost`).
-            pub fn is_lost(&self) -> bool {
-                self.hold().is_lost()
-            }
-        }
-    };
-}
-pub(crate) use guard_hold_accessors;

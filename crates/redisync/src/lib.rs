@@ -9,6 +9,7 @@
 )]
 
 mod client;
+mod engine;
 mod error;
 mod fair_lock;
 mod hold;

@@ -9,8 +9,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
+use crate::engine::held::{guard_accessors, Held};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, RenewSpec};
+use crate::hold::{Hold, HoldOps};
 use crate::hub::{Hub, Slot, SlotRef};
 use crate::keys::{self, Kind, Role};
 use crate::replica;
@@ -19,17 +20,17 @@ use crate::script::{checked_ms, lua_script};
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
 lua_script!(ABANDON, "lock_abandon.lua");
-lua_script!(EXTEND, "lock_extend.lua");
 lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(INSPECT, "lock_inspect.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
 
-/// Watchdog renewal of lock holds: `lock_renew.lua` with (owner, token).
-pub(crate) static LOCK_RENEW: RenewSpec = RenewSpec {
-    script: &RENEW,
+/// Lock holds: renewed by `lock_renew.lua` with (owner, token); released
+/// with the local gate opened early (see [`release_then_open_gate`]).
+pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
+    renew: &RENEW,
     hold_args: lock_renew_args,
-    release: |client, hold| Box::pin(release_hold(client, hold, true)),
+    release: |client, hold, last| Box::pin(release_then_open_gate(client, hold, last)),
 };
 
 /// Keys and arguments of `lock_renew.lua` for one hold of the lock hash
@@ -75,7 +76,7 @@ pub struct Lock {
 
 struct LockInner {
     client: Client,
-    name: String,
+    name: Arc<str>,
     key: Arc<str>,
     redis_key: Key,
     channel: Key,
@@ -121,7 +122,7 @@ impl Lock {
         Lock {
             inner: Arc::new(LockInner {
                 client,
-                name: name.to_owned(),
+                name: Arc::from(name),
                 redis_key: Key::from(key.as_str()),
                 channel: Key::from(keys::key(Kind::Lock, Role::Channel, name)),
                 fence: Key::from(keys::key(Kind::Lock, Role::Fence, name)),
@@ -311,11 +312,7 @@ impl Lock {
         attempt.disarm();
         match acquired {
             Acquired::Token(token) if token == hold.token => {
-                let guard = LockGuard {
-                    lock: self.clone(),
-                    hold: Some(reserved.confirm(sent_at, lease)),
-                    watchdog,
-                };
+                let guard = self.guard(reserved.confirm(sent_at, lease), watchdog);
                 self.synced(guard).await.map(Some)
             }
             Acquired::Token(token) => {
@@ -413,7 +410,7 @@ impl Lock {
         permit: Option<OwnedSemaphorePermit>,
     ) -> LockGuard {
         let hold = Arc::new(Hold::new(
-            &LOCK_RENEW,
+            &LOCK_HOLD,
             slot.clone(),
             owner,
             token,
@@ -422,10 +419,18 @@ impl Lock {
             permit,
         ));
         slot.add_holder(hold.clone());
+        self.guard(hold, watchdog)
+    }
+
+    fn guard(&self, hold: Arc<Hold>, watchdog: bool) -> LockGuard {
         LockGuard {
             lock: self.clone(),
-            hold: Some(hold),
-            watchdog,
+            held: Held::new(
+                self.inner.client.inner.clone(),
+                self.inner.name.clone(),
+                hold,
+                watchdog,
+            ),
         }
     }
 
@@ -703,26 +708,6 @@ async fn undo_in_background(
     }
 }
 
-/// Runs `op` until it succeeds, fails for good, or `until` passes; retries
-/// connection trouble with a growing pause. Only for idempotent operations.
-pub(crate) async fn retry_until_deadline<T, F, Fut>(until: Instant, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match op().await {
-            Err(e) if e.is_retryable() && Instant::now() + pause < until => {
-                tracing::debug!(error = %e, "retrying a background release");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            result => return result,
-        }
-    }
-}
-
 /// `lock_inspect.lua` on a hash of the lock layout (shared by the fair
 /// lock), for the calling task: (locked, pttl ms, the task's hold count).
 pub(crate) async fn inspect_hash(client: &ClientInner, key: &Key) -> Result<(bool, i64, u32)> {
@@ -752,42 +737,6 @@ pub(crate) fn lease_left(locked: bool, pttl_ms: i64) -> Option<Duration> {
         (false, _) => None,
         (true, Ok(ms)) => Some(Duration::from_millis(ms)),
         (true, Err(_)) => Some(Duration::MAX),
-    }
-}
-
-/// Raises the lease of `hold` to at least `lease` if it still holds the lock
-/// hash `key` (the lock layout: owner -> count, '~t' -> token; shared by the
-/// fair lock). `Ok(false)` (and the hold marked lost) when it does not.
-pub(crate) async fn extend_hold(
-    client: &ClientInner,
-    key: &Key,
-    hold: &Hold,
-    lease: Duration,
-) -> Result<bool> {
-    let lease_ms = checked_ms("lease", lease)?;
-    if hold.is_lost() {
-        return Ok(false);
-    }
-    let sent_at = Instant::now();
-    let name = key.as_str().unwrap_or_default().to_owned();
-    let extended: i64 = EXTEND
-        .run_idempotent(
-            &client.redis,
-            &name,
-            vec![key.clone()],
-            vec![
-                hold.owner.clone(),
-                Value::String(hold.token.to_string().into()),
-                Value::Integer(lease_ms),
-            ],
-        )
-        .await?;
-    if extended == 1 {
-        hold.extend_validity(sent_at, lease);
-        Ok(true)
-    } else {
-        hold.mark_lost("extend found the lock gone");
-        Ok(false)
     }
 }
 
@@ -861,22 +810,18 @@ async fn release_then_open_gate(client: &ClientInner, hold: &Hold, last: bool) -
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     lock: Lock,
-    hold: Option<Arc<Hold>>,
-    watchdog: bool,
+    held: Held,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("LockGuard");
-        d.field("name", &self.lock.inner.name);
-        if let Some(h) = &self.hold {
-            d.field("owner", &h.owner_str).field("token", &h.token);
-        }
-        d.field("watchdog", &self.watchdog).finish()
+        f.debug_struct("LockGuard")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
-crate::hold::guard_hold_accessors!(LockGuard);
+guard_accessors!(LockGuard);
 
 impl LockGuard {
     /// The lock this guard holds.
@@ -891,17 +836,13 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then reports lost);
-    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`].
+    /// [`Error::InvalidArgument`] for a zero or absurd lease; [`Error::Redis`];
+    /// [`Error::Shutdown`] after [`Client::shutdown`].
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let key = &self.lock.inner.redis_key;
-        if extend_hold(self.lock.client_inner(), key, self.hold(), lease).await? {
-            Ok(())
-        } else {
-            Err(self.not_held())
-        }
+        self.held.extend(lease).await
     }
 
     /// Releases this hold (the lock itself once the last hold of the owner
@@ -911,87 +852,16 @@ impl LockGuard {
     /// [`Error::NotHeld`] if this acquisition no longer holds the lock
     /// (nothing was written), or if the guard was already known lost (its
     /// lease had run out by this client's clock; whatever was left in Redis
-    /// is released anyway); [`Error::Redis`] if Redis failed (the lease
-    /// expiry then frees the lock); [`Error::Shutdown`] at once after
-    /// [`Client::shutdown`] (which released the hold).
+    /// is released anyway); [`Error::Redis`] if Redis failed (a final
+    /// release is then retried in the background while the lease lasts);
+    /// [`Error::Shutdown`] at once after [`Client::shutdown`] (which
+    /// released the hold).
     ///
     /// # Cancel safety
-    /// Cancel safe in effect: renewal stops at once; if the future is
-    /// dropped before the release reaches Redis, the lease expiry frees the lock.
+    /// Cancel safe: renewal stops at once; if the future is dropped before
+    /// the final release is done, it is done in the background.
     #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.key))]
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
-            return Ok(());
-        };
-        self.lock
-            .client_inner()
-            .check_release(&hold, self.watchdog)?;
-        // Known lost already (the lease ran out by our clock): still release,
-        // to free what may be left in Redis, but report it as not held.
-        let was_lost = hold.is_lost();
-        let last = hold.detach(self.watchdog);
-        let released = release_then_open_gate(self.lock.client_inner(), &hold, last).await;
-        if let Ok(1..) = released {
-            replica::after_release(self.lock.client_inner(), &self.lock.inner.key).await;
-        }
-        match released {
-            Ok(0) => {
-                hold.mark_lost("unlock found the lock gone");
-                Err(self.not_held())
-            }
-            Ok(_) if was_lost => Err(self.not_held()),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn not_held(&self) -> Error {
-        Error::NotHeld {
-            name: self.lock.inner.name.clone(),
-        }
-    }
-
-    /// How much of the lease is left by this client's clock: measured from
-    /// when the command that last set the lease (the acquisition, an
-    /// [`extend`](LockGuard::extend) or a watchdog renewal) was sent, so it
-    /// is never longer than what Redis has left, clock drift aside. Zero once
-    /// the lock is known to be lost. Redlock uses it to tell how long a
-    /// majority of its nodes stays valid while their watchdogs renew them.
-    pub fn validity(&self) -> Duration {
-        let hold = self.hold();
-        if hold.is_lost() {
-            return Duration::ZERO;
-        }
-        hold.valid_until().saturating_duration_since(Instant::now())
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
-        let last = hold.detach(self.watchdog);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock_key = %self.lock.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
-            return;
-        };
-        let lock = self.lock.clone();
-        rt.spawn(async move {
-            // A final release is idempotent (owner and token checked): retry
-            // it while the lease lasts. Counting down a re-entrant hold is not.
-            let first = release_then_open_gate(lock.client_inner(), &hold, last).await;
-            let result = match first {
-                Err(e) if last && e.is_retryable() => {
-                    retry_until_deadline(hold.valid_until(), || release_hold(lock.client_inner(), &hold, true)).await
-                }
-                other => other,
-            };
-            match result {
-                Ok(0) => hold.mark_lost("release on drop found the lock gone"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
-            }
-        });
+    pub async fn unlock(self) -> Result<()> {
+        self.held.release().await
     }
 }

@@ -8,11 +8,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
+use crate::engine::held::{guard_accessors, Held};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, RenewSpec};
+use crate::hold::{Hold, HoldOps};
 use crate::hub::SlotRef;
 use crate::keys::{self, Kind, Role};
-use crate::lock::retry_until_deadline;
 use crate::replica;
 use crate::script::checked_ms;
 use crate::script::lua_script;
@@ -41,10 +41,10 @@ impl Side {
         }
     }
 
-    fn renew_spec(self) -> &'static RenewSpec {
+    fn hold_ops(self) -> &'static HoldOps {
         match self {
-            Side::Read => &READ_RENEW,
-            Side::Write => &WRITE_RENEW,
+            Side::Read => &READ_HOLD,
+            Side::Write => &WRITE_HOLD,
         }
     }
 }
@@ -69,35 +69,37 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
     )
 }
 
-static READ_RENEW: RenewSpec = RenewSpec {
-    script: &RENEW,
+static READ_HOLD: HoldOps = HoldOps {
+    renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Read),
-    release: |client, hold| Box::pin(release_side(client, hold, Side::Read)),
+    release: |client, hold, last| Box::pin(release_side(client, hold, Side::Read, last)),
 };
 
-static WRITE_RENEW: RenewSpec = RenewSpec {
-    script: &RENEW,
+static WRITE_HOLD: HoldOps = HoldOps {
+    renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Write),
-    release: |client, hold| Box::pin(release_side(client, hold, Side::Write)),
+    release: |client, hold, last| Box::pin(release_side(client, hold, Side::Write, last)),
 };
 
-/// Releases every hold of `hold`'s owner on one side (keys derived from its slot).
-async fn release_side(client: &ClientInner, hold: &Hold, side: Side) -> Result<i64> {
+/// Releases one hold of `hold` on one side (`last`: the acquisition), keys
+/// derived from its slot. Only a final release may be sent twice.
+async fn release_side(client: &ClientInner, hold: &Hold, side: Side, last: bool) -> Result<i64> {
     let key = &hold.slot.key;
     RELEASE
-        .run_idempotent(
+        .run_with(
             &client.redis,
             key,
             vec![Key::from(&**key), keys::sibling_key(key, Role::Readers)],
             vec![
                 Value::String(raw_owner(hold).into()),
                 Value::String(hold.token.to_string().into()),
-                Value::String("1".into()),
+                Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(side.tag().into()),
                 Value::String(client.hub.publish_command().into()),
                 Value::from(hold.slot.channel.clone()),
                 Value::String("=".into()),
             ],
+            if last { 3 } else { 1 },
         )
         .await
 }
@@ -123,7 +125,7 @@ pub struct RwLock {
 
 struct RwInner {
     client: Client,
-    name: String,
+    name: Arc<str>,
     key: Arc<str>,
     hash: Key,
     readers: Key,
@@ -148,7 +150,7 @@ impl Client {
         RwLock {
             inner: Arc::new(RwInner {
                 client: self.clone(),
-                name: name.to_owned(),
+                name: Arc::from(name),
                 hash: Key::from(key.as_str()),
                 readers: role(Role::Readers),
                 fence: role(Role::Fence),
@@ -211,12 +213,7 @@ impl RwLock {
             undo.armed = false;
             match acquired {
                 Acquired::Token(token) if token == hold.token => {
-                    let guard = RwLockGuard {
-                        rw: self.clone(),
-                        side,
-                        hold: Some(reserved.confirm(sent_at, lease)),
-                        watchdog,
-                    };
+                    let guard = self.guard(side, reserved.confirm(sent_at, lease), watchdog);
                     return self.synced(guard).await.map(Some);
                 }
                 Acquired::Token(token) => {
@@ -243,7 +240,7 @@ impl RwLock {
             .is_some();
         if side == Side::Write && holds_other {
             return Err(Error::UpgradeNotSupported {
-                name: self.inner.name.clone(),
+                name: self.inner.name.to_string(),
             });
         }
         // Local FIFO turn to ask Redis (not held while holding: readers share).
@@ -309,7 +306,7 @@ impl RwLock {
         watchdog: bool,
     ) -> RwLockGuard {
         let hold = Arc::new(Hold::new(
-            side.renew_spec(),
+            side.hold_ops(),
             slot.clone(),
             holder_id,
             token,
@@ -318,11 +315,18 @@ impl RwLock {
             None,
         ));
         slot.add_holder(hold.clone());
+        self.guard(side, hold, watchdog)
+    }
+
+    fn guard(&self, side: Side, hold: Arc<Hold>, watchdog: bool) -> RwLockGuard {
         RwLockGuard {
-            rw: self.clone(),
             side,
-            hold: Some(hold),
-            watchdog,
+            held: Held::new(
+                self.inner.client.inner.clone(),
+                self.inner.name.clone(),
+                hold,
+                watchdog,
+            ),
         }
     }
 
@@ -370,7 +374,7 @@ impl RwLock {
             [-3, _] => {
                 undo.armed = false;
                 Err(Error::UpgradeNotSupported {
-                    name: self.inner.name.clone(),
+                    name: self.inner.name.to_string(),
                 })
             }
             _ => Err(Error::Script {
@@ -686,25 +690,20 @@ side_handle!(WriteLock, Side::Write, "write");
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct RwLockGuard {
-    rw: RwLock,
     side: Side,
-    hold: Option<Arc<Hold>>,
-    watchdog: bool,
+    held: Held,
 }
 
 impl std::fmt::Debug for RwLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("RwLockGuard");
-        d.field("name", &self.rw.inner.name)
-            .field("side", &self.side);
-        if let Some(h) = &self.hold {
-            d.field("token", &h.token);
-        }
-        d.field("watchdog", &self.watchdog).finish()
+        f.debug_struct("RwLockGuard")
+            .field("side", &self.side)
+            .field("held", &self.held)
+            .finish()
     }
 }
 
-crate::hold::guard_hold_accessors!(RwLockGuard);
+guard_accessors!(RwLockGuard);
 
 impl RwLockGuard {
     /// Whether this guard holds the write side (else the read side).
@@ -712,34 +711,19 @@ impl RwLockGuard {
         self.side == Side::Write
     }
 
-    /// Sets the remaining lease of the lock to at least `lease` if this
-    /// acquisition still holds it.
+    /// Makes the remaining lease of this hold at least `lease` if this
+    /// acquisition still holds it; a longer lease is kept (a lease is never
+    /// cut).
     ///
     /// # Errors
-    /// [`Error::NotHeld`] if it was lost; [`Error::InvalidArgument`]; [`Error::Redis`].
+    /// [`Error::NotHeld`] if it was lost; [`Error::InvalidArgument`];
+    /// [`Error::Redis`]; [`Error::Shutdown`] after
+    /// [`Client::shutdown`](crate::Client::shutdown).
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let lease_ms = checked_ms("lease", lease)?;
-        let hold = self.hold();
-        if hold.is_lost() {
-            return Err(self.not_held());
-        }
-        let client = self.rw.client();
-        let sent_at = Instant::now();
-        let (keys, mut args) = renew_args(hold, self.side);
-        args.insert(0, Value::Integer(lease_ms));
-        let flags: Vec<i64> = RENEW
-            .run_idempotent(&client.redis, &self.rw.inner.key, keys, args)
-            .await?;
-        if flags.first() == Some(&1) {
-            hold.extend_validity(sent_at, lease);
-            Ok(())
-        } else {
-            hold.mark_lost("extend found the lock gone");
-            Err(self.not_held())
-        }
+        self.held.extend(lease).await
     }
 
     /// Releases this hold. The last write hold frees the lock (or turns it to
@@ -747,67 +731,14 @@ impl RwLockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if this acquisition no longer holds it (nothing
-    /// written); [`Error::Redis`]; [`Error::Shutdown`] at once after
+    /// written); [`Error::Redis`] (a final release is then retried in the
+    /// background while the lease lasts); [`Error::Shutdown`] at once after
     /// [`Client::shutdown`](crate::Client::shutdown) (which released the hold).
     ///
     /// # Cancel safety
-    /// Cancel safe in effect: renewal stops at once; if the future is dropped
-    /// before the release reaches Redis, the lease expiry frees the lock.
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
-            return Ok(());
-        };
-        self.rw.client().check_release(&hold, self.watchdog)?;
-        let was_lost = hold.is_lost();
-        let last = hold.detach(self.watchdog);
-        let released = self
-            .rw
-            .release_script(self.side, raw_owner(&hold), Some(hold.token), last, '=')
-            .await?;
-        if released > 0 {
-            replica::after_release(self.rw.client(), &self.rw.inner.key).await;
-        }
-        match released {
-            0 => {
-                hold.mark_lost("unlock found the lock gone");
-                Err(self.not_held())
-            }
-            _ if was_lost => Err(self.not_held()),
-            _ => Ok(()),
-        }
-    }
-
-    fn not_held(&self) -> Error {
-        Error::NotHeld {
-            name: self.rw.inner.name.clone(),
-        }
-    }
-}
-
-impl Drop for RwLockGuard {
-    fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
-        let last = hold.detach(self.watchdog);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock_key = %self.rw.inner.key, "guard dropped outside a tokio runtime; the lock expires with its lease");
-            return;
-        };
-        let (rw, side) = (self.rw.clone(), self.side);
-        rt.spawn(async move {
-            let release = || rw.release_script(side, raw_owner(&hold), Some(hold.token), last, '=');
-            // Only a final release is idempotent; a count-down is tried once.
-            let result = if last {
-                retry_until_deadline(hold.valid_until(), release).await
-            } else {
-                release().await
-            };
-            match result {
-                Ok(0) => hold.mark_lost("release on drop found the lock gone"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %rw.inner.key, error = %e, "release on drop failed; the lock expires with its lease"),
-            }
-        });
+    /// Cancel safe: renewal stops at once; if the future is dropped before
+    /// the final release is done, it is done in the background.
+    pub async fn unlock(self) -> Result<()> {
+        self.held.release().await
     }
 }

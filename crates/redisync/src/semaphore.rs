@@ -8,8 +8,9 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
+use crate::engine::held::{guard_accessors, retry_until_deadline, Held};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, RenewSpec};
+use crate::hold::{Hold, HoldOps};
 use crate::hub::SlotRef;
 use crate::keys::{self, Kind, Role};
 use crate::replica;
@@ -46,7 +47,7 @@ pub struct Semaphore {
 
 struct SemaphoreInner {
     client: Client,
-    name: String,
+    name: Arc<str>,
     key: Arc<str>,
     hash: Key,
     leases: Key,
@@ -82,7 +83,7 @@ impl Semaphore {
         Semaphore {
             inner: Arc::new(SemaphoreInner {
                 client,
-                name: name.to_owned(),
+                name: Arc::from(name),
                 hash: Key::from(key.as_str()),
                 leases: role(Role::Leases),
                 fence: role(Role::Fence),
@@ -107,7 +108,7 @@ impl Semaphore {
 
     fn not_initialized(&self) -> Error {
         Error::NotInitialized {
-            name: self.inner.name.clone(),
+            name: self.inner.name.to_string(),
         }
     }
 
@@ -226,7 +227,7 @@ impl Semaphore {
                 Acquired::Token(token) => {
                     drop(turn); // the next local waiter may take what is left
                     let hold = Arc::new(Hold::new(
-                        &SEMAPHORE_RENEW,
+                        &SEMAPHORE_HOLD,
                         slot.clone(),
                         id,
                         token,
@@ -236,8 +237,12 @@ impl Semaphore {
                     ));
                     slot.add_holder(hold.clone());
                     let permit = SemaphorePermit {
-                        semaphore: self.clone(),
-                        hold: Some(hold),
+                        held: Held::new(
+                            self.inner.client.inner.clone(),
+                            self.inner.name.clone(),
+                            hold,
+                            true,
+                        ),
                         permits,
                     };
                     return replica::synced(
@@ -380,7 +385,7 @@ impl Drop for Undo {
         let id = Value::String(self.id.as_ref().into());
         let until = Instant::now() + semaphore.client().settings.watchdog_timeout;
         rt.spawn(async move {
-            if let Err(e) = crate::lock::retry_until_deadline(until, || semaphore.release_id(&id)).await {
+            if let Err(e) = retry_until_deadline(until, || semaphore.release_id(&id)).await {
                 tracing::warn!(target: "redisync.release.failed", lock_key = %semaphore.inner.key, error = %e, "could not give back permits of a cancelled acquire; they return when the lease ends");
             }
             drop(slot);
@@ -388,23 +393,24 @@ impl Drop for Undo {
     }
 }
 
-/// Watchdog renewal of semaphore acquisitions: `semaphore_renew.lua` with
-/// the lease zset and the permit id.
-static SEMAPHORE_RENEW: RenewSpec = RenewSpec {
-    script: &RENEW,
+/// Semaphore acquisitions: renewed by `semaphore_renew.lua` with the lease
+/// zset and the permit id; a release gives back all permits of the id.
+static SEMAPHORE_HOLD: HoldOps = HoldOps {
+    renew: &RENEW,
     hold_args: |h| {
         (
             vec![keys::sibling_key(&h.slot.key, Role::Leases)],
             vec![h.owner.clone()],
         )
     },
-    release: |client, hold| Box::pin(release_permit(client, hold)),
+    release: |client, hold, _| Box::pin(release_permit(client, hold)),
 };
 
-/// Gives back the permits of `hold` (keys derived from its slot).
+/// Gives back the permits of `hold` (keys derived from its slot) and wakes
+/// local waiters at once.
 async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
     let key = &hold.slot.key;
-    RELEASE
+    let freed = RELEASE
         .run_idempotent(
             &client.redis,
             key,
@@ -415,7 +421,9 @@ async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
                 Value::from(hold.slot.channel.clone()),
             ],
         )
-        .await
+        .await?;
+    hold.slot.wake();
+    Ok(freed)
 }
 
 /// Permits of a [`Semaphore`]. Give them back with
@@ -427,24 +435,20 @@ async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
 #[must_use = "if unused the permits are released immediately"]
 #[clippy::has_significant_drop]
 pub struct SemaphorePermit {
-    semaphore: Semaphore,
-    hold: Option<Arc<Hold>>,
+    held: Held,
     permits: u32,
 }
 
 impl std::fmt::Debug for SemaphorePermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("SemaphorePermit");
-        d.field("semaphore", &self.semaphore.inner.name)
-            .field("permits", &self.permits);
-        if let Some(h) = &self.hold {
-            d.field("id", &h.owner_str).field("token", &h.token);
-        }
-        d.finish()
+        f.debug_struct("SemaphorePermit")
+            .field("permits", &self.permits)
+            .field("held", &self.held)
+            .finish()
     }
 }
 
-crate::hold::guard_hold_accessors!(SemaphorePermit);
+guard_accessors!(SemaphorePermit);
 
 impl SemaphorePermit {
     /// How many permits this acquisition holds.
@@ -456,56 +460,15 @@ impl SemaphorePermit {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the permits were lost already (their lease ended
-    /// and they were reclaimed); [`Error::Redis`]; [`Error::Shutdown`] at
-    /// once after [`Client::shutdown`](crate::Client::shutdown) (which gave
-    /// them back).
+    /// and they were reclaimed); [`Error::Redis`] (the release is then
+    /// retried in the background while the lease lasts); [`Error::Shutdown`]
+    /// at once after [`Client::shutdown`](crate::Client::shutdown) (which
+    /// gave them back).
     ///
     /// # Cancel safety
-    /// Cancel safe in effect: renewal stops at once; if the future is
-    /// dropped before the release reaches Redis, the lease expiry returns them.
-    pub async fn release(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
-            return Ok(());
-        };
-        self.semaphore.client().check_release(&hold, true)?;
-        let was_lost = hold.is_lost();
-        hold.detach(true);
-        let released = self.semaphore.release_id(&hold.owner).await?;
-        if released > 0 {
-            replica::after_release(self.semaphore.client(), &self.semaphore.inner.key).await;
-        }
-        match released {
-            0 => {
-                hold.mark_lost("release found the permits reclaimed");
-                Err(Error::NotHeld {
-                    name: self.semaphore.inner.name.clone(),
-                })
-            }
-            _ if was_lost => Err(Error::NotHeld {
-                name: self.semaphore.inner.name.clone(),
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl Drop for SemaphorePermit {
-    fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
-        hold.detach(true);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock_key = %self.semaphore.inner.key, "permit dropped outside a tokio runtime; it returns when its lease ends");
-            return;
-        };
-        let semaphore = self.semaphore.clone();
-        rt.spawn(async move {
-            // Releasing a permit id is idempotent: retry while the lease lasts.
-            let result = crate::lock::retry_until_deadline(hold.valid_until(), || semaphore.release_id(&hold.owner)).await;
-            if let Err(e) = result {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %semaphore.inner.key, error = %e, "release on drop failed; the permits return when the lease ends");
-            }
-        });
+    /// Cancel safe: renewal stops at once; if the future is dropped before
+    /// the release is done, it is done in the background.
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
     }
 }
