@@ -8,12 +8,12 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
-use crate::hub::{Addressed, Slot, SlotRef};
+use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
 use crate::lock::{inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
-use crate::replica;
 use crate::script::checked_ms;
 use crate::script::lua_script;
 
@@ -148,32 +148,6 @@ impl std::fmt::Debug for FairLock {
             .field("key", &self.inner.key)
             .field("queue_lease", &self.queue_lease)
             .finish_non_exhaustive()
-    }
-}
-
-/// What the acquire script said.
-enum Acquired {
-    Token(u64),
-    /// `pttl_ms`: the holder's remaining lease (-2 free, -1 no TTL);
-    /// `head_ms`: until the queue deadline of the head when that is another
-    /// owner, else -1.
-    Busy {
-        pttl_ms: i64,
-        head_ms: i64,
-    },
-}
-
-fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
-    match reply {
-        [1 | 2, token] => Ok(Acquired::Token(u64::try_from(*token).unwrap_or(0))),
-        [0, pttl_ms, head_ms] => Ok(Acquired::Busy {
-            pttl_ms: *pttl_ms,
-            head_ms: *head_ms,
-        }),
-        other => Err(Error::Script {
-            name: "fair_lock_acquire.lua",
-            message: format!("unexpected reply {other:?}"),
-        }),
     }
 }
 
@@ -355,221 +329,11 @@ impl FairLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<FairLockGuard>> {
-        self.check_usable()?;
-        let client = self.client_inner();
-        let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(client.settings.watchdog_timeout);
-        let lease_ms = checked_ms("lease", lease)?;
-        let queue_lease_ms = self.queue_lease_ms()?;
-        let owner = client.owner_id();
-        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
-        // Whatever an earlier, cancelled call of ours left goes first.
-        self.settle_pending(&slot, &owner).await?;
-
-        if let Some(hold) = slot.holder(&owner) {
-            let reentered = self
-                .reenter(&slot, &hold, watchdog, lease, lease_ms, queue_lease_ms)
-                .await?;
-            if let Some(guard) = reentered {
-                return self.synced(guard).await.map(Some);
-            }
-        }
-
-        // A zero wait is one try that never queues.
-        let enqueue = deadline.is_none_or(|d| d > Instant::now());
-        let waiter = Registration::new(&slot, &owner);
-        let mut cleanup = Cleanup::new(self, &slot, &owner);
-        let mut queued = false;
-        loop {
-            client.check_open()?;
-            let since = waiter.addressed.generation();
-            let sent_at = Instant::now();
-            cleanup.arm(sent_at + lease.max(self.queue_lease));
-            let reply = self
-                .run_acquire(&owner, lease_ms, queue_lease_ms, enqueue, None)
-                .await;
-            let acquired = match reply {
-                Ok(acquired) => acquired,
-                Err(e) => {
-                    // Armed while the command may have run or we are queued.
-                    if !queued && !e.outcome_unknown() {
-                        cleanup.disarm();
-                    }
-                    return Err(e);
-                }
-            };
-            let (pttl_ms, head_ms) = match acquired {
-                Acquired::Token(token) => {
-                    cleanup.disarm();
-                    let owner = owner.clone();
-                    let guard = self.new_guard(&slot, owner, token, sent_at, lease, watchdog);
-                    return self.synced(guard).await.map(Some);
-                }
-                Acquired::Busy { pttl_ms, head_ms } => (pttl_ms, head_ms),
-            };
-            queued = enqueue;
-            if !queued {
-                cleanup.disarm();
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                if queued && self.leave(&slot, &owner, None).await.is_ok() {
-                    cleanup.disarm();
-                }
-                // Otherwise the cleanup leaves in the background.
-                return Ok(None);
-            }
-            if !slot.is_subscribed() {
-                // Subscribe, then try again before parking: a message sent
-                // before the subscription is otherwise missed.
-                client.hub.ensure_subscribed(&slot).await?;
-                continue;
-            }
-            // Heartbeat: refresh our queue deadline well before it passes.
-            let mut wake = now + self.queue_lease / 3;
-            // Another owner is head: if it crashed, its entry expires then.
-            // We are head: a crashed holder's lease ends then.
-            if let Some(at) = after_ms(now, head_ms).or_else(|| after_ms(now, pttl_ms)) {
-                wake = wake.min(at);
-            }
-            if let Some(d) = deadline {
-                wake = wake.min(d);
-            }
-            waiter.addressed.wait(since, wake).await;
-        }
-    }
-
-    /// The calling owner holds the lock already: count one more hold (the
-    /// queue does not apply). `Ok(None)` when that hold turned out to be lost
-    /// (the caller then queues like anybody else).
-    async fn reenter(
-        &self,
-        slot: &SlotRef,
-        hold: &Arc<Hold>,
-        watchdog: bool,
-        lease: Duration,
-        lease_ms: i64,
-        queue_lease_ms: i64,
-    ) -> Result<Option<FairLockGuard>> {
-        // Reserved first (see `Hold::reserve`).
-        let Some(reserved) = hold.reserve(watchdog) else {
-            return Ok(None);
-        };
-        let sent_at = Instant::now();
-        let mut cleanup = Cleanup::new(self, slot, &hold.owner_str);
-        cleanup.keep = Some(hold.token);
-        cleanup.arm(sent_at + lease);
-        let reply = self
-            .run_acquire(
-                &hold.owner_str,
-                lease_ms,
-                queue_lease_ms,
-                false,
-                Some(hold.token),
-            )
-            .await;
-        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
-            cleanup.disarm();
-        }
-        match reply? {
-            Acquired::Token(token) if token == hold.token => {
-                Ok(Some(self.guard(reserved.confirm(sent_at, lease), watchdog)))
-            }
-            Acquired::Token(token) => {
-                // Our earlier acquisition had expired; this is a new one.
-                hold.mark_lost("re-entry found the lock expired");
-                let owner = hold.owner_str.clone();
-                Ok(Some(
-                    self.new_guard(slot, owner, token, sent_at, lease, watchdog),
-                ))
-            }
-            Acquired::Busy { .. } => {
-                hold.mark_lost("re-entry found the lock held by another owner");
-                Ok(None)
-            }
-        }
-    }
-
-    /// Replica sync of an acquisition (see [`replica::synced`]).
-    async fn synced(&self, guard: FairLockGuard) -> Result<FairLockGuard> {
-        let client = self.client_inner();
-        replica::synced(
-            client,
-            &self.inner.name,
-            &self.inner.key,
-            guard,
-            FairLockGuard::unlock,
-        )
-        .await
-    }
-
-    async fn run_acquire(
-        &self,
-        owner: &str,
-        lease_ms: i64,
-        queue_lease_ms: i64,
-        enqueue: bool,
-        reentry: Option<u64>,
-    ) -> Result<Acquired> {
-        let client = self.client_inner();
-        let reply: Vec<i64> = client
-            .hub
-            .unless_closing(ACQUIRE.run(
-                &client.redis,
-                &self.inner.key,
-                vec![
-                    self.inner.hash.clone(),
-                    self.inner.queue.clone(),
-                    self.inner.deadlines.clone(),
-                    self.inner.fence.clone(),
-                ],
-                vec![
-                    Value::String(owner.into()),
-                    Value::Integer(lease_ms),
-                    Value::Integer(queue_lease_ms),
-                    Value::String(if enqueue { "1" } else { "0" }.into()),
-                    self.publish_command(),
-                    self.channel_arg(),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                    Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
-                ],
-            ))
-            .await?;
-        parse_acquire(&reply)
-    }
-
-    fn new_guard(
-        &self,
-        slot: &SlotRef,
-        owner: Arc<str>,
-        token: u64,
-        sent_at: Instant,
-        lease: Duration,
-        watchdog: bool,
-    ) -> FairLockGuard {
-        let hold = Arc::new(Hold::new(
-            &FAIR_HOLD,
-            slot.clone(),
-            owner,
-            token,
-            sent_at + lease,
-            watchdog,
-            None,
-        ));
-        slot.add_holder(hold.clone());
-        self.guard(hold, watchdog)
-    }
-
-    fn guard(&self, hold: Arc<Hold>, watchdog: bool) -> FairLockGuard {
-        FairLockGuard {
+        let held = engine::acquire::acquire(self, (), deadline, lease).await?;
+        Ok(held.map(|held| FairLockGuard {
             lock: self.clone(),
-            held: Held::new(
-                self.inner.client.inner.clone(),
-                self.inner.name.clone(),
-                hold,
-                watchdog,
-            ),
-        }
+            held,
+        }))
     }
 
     /// Removes `owner` from the queue and deletes any acquisition of it
@@ -597,21 +361,6 @@ impl FairLock {
             )
             .await?;
         Ok(freed == 1)
-    }
-
-    /// Runs the cleanup an earlier cancelled call (or dropped guard) of
-    /// `owner` left pending, so that it cannot land after this call's
-    /// acquisition. The slot's gate orders it with the background cleanup.
-    async fn settle_pending(&self, slot: &SlotRef, owner: &str) -> Result<()> {
-        if !slot.has_pending_undo(owner) {
-            return Ok(());
-        }
-        let _turn = slot.gate.clone().acquire_owned().await;
-        if slot.has_pending_undo(owner) {
-            self.leave(slot, owner, None).await?;
-            slot.remove_pending_undo(owner);
-        }
-        Ok(())
     }
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
@@ -704,129 +453,97 @@ fn unreachable_wait(name: &str) -> Error {
     ))
 }
 
-/// A waiting owner's registration for messages addressed to it.
-struct Registration<'a> {
-    slot: &'a Slot,
-    owner: &'a str,
-    addressed: Arc<Addressed>,
-}
+/// The fair lock on the engine: re-entrant per owner, no local turn (each
+/// waiter holds its own place in Redis's queue), a release message names
+/// the next owner and wakes only that owner's task.
+impl Spec for FairLock {
+    type Ask = ();
+    const WHAT: &'static str = "lock";
+    const REENTRANT: bool = true;
+    const WAKE: Wake = Wake::Addressed;
 
-impl<'a> Registration<'a> {
-    fn new(slot: &'a Slot, owner: &'a Arc<str>) -> Registration<'a> {
-        Registration {
-            slot,
-            owner,
-            addressed: slot.register_addressed(owner),
-        }
+    fn client_state(&self) -> &Arc<ClientInner> {
+        &self.inner.client.inner
     }
-}
-
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        self.slot.unregister_addressed(self.owner);
+    fn name(&self) -> &Arc<str> {
+        &self.inner.name
     }
-}
-
-/// What an acquisition in flight, a queued waiter or a release in flight may
-/// leave in Redis for its owner: a queue entry, an acquisition whose reply was
-/// lost, a hold that was not released. Dropped armed, it cleans up in the
-/// background (`fair_lock_leave.lua`).
-struct Cleanup {
-    armed: bool,
-    lock: FairLock,
-    slot: SlotRef,
-    owner: Arc<str>,
-    /// The acquisition a cancelled re-entry keeps (see [`FairLock::leave`]).
-    keep: Option<u64>,
-    /// When whatever it may have left expires anyway.
-    expires_at: Instant,
-}
-
-impl Cleanup {
-    fn new(lock: &FairLock, slot: &SlotRef, owner: &Arc<str>) -> Cleanup {
-        Cleanup {
-            armed: false,
-            lock: lock.clone(),
-            slot: slot.clone(),
-            owner: owner.clone(),
-            keep: None,
-            expires_at: Instant::now(),
-        }
+    fn key(&self) -> &Arc<str> {
+        &self.inner.key
+    }
+    fn channel(&self) -> &Key {
+        &self.inner.channel
+    }
+    fn check(&self, (): ()) -> Result<()> {
+        self.queue_lease_ms().map(drop)
+    }
+    fn holder(&self, owner: &Arc<str>, (): ()) -> Arc<str> {
+        owner.clone()
+    }
+    fn hold_ops(&self, (): ()) -> &'static HoldOps {
+        &FAIR_HOLD
+    }
+    fn gate(&self, _: &Slot, _: &str, (): ()) -> Result<Gate> {
+        Ok(Gate::None)
+    }
+    /// A queue entry lives for the queue lease.
+    fn linger(&self, lease: Duration) -> Duration {
+        lease.max(self.queue_lease)
     }
 
-    fn arm(&mut self, expires_at: Instant) {
-        self.armed = true;
-        self.expires_at = self.expires_at.max(expires_at);
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if self.armed {
-            spawn_cleanup(
-                self.lock.clone(),
-                self.slot.clone(),
-                self.owner.clone(),
-                self.keep,
-                self.expires_at,
-            );
-        }
-    }
-}
-
-/// Leaves the queue and undoes what `owner` may have left, in a background
-/// task, retried while Redis is unreachable until it would have expired
-/// anyway. The owner's next acquisition waits for it (see
-/// [`FairLock::settle_pending`]), so it never lands after that.
-fn spawn_cleanup(
-    lock: FairLock,
-    slot: SlotRef,
-    owner: Arc<str>,
-    keep: Option<u64>,
-    expires_at: Instant,
-) {
-    if lock.client_inner().check_connected().is_err() {
-        return; // shut down: like a crash, the leases clean up
-    }
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(lock_key = %lock.inner.key, "fair lock dropped outside a tokio runtime; its queue entry and any hold expire with their leases");
-        return;
-    };
-    slot.add_pending_undo(&owner);
-    rt.spawn(async move {
-        let mut pause = Duration::from_millis(50);
-        loop {
-            let Ok(turn) = slot.gate.clone().acquire_owned().await else {
-                return;
-            };
-            if !slot.has_pending_undo(&owner) {
-                return; // the owner did it before acquiring again
-            }
-            match lock.leave(&slot, &owner, keep).await {
-                Err(e)
-                    if e.is_retryable()
-                        && Instant::now() + pause < expires_at
-                        && lock.client_inner().check_connected().is_ok() =>
-                {
-                    tracing::debug!(lock_key = %lock.inner.key, error = %e, "leaving the fair lock queue failed; retrying");
-                    drop(turn);
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+    /// Sent once. Busy: wake for the heartbeat (refresh our queue deadline
+    /// well before it passes), or when the head's queue deadline passes
+    /// (another owner is head: it may have crashed), or when the holder's
+    /// lease ends (we are head: the holder may have crashed).
+    async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
+        let client = self.client_inner();
+        let reply: Vec<i64> = ACQUIRE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.queue.clone(),
+                    self.inner.deadlines.clone(),
+                    self.inner.fence.clone(),
+                ],
+                vec![
+                    Value::String(t.holder.into()),
+                    Value::Integer(t.lease_ms),
+                    Value::Integer(self.queue_lease_ms()?),
+                    Value::String(if t.enqueue { "1" } else { "0" }.into()),
+                    self.publish_command(),
+                    self.channel_arg(),
+                    Value::Integer(client.settings.fence_ttl_ms()),
+                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [0, pttl_ms, head_ms] => {
+                let now = Instant::now();
+                let mut until = now + self.queue_lease / 3;
+                if let Some(at) = after_ms(now, head_ms).or_else(|| after_ms(now, pttl_ms)) {
+                    until = until.min(at);
                 }
-                result => {
-                    if let Err(e) = result {
-                        tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not leave the fair lock queue or release; entries and holds expire with their leases");
-                    }
-                    slot.remove_pending_undo(&owner);
-                    return;
-                }
+                Ok(Reply::Busy {
+                    until,
+                    queued: t.enqueue,
+                })
             }
+            _ => Err(Error::Script {
+                name: "fair_lock_acquire.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
         }
-    });
+    }
+
+    /// Leaves the queue and deletes what `holder` may have won (see
+    /// [`FairLock::leave`]).
+    async fn undo(&self, slot: &Slot, holder: &str, keep: Option<u64>) -> Result<()> {
+        self.leave(slot, holder, keep).await.map(drop)
+    }
 }
 
 /// One hold of a [`FairLock`]; the same methods as

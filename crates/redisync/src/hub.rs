@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::PubsubInterface;
 use fred::types::{Key, Value};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -317,35 +317,6 @@ impl Hub {
         }
     }
 
-    /// Waits for the local gate of `slot` (its FIFO turn) until `deadline`:
-    /// `Ok(None)` when the deadline passes first, `Err(Shutdown)` when the
-    /// client shuts down first.
-    pub(crate) async fn gate_turn(
-        &self,
-        slot: &Slot,
-        deadline: Option<Instant>,
-    ) -> Result<Option<OwnedSemaphorePermit>> {
-        let turn = slot.gate.clone().acquire_owned();
-        let turn = async {
-            match deadline {
-                None => turn.await.ok(),
-                // The inner future is polled before the deadline: a free turn
-                // is taken even with a zero wait.
-                Some(d) => tokio::time::timeout_at(d, turn)
-                    .await
-                    .ok()
-                    .and_then(std::result::Result::ok),
-            }
-        };
-        let turn = tokio::select! {
-            biased;
-            () = self.closing() => return Err(Error::Shutdown),
-            turn = turn => turn,
-        };
-        self.check_open()?;
-        Ok(turn)
-    }
-
     /// The publish command the release scripts use.
     pub(crate) fn publish_command(&self) -> &'static str {
         if self.sharded {
@@ -569,43 +540,5 @@ impl Drop for SlotRef {
                 });
             }
         }
-    }
-}
-
-impl SlotRef {
-    /// After a busy attempt: `None` when `deadline` has passed (give up).
-    /// Otherwise subscribes if not yet and returns at once: the caller must
-    /// try again before parking, or an unlock published before the
-    /// subscription would be missed. Else parks until an unlock message newer
-    /// than `since`, the server's wait bound `wait_ms` (the holder's PTTL or
-    /// the earliest lease end, since a crashed holder publishes nothing;
-    /// negative: `fallback`), or `deadline`.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub(crate) async fn park_after_busy(
-        &self,
-        since: u64,
-        wait_ms: i64,
-        fallback: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<()>> {
-        self.hub.check_open()?;
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Ok(None);
-        }
-        if !self.is_subscribed() {
-            self.hub.ensure_subscribed(self).await?;
-            return Ok(Some(()));
-        }
-        let bound = match u64::try_from(wait_ms) {
-            Ok(ms) => now + Duration::from_millis(ms + 1),
-            Err(_) => now + fallback,
-        };
-        self.wait_unlock(since, deadline.map_or(bound, |d| d.min(bound)))
-            .await;
-        self.hub.check_open()?;
-        Ok(Some(()))
     }
 }

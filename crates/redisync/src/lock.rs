@@ -4,18 +4,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
-use futures::FutureExt;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
-use crate::hub::{Hub, Slot, SlotRef};
+use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
-use crate::replica;
-use crate::script::{checked_ms, lua_script};
+use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -89,23 +87,6 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.inner.name)
             .field("key", &self.inner.key)
             .finish_non_exhaustive()
-    }
-}
-
-/// What the acquire script said.
-enum Acquired {
-    Token(u64),
-    Busy { pttl_ms: i64 },
-}
-
-fn parse_acquire(reply: &[i64]) -> Result<Acquired> {
-    match reply {
-        [1 | 2, token] => Ok(Acquired::Token(u64::try_from(*token).unwrap_or(0))),
-        [0, pttl] => Ok(Acquired::Busy { pttl_ms: *pttl }),
-        other => Err(Error::Script {
-            name: "lock_acquire.lua",
-            message: format!("unexpected reply {other:?}"),
-        }),
     }
 }
 
@@ -225,213 +206,11 @@ impl Lock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.check_usable()?;
-        let client = self.client_inner();
-        let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(client.settings.watchdog_timeout);
-        let lease_ms = checked_ms("lease", lease)?;
-        let owner = client.owner_id();
-        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
-
-        if let Some(hold) = slot.holder(&owner) {
-            if let Some(guard) = self
-                .reenter(&slot, &hold, watchdog, lease, lease_ms)
-                .await?
-            {
-                return Ok(Some(guard));
-            }
-        }
-
-        let Some(permit) = wait_gate(&client.hub, &slot, deadline).await? else {
-            return Ok(None);
-        };
-        if let Some(until) = slot.take_yield() {
-            // The last local holder gives remote waiters a turn.
-            tokio::time::sleep_until(until).await;
-        }
-        if slot.has_pending_undo(&owner) {
-            // An earlier acquisition of ours may still be in Redis: undo it
-            // first (an error here is the caller's, in bounded time).
-            self.abandon(&owner, None).await?;
-            slot.remove_pending_undo(&owner);
-        }
-        let mut permit = Some(permit);
-        loop {
-            let since = slot.generation();
-            let sent_at = Instant::now();
-            let mut attempt =
-                Attempt::arm(self, &slot, &owner, None, permit.take(), sent_at + lease);
-            let acquired = self.attempt(&mut attempt, &owner, lease_ms).await?;
-            permit = attempt.disarm();
-            let pttl_ms = match acquired {
-                Acquired::Token(token) => {
-                    let guard =
-                        self.new_guard(&slot, owner, token, sent_at, lease, watchdog, permit);
-                    return self.synced(guard).await.map(Some);
-                }
-                Acquired::Busy { pttl_ms } => pttl_ms,
-            };
-            if slot
-                .park_after_busy(since, pttl_ms, NO_TTL_POLL, deadline)
-                .await?
-                .is_none()
-            {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// The calling owner holds the lock already: count one more hold.
-    /// `Ok(None)` when that hold turned out to be lost (the caller then waits
-    /// like anybody else).
-    async fn reenter(
-        &self,
-        slot: &SlotRef,
-        hold: &Arc<Hold>,
-        watchdog: bool,
-        lease: Duration,
-        lease_ms: i64,
-    ) -> Result<Option<LockGuard>> {
-        // Reserved first: the last other guard dropped meanwhile then only
-        // counts down, and a hold already released is never revived.
-        let Some(reserved) = hold.reserve(watchdog) else {
-            return Ok(None);
-        };
-        let sent_at = Instant::now();
-        let mut attempt = Attempt::arm(
-            self,
-            slot,
-            &hold.owner_str,
-            Some(hold.token),
-            None,
-            sent_at + lease,
-        );
-        let acquired = self
-            .attempt(&mut attempt, &hold.owner_str, lease_ms)
-            .await?;
-        attempt.disarm();
-        match acquired {
-            Acquired::Token(token) if token == hold.token => {
-                let guard = self.guard(reserved.confirm(sent_at, lease), watchdog);
-                self.synced(guard).await.map(Some)
-            }
-            Acquired::Token(token) => {
-                // Our earlier acquisition had expired; this is a new one.
-                hold.mark_lost("re-entry found the lock expired");
-                let permit = slot.gate.clone().try_acquire_owned().ok();
-                let owner = hold.owner_str.clone();
-                let guard = self.new_guard(slot, owner, token, sent_at, lease, watchdog, permit);
-                self.synced(guard).await.map(Some)
-            }
-            Acquired::Busy { .. } => {
-                hold.mark_lost("re-entry found the lock held by another owner");
-                Ok(None)
-            }
-        }
-    }
-
-    /// Undoes an acquisition of `owner` whose reply was lost, except the one
-    /// with token `keep`. Returns whether something was undone.
-    async fn abandon(&self, owner: &str, keep: Option<u64>) -> Result<bool> {
-        let client = self.client_inner();
-        let undone: i64 = ABANDON
-            .run_idempotent(
-                &client.redis,
-                &self.inner.key,
-                vec![self.inner.redis_key.clone()],
-                vec![
-                    Value::String(owner.into()),
-                    Value::String(keep.map(|t| t.to_string()).unwrap_or_default().into()),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
-                ],
-            )
-            .await?;
-        Ok(undone == 1)
-    }
-
-    /// Runs the acquire script under an armed `attempt`. On an error whose
-    /// outcome is known (nothing ran) the attempt is disarmed; on an unknown
-    /// outcome it stays armed, so dropping it undoes a possible acquisition.
-    async fn attempt(&self, attempt: &mut Attempt, owner: &str, lease_ms: i64) -> Result<Acquired> {
-        let reply = self.run_acquire(owner, lease_ms, attempt.keep_token).await;
-        if matches!(&reply, Err(e) if !e.outcome_unknown()) {
-            attempt.armed = false;
-        }
-        reply
-    }
-
-    /// Replica sync of an acquisition (see [`replica::synced`]).
-    async fn synced(&self, guard: LockGuard) -> Result<LockGuard> {
-        let client = self.client_inner();
-        replica::synced(
-            client,
-            &self.inner.name,
-            &self.inner.key,
-            guard,
-            LockGuard::unlock,
-        )
-        .await
-    }
-
-    async fn run_acquire(
-        &self,
-        owner: &str,
-        lease_ms: i64,
-        reentry: Option<u64>,
-    ) -> Result<Acquired> {
-        let client = self.client_inner();
-        let reply: Vec<i64> = client
-            .hub
-            .unless_closing(ACQUIRE.run_idempotent(
-                &client.redis,
-                &self.inner.key,
-                vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
-                vec![
-                    Value::String(owner.into()),
-                    Value::Integer(lease_ms),
-                    Value::String(reentry.map(|t| t.to_string()).unwrap_or_default().into()),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
-            ))
-            .await?;
-        parse_acquire(&reply)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn new_guard(
-        &self,
-        slot: &SlotRef,
-        owner: Arc<str>,
-        token: u64,
-        sent_at: Instant,
-        lease: Duration,
-        watchdog: bool,
-        permit: Option<OwnedSemaphorePermit>,
-    ) -> LockGuard {
-        let hold = Arc::new(Hold::new(
-            &LOCK_HOLD,
-            slot.clone(),
-            owner,
-            token,
-            sent_at + lease,
-            watchdog,
-            permit,
-        ));
-        slot.add_holder(hold.clone());
-        self.guard(hold, watchdog)
-    }
-
-    fn guard(&self, hold: Arc<Hold>, watchdog: bool) -> LockGuard {
-        LockGuard {
+        let held = engine::acquire::acquire(self, (), deadline, lease).await?;
+        Ok(held.map(|held| LockGuard {
             lock: self.clone(),
-            held: Held::new(
-                self.inner.client.inner.clone(),
-                self.inner.name.clone(),
-                hold,
-                watchdog,
-            ),
-        }
+            held,
+        }))
     }
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
@@ -558,153 +337,79 @@ fn unreachable_wait(name: &str) -> Error {
     Error::InvalidArgument(format!("wait for lock {name:?} ended without a deadline"))
 }
 
-/// Waits for the local gate (FIFO among this client's tasks). `None` when
-/// `deadline` passes first. A local holder whose lease ran out (by the local
-/// clock) is declared lost so it does not keep the queue shut.
-async fn wait_gate(
-    hub: &Hub,
-    slot: &Slot,
-    deadline: Option<Instant>,
-) -> Result<Option<OwnedSemaphorePermit>> {
-    let acquire = slot.gate.clone().acquire_owned();
-    tokio::pin!(acquire);
-    loop {
-        let wake = match (deadline, slot.earliest_holder_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let sleep = async {
-            match wake {
-                Some(wake) => tokio::time::sleep_until(wake).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            () = hub.closing() => return Err(Error::Shutdown),
-            permit = &mut acquire => {
-                hub.check_open()?;
-                return Ok(permit.ok());
-            }
-            () = sleep => {
-                for hold in slot.holders() {
-                    let _ = hold.is_lost();
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok((&mut acquire).now_or_never().and_then(std::result::Result::ok));
-                }
-            }
-        }
+/// The lock on the engine: re-entrant per owner, the local turn kept while
+/// held, every release message wakes every local waiter.
+impl Spec for Lock {
+    type Ask = ();
+    const WHAT: &'static str = "lock";
+    const REENTRANT: bool = true;
+    const WAKE: Wake = Wake::Broadcast;
+
+    fn client_state(&self) -> &Arc<ClientInner> {
+        &self.inner.client.inner
     }
-}
+    fn name(&self) -> &Arc<str> {
+        &self.inner.name
+    }
+    fn key(&self) -> &Arc<str> {
+        &self.inner.key
+    }
+    fn channel(&self) -> &Key {
+        &self.inner.channel
+    }
+    fn holder(&self, owner: &Arc<str>, (): ()) -> Arc<str> {
+        owner.clone()
+    }
+    fn hold_ops(&self, (): ()) -> &'static HoldOps {
+        &LOCK_HOLD
+    }
+    fn gate(&self, _: &Slot, _: &str, (): ()) -> Result<Gate> {
+        Ok(Gate::WhileHeld)
+    }
 
-/// An acquire script in flight. Dropped armed (the caller's future was
-/// cancelled, or the command's outcome is unknown), it undoes a possible
-/// acquisition in the background, keeping the local gate until that is done
-/// so the same task cannot re-acquire in between.
-struct Attempt {
-    armed: bool,
-    /// When a possible acquisition would have expired anyway.
-    expires_at: Instant,
-    lock: Lock,
-    slot: SlotRef,
-    owner: Arc<str>,
-    keep_token: Option<u64>,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Attempt {
-    fn arm(
-        lock: &Lock,
-        slot: &SlotRef,
-        owner: &Arc<str>,
-        keep_token: Option<u64>,
-        permit: Option<OwnedSemaphorePermit>,
-        expires_at: Instant,
-    ) -> Attempt {
-        Attempt {
-            armed: true,
-            expires_at,
-            lock: lock.clone(),
-            slot: slot.clone(),
-            owner: owner.clone(),
-            keep_token,
-            permit,
+    async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
+        let client = self.client_inner();
+        let reply: Vec<i64> = ACQUIRE
+            .run_idempotent(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
+                vec![
+                    Value::String(t.holder.into()),
+                    Value::Integer(t.lease_ms),
+                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    Value::Integer(client.settings.fence_ttl_ms()),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [0, pttl] => Ok(Reply::busy_for(pttl, NO_TTL_POLL)),
+            _ => Err(Error::Script {
+                name: "lock_acquire.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
         }
     }
 
-    fn disarm(&mut self) -> Option<OwnedSemaphorePermit> {
-        self.armed = false;
-        self.permit.take()
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock_key = %self.lock.inner.key, "acquire cancelled outside a runtime; a won lock expires with its lease");
-            return;
-        };
-        let lock = self.lock.clone();
-        let slot = self.slot.clone();
-        let owner = self.owner.clone();
-        let permit = self.permit.take();
-        // Undo in the background, retried while Redis is unreachable, until
-        // the possible acquisition would have expired anyway. Each try holds
-        // the local gate, and the owner runs a pending undo itself before
-        // acquiring afresh, so an undo never lands after the owner's next
-        // acquisition. A cancelled re-entry waits for the gate too, that is
-        // until the outer hold is released (whose final release drops what
-        // the re-entry counted up), and keeps the outer acquisition (its
-        // release may still be on its way): it only removes a fresh grant
-        // the re-entry may have made, never the owner's next acquisition.
-        slot.add_pending_undo(&owner);
-        let expires_at = self.expires_at;
-        let keep = self.keep_token;
-        rt.spawn(async move {
-            undo_in_background(lock, slot, owner, keep, permit, expires_at).await;
-        });
-    }
-}
-
-async fn undo_in_background(
-    lock: Lock,
-    slot: SlotRef,
-    owner: Arc<str>,
-    keep: Option<u64>,
-    mut permit: Option<OwnedSemaphorePermit>,
-    expires_at: Instant,
-) {
-    let mut pause = Duration::from_millis(50);
-    loop {
-        let turn = match permit.take() {
-            Some(p) => p,
-            None => match slot.gate.clone().acquire_owned().await {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
-        if !slot.has_pending_undo(&owner) {
-            return; // the owner did it before acquiring again
-        }
-        match lock.abandon(&owner, keep).await {
-            Err(e) if e.is_retryable() && Instant::now() + pause < expires_at => {
-                tracing::debug!(lock_key = %lock.inner.key, error = %e, "undo of a cancelled acquisition failed; retrying");
-                drop(turn);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            result => {
-                if let Err(e) = result {
-                    tracing::warn!(target: "redisync.release.failed", lock_key = %lock.inner.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
-                }
-                slot.remove_pending_undo(&owner);
-                return;
-            }
-        }
+    /// `lock_abandon.lua`: deletes an acquisition of `holder` unless its
+    /// token is `keep`.
+    async fn undo(&self, _: &Slot, holder: &str, keep: Option<u64>) -> Result<()> {
+        let client = self.client_inner();
+        let _undone: i64 = ABANDON
+            .run_idempotent(
+                &client.redis,
+                &self.inner.key,
+                vec![self.inner.redis_key.clone()],
+                vec![
+                    Value::String(holder.into()),
+                    Value::String(keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.channel.clone()),
+                ],
+            )
+            .await?;
+        Ok(())
     }
 }
 

@@ -4,17 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
-use crate::hub::SlotRef;
+use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
-use crate::replica;
-use crate::script::checked_ms;
 use crate::script::lua_script;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
@@ -28,7 +26,7 @@ const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
 /// Which side of the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
+pub(crate) enum Side {
     Read,
     Write,
 }
@@ -38,6 +36,13 @@ impl Side {
         match self {
             Side::Read => "r",
             Side::Write => "w",
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Read => Side::Write,
+            Side::Write => Side::Read,
         }
     }
 
@@ -51,10 +56,8 @@ impl Side {
 
 /// Holds of a read-write lock are kept as `"<side>|<owner id>"` so one owner
 /// can hold both sides (a downgrade); Redis sees the bare owner id.
-fn raw_owner(hold: &Hold) -> &str {
-    hold.owner_str
-        .split_once('|')
-        .map_or(&*hold.owner_str, |(_, o)| o)
+fn raw_owner(holder: &str) -> &str {
+    holder.split_once('|').map_or(holder, |(_, o)| o)
 }
 
 fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
@@ -62,7 +65,7 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
     (
         vec![Key::from(key), keys::sibling_key(key, Role::Readers)],
         vec![
-            Value::String(raw_owner(h).into()),
+            Value::String(raw_owner(&h.owner_str).into()),
             Value::String(h.token.to_string().into()),
             Value::String(side.tag().into()),
         ],
@@ -91,7 +94,7 @@ async fn release_side(client: &ClientInner, hold: &Hold, side: Side, last: bool)
             key,
             vec![Key::from(&**key), keys::sibling_key(key, Role::Readers)],
             vec![
-                Value::String(raw_owner(hold).into()),
+                Value::String(raw_owner(&hold.owner_str).into()),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(side.tag().into()),
@@ -192,195 +195,13 @@ impl RwLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<RwLockGuard>> {
-        self.check_usable()?;
-        let client = self.client();
-        let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(client.settings.watchdog_timeout);
-        let lease_ms = checked_ms("lease", lease)?;
-        let owner = client.owner_id();
-        let holder_id: Arc<str> = Arc::from(format!("{}|{owner}", side.tag()));
-        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
-
-        // Reserved first (see `Hold::reserve`); a released hold is not
-        // re-entered.
-        let reentry = slot
-            .holder(&holder_id)
-            .and_then(|hold| Some((hold.reserve(watchdog)?, hold)));
-        if let Some((reserved, hold)) = reentry {
-            let sent_at = Instant::now();
-            let mut undo = Undo::arm(self, &slot, side, &holder_id, Some(hold.token), None);
-            let acquired = self.attempt(&mut undo, side, &owner, lease_ms).await?;
-            undo.armed = false;
-            match acquired {
-                Acquired::Token(token) if token == hold.token => {
-                    let guard = self.guard(side, reserved.confirm(sent_at, lease), watchdog);
-                    return self.synced(guard).await.map(Some);
-                }
-                Acquired::Token(token) => {
-                    hold.mark_lost("re-entry found the lock expired");
-                    let guard =
-                        self.new_guard(&slot, side, holder_id, token, sent_at, lease, watchdog);
-                    return self.synced(guard).await.map(Some);
-                }
-                Acquired::Busy { .. } => hold.mark_lost("re-entry found the lock taken"),
-            }
-        }
-
-        // This owner holding the other side decides before the local queue,
-        // whose head may wait for that very hold: a reader asking for the
-        // write side is refused at once (it would wait for itself); a
-        // writer asking for the read side (a downgrade) goes straight to
-        // Redis, which grants it.
-        let other_side = match side {
-            Side::Read => Side::Write,
-            Side::Write => Side::Read,
-        };
-        let holds_other = slot
-            .holder(&format!("{}|{owner}", other_side.tag()))
-            .is_some();
-        if side == Side::Write && holds_other {
-            return Err(Error::UpgradeNotSupported {
-                name: self.inner.name.to_string(),
-            });
-        }
-        // Local FIFO turn to ask Redis (not held while holding: readers share).
-        let mut turn = None;
-        if !holds_other {
-            let Some(t) = client.hub.gate_turn(&slot, deadline).await? else {
-                return Ok(None);
-            };
-            turn = Some(t);
-        }
-        if slot.has_pending_undo(&holder_id) {
-            self.release_script(side, &owner, None, true, '!').await?;
-            slot.remove_pending_undo(&holder_id);
-        }
-        loop {
-            let since = slot.generation();
-            let sent_at = Instant::now();
-            let mut undo = Undo::arm(self, &slot, side, &holder_id, None, turn.take());
-            undo.expires_at = sent_at + lease;
-            let acquired = self.attempt(&mut undo, side, &owner, lease_ms).await?;
-            undo.armed = false;
-            turn = undo.turn.take();
-            let wait_ms = match acquired {
-                Acquired::Token(token) => {
-                    drop(turn);
-                    let guard =
-                        self.new_guard(&slot, side, holder_id, token, sent_at, lease, watchdog);
-                    return self.synced(guard).await.map(Some);
-                }
-                Acquired::Busy { wait_ms } => wait_ms,
-            };
-            if slot
-                .park_after_busy(since, wait_ms, NO_TTL_POLL, deadline)
-                .await?
-                .is_none()
-            {
-                return Ok(None);
-            }
-        }
+        let held = engine::acquire::acquire(self, side, deadline, lease).await?;
+        Ok(held.map(|held| RwLockGuard { side, held }))
     }
 
-    /// Replica sync of an acquisition (see [`replica::synced`]).
-    async fn synced(&self, guard: RwLockGuard) -> Result<RwLockGuard> {
-        replica::synced(
-            self.client(),
-            &self.inner.name,
-            &self.inner.key,
-            guard,
-            RwLockGuard::unlock,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn new_guard(
-        &self,
-        slot: &SlotRef,
-        side: Side,
-        holder_id: Arc<str>,
-        token: u64,
-        sent_at: Instant,
-        lease: Duration,
-        watchdog: bool,
-    ) -> RwLockGuard {
-        let hold = Arc::new(Hold::new(
-            side.hold_ops(),
-            slot.clone(),
-            holder_id,
-            token,
-            sent_at + lease,
-            watchdog,
-            None,
-        ));
-        slot.add_holder(hold.clone());
-        self.guard(side, hold, watchdog)
-    }
-
-    fn guard(&self, side: Side, hold: Arc<Hold>, watchdog: bool) -> RwLockGuard {
-        RwLockGuard {
-            side,
-            held: Held::new(
-                self.inner.client.inner.clone(),
-                self.inner.name.clone(),
-                hold,
-                watchdog,
-            ),
-        }
-    }
-
-    /// Runs the acquire script under an armed undo (disarmed when the error
-    /// says nothing ran).
-    async fn attempt(
-        &self,
-        undo: &mut Undo,
-        side: Side,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<Acquired> {
-        let client = self.client();
-        let reply: Result<Vec<i64>> = client
-            .hub
-            .unless_closing(ACQUIRE.run_idempotent(
-                &client.redis,
-                &self.inner.key,
-                vec![
-                    self.inner.hash.clone(),
-                    self.inner.readers.clone(),
-                    self.inner.fence.clone(),
-                ],
-                vec![
-                    Value::String(owner.into()),
-                    Value::Integer(lease_ms),
-                    Value::String(side.tag().into()),
-                    Value::String(
-                        undo.keep_token
-                            .map(|t| t.to_string())
-                            .unwrap_or_default()
-                            .into(),
-                    ),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
-            ))
-            .await;
-        if matches!(&reply, Err(e) if !e.outcome_unknown()) {
-            undo.armed = false;
-        }
-        let reply = reply?;
-        match reply[..] {
-            [1 | 2, token] => Ok(Acquired::Token(u64::try_from(token).unwrap_or(0))),
-            [0, wait_ms] => Ok(Acquired::Busy { wait_ms }),
-            [-3, _] => {
-                undo.armed = false;
-                Err(Error::UpgradeNotSupported {
-                    name: self.inner.name.to_string(),
-                })
-            }
-            _ => Err(Error::Script {
-                name: "rw_lock_acquire.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
+    fn upgrade_refused(&self) -> Error {
+        Error::UpgradeNotSupported {
+            name: self.inner.name.to_string(),
         }
     }
 
@@ -462,100 +283,92 @@ impl RwLock {
     }
 }
 
-enum Acquired {
-    Token(u64),
-    Busy { wait_ms: i64 },
-}
+/// The read-write lock on the engine: each side re-entrant per owner
+/// (holder `"<side>|<owner>"`), the local turn given up at the grant, a
+/// downgrade past the local queue, every release message wakes every local
+/// waiter.
+impl Spec for RwLock {
+    type Ask = Side;
+    const WHAT: &'static str = "lock";
+    const REENTRANT: bool = true;
+    const WAKE: Wake = Wake::Broadcast;
 
-/// An acquire in flight; dropped armed it undoes a possible acquisition
-/// (fresh attempts: retried in the background, keeping the local turn, the
-/// owner running a pending undo itself before acquiring again; re-entrant
-/// attempts: one try keeping the earlier acquisition).
-struct Undo {
-    armed: bool,
-    rw: RwLock,
-    slot: SlotRef,
-    side: Side,
-    holder_id: Arc<str>,
-    keep_token: Option<u64>,
-    turn: Option<OwnedSemaphorePermit>,
-    expires_at: Instant,
-}
+    fn client_state(&self) -> &Arc<ClientInner> {
+        &self.inner.client.inner
+    }
+    fn name(&self) -> &Arc<str> {
+        &self.inner.name
+    }
+    fn key(&self) -> &Arc<str> {
+        &self.inner.key
+    }
+    fn channel(&self) -> &Key {
+        &self.inner.channel
+    }
+    fn holder(&self, owner: &Arc<str>, side: Side) -> Arc<str> {
+        Arc::from(format!("{}|{owner}", side.tag()))
+    }
+    fn hold_ops(&self, side: Side) -> &'static HoldOps {
+        side.hold_ops()
+    }
 
-impl Undo {
-    fn arm(
-        rw: &RwLock,
-        slot: &SlotRef,
-        side: Side,
-        holder_id: &Arc<str>,
-        keep_token: Option<u64>,
-        turn: Option<OwnedSemaphorePermit>,
-    ) -> Undo {
-        Undo {
-            armed: true,
-            rw: rw.clone(),
-            slot: slot.clone(),
-            side,
-            holder_id: holder_id.clone(),
-            keep_token,
-            turn,
-            expires_at: Instant::now(),
+    /// This owner holding the other side decides before the local queue,
+    /// whose head may wait for that very hold: a reader asking for the write
+    /// side is refused at once (it would wait for itself); a writer asking
+    /// for the read side (a downgrade) goes straight to Redis, which grants it.
+    fn gate(&self, slot: &Slot, owner: &str, side: Side) -> Result<Gate> {
+        let holds_other = slot
+            .holder(&format!("{}|{owner}", side.other().tag()))
+            .is_some();
+        match (side, holds_other) {
+            (Side::Write, true) => Err(self.upgrade_refused()),
+            (Side::Read, true) => Ok(Gate::Bypass),
+            (_, false) => Ok(Gate::UntilGranted),
         }
     }
-}
 
-impl Drop for Undo {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
+    async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
+        let client = self.client();
+        let reply: Vec<i64> = ACQUIRE
+            .run_idempotent(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.readers.clone(),
+                    self.inner.fence.clone(),
+                ],
+                vec![
+                    Value::String(raw_owner(t.holder).into()),
+                    Value::Integer(t.lease_ms),
+                    Value::String(t.ask.tag().into()),
+                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    Value::Integer(client.settings.fence_ttl_ms()),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
+            [-3, _] => Err(self.upgrade_refused()),
+            _ => Err(Error::Script {
+                name: "rw_lock_acquire.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
+    }
+
+    /// Undoes any acquisition of the holder's owner on the holder's side,
+    /// except the one with token `keep`.
+    async fn undo(&self, _: &Slot, holder: &str, keep: Option<u64>) -> Result<()> {
+        let side = if holder.starts_with("w|") {
+            Side::Write
+        } else {
+            Side::Read
         };
-        let (rw, slot, side, holder_id) = (
-            self.rw.clone(),
-            self.slot.clone(),
-            self.side,
-            self.holder_id.clone(),
-        );
-        let owner: Arc<str> = Arc::from(holder_id.split_once('|').map_or(&*holder_id, |(_, o)| o));
-        // A pending undo, run under the local gate: the owner's next fresh
-        // acquisition settles it first, so it never lands after that. A
-        // cancelled re-entry keeps the outer acquisition (`keep`): it only
-        // removes a fresh grant the re-entry may have made.
-        let keep = self.keep_token;
-        slot.add_pending_undo(&holder_id);
-        let mut turn = self.turn.take();
-        let expires_at = self.expires_at;
-        rt.spawn(async move {
-            let mut pause = Duration::from_millis(50);
-            loop {
-                let mine = match turn.take() {
-                    Some(t) => t,
-                    None => match slot.gate.clone().acquire_owned().await {
-                        Ok(t) => t,
-                        Err(_) => return,
-                    },
-                };
-                if !slot.has_pending_undo(&holder_id) {
-                    return;
-                }
-                match rw.release_script(side, &owner, keep, true, '!').await {
-                    Err(e) if e.is_retryable() && Instant::now() + pause < expires_at => {
-                        drop(mine);
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(1));
-                    }
-                    result => {
-                        if let Err(e) = result {
-                            tracing::warn!(target: "redisync.release.failed", lock_key = %rw.inner.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
-                        }
-                        slot.remove_pending_undo(&holder_id);
-                        return;
-                    }
-                }
-            }
-        });
+        self.release_script(side, raw_owner(holder), keep, true, '!')
+            .await
+            .map(drop)
     }
 }
 

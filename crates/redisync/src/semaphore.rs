@@ -8,13 +8,12 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
-use crate::engine::held::{guard_accessors, retry_until_deadline, Held};
+use crate::engine::held::{guard_accessors, Held};
+use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
-use crate::hub::SlotRef;
+use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
-use crate::replica;
-use crate::script::checked_ms;
 use crate::script::lua_script;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
@@ -62,11 +61,6 @@ impl std::fmt::Debug for Semaphore {
             .field("key", &self.inner.key)
             .finish_non_exhaustive()
     }
-}
-
-enum Acquired {
-    Token(u64),
-    Busy { wait_ms: i64 },
 }
 
 impl Client {
@@ -197,109 +191,8 @@ impl Semaphore {
         permits: u32,
         deadline: Option<Instant>,
     ) -> Result<Option<SemaphorePermit>> {
-        self.check_usable()?;
-        if permits == 0 {
-            return Err(Error::InvalidArgument("acquire at least one permit".into()));
-        }
-        let client = self.client();
-        let lease = client.settings.watchdog_timeout;
-        let lease_ms = checked_ms("lease", lease)?;
-        let slot = client.hub.slot(&self.inner.key, &self.inner.channel);
-        let Some(turn) = client.hub.gate_turn(&slot, deadline).await? else {
-            return Ok(None);
-        };
-        let id: Arc<str> = Arc::from(format!(
-            "{}:{}",
-            client.owner_id(),
-            NEXT_PERMIT.fetch_add(1, Ordering::Relaxed)
-        ));
-        loop {
-            let since = slot.generation();
-            let sent_at = Instant::now();
-            let mut undo = Undo::arm(self, &slot, &id);
-            let reply = self.run_acquire(&id, permits, lease_ms).await;
-            if matches!(&reply, Err(e) if !e.outcome_unknown()) {
-                undo.armed = false;
-            }
-            let acquired = reply?;
-            undo.armed = false;
-            let wait_ms = match acquired {
-                Acquired::Token(token) => {
-                    drop(turn); // the next local waiter may take what is left
-                    let hold = Arc::new(Hold::new(
-                        &SEMAPHORE_HOLD,
-                        slot.clone(),
-                        id,
-                        token,
-                        sent_at + lease,
-                        true,
-                        None,
-                    ));
-                    slot.add_holder(hold.clone());
-                    let permit = SemaphorePermit {
-                        held: Held::new(
-                            self.inner.client.inner.clone(),
-                            self.inner.name.clone(),
-                            hold,
-                            true,
-                        ),
-                        permits,
-                    };
-                    return replica::synced(
-                        client,
-                        &self.inner.name,
-                        &self.inner.key,
-                        permit,
-                        SemaphorePermit::release,
-                    )
-                    .await
-                    .map(Some);
-                }
-                Acquired::Busy { wait_ms } => wait_ms,
-            };
-            if slot
-                .park_after_busy(since, wait_ms, NO_LEASE_POLL, deadline)
-                .await?
-                .is_none()
-            {
-                return Ok(None);
-            }
-        }
-    }
-
-    async fn run_acquire(&self, id: &str, permits: u32, lease_ms: i64) -> Result<Acquired> {
-        let client = self.client();
-        let reply: Vec<i64> = client
-            .hub
-            .unless_closing(ACQUIRE.run(
-                &client.redis,
-                &self.inner.key,
-                vec![
-                    self.inner.hash.clone(),
-                    self.inner.leases.clone(),
-                    self.inner.fence.clone(),
-                ],
-                vec![
-                    Value::String(id.into()),
-                    Value::Integer(i64::from(permits)),
-                    Value::Integer(lease_ms),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
-            ))
-            .await?;
-        match reply[..] {
-            [1, token] => Ok(Acquired::Token(u64::try_from(token).unwrap_or(0))),
-            [0, wait_ms] => Ok(Acquired::Busy { wait_ms }),
-            [-1, _] => Err(self.not_initialized()),
-            [-2, total] => Err(Error::InvalidArgument(format!(
-                "{permits} permits asked from semaphore {:?}, which has {total}",
-                self.inner.name
-            ))),
-            _ => Err(Error::Script {
-                name: "semaphore_acquire.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
-        }
+        let held = engine::acquire::acquire(self, permits, deadline, None).await?;
+        Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 
     async fn release_id(&self, id: &Value) -> Result<i64> {
@@ -352,44 +245,87 @@ impl Semaphore {
     }
 }
 
-/// An acquire in flight; dropped armed, it gives back what it may have won
-/// (the permit id is unique, so this never touches another acquisition).
-struct Undo {
-    armed: bool,
-    semaphore: Semaphore,
-    slot: SlotRef,
-    id: Arc<str>,
-}
+/// The semaphore on the engine: a fresh permit id per acquisition (no
+/// re-entry, nothing to order), the local turn given up at the grant, every
+/// release message wakes every local waiter.
+impl Spec for Semaphore {
+    type Ask = u32;
+    const WHAT: &'static str = "semaphore";
+    const REENTRANT: bool = false;
+    const WAKE: Wake = Wake::Broadcast;
 
-impl Undo {
-    fn arm(semaphore: &Semaphore, slot: &SlotRef, id: &Arc<str>) -> Undo {
-        Undo {
-            armed: true,
-            semaphore: semaphore.clone(),
-            slot: slot.clone(),
-            id: id.clone(),
+    fn client_state(&self) -> &Arc<ClientInner> {
+        &self.inner.client.inner
+    }
+    fn name(&self) -> &Arc<str> {
+        &self.inner.name
+    }
+    fn key(&self) -> &Arc<str> {
+        &self.inner.key
+    }
+    fn channel(&self) -> &Key {
+        &self.inner.channel
+    }
+    fn check(&self, permits: u32) -> Result<()> {
+        if permits == 0 {
+            return Err(Error::InvalidArgument("acquire at least one permit".into()));
+        }
+        Ok(())
+    }
+    fn holder(&self, owner: &Arc<str>, _: u32) -> Arc<str> {
+        Arc::from(format!(
+            "{owner}:{}",
+            NEXT_PERMIT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+    fn hold_ops(&self, _: u32) -> &'static HoldOps {
+        &SEMAPHORE_HOLD
+    }
+    fn gate(&self, _: &Slot, _: &str, _: u32) -> Result<Gate> {
+        Ok(Gate::UntilGranted)
+    }
+
+    /// Sent once: a re-send would count the permits twice.
+    async fn attempt(&self, t: Try<'_, u32>) -> Result<Reply> {
+        let client = self.client();
+        let permits = t.ask;
+        let reply: Vec<i64> = ACQUIRE
+            .run(
+                &client.redis,
+                &self.inner.key,
+                vec![
+                    self.inner.hash.clone(),
+                    self.inner.leases.clone(),
+                    self.inner.fence.clone(),
+                ],
+                vec![
+                    Value::String(t.holder.into()),
+                    Value::Integer(i64::from(permits)),
+                    Value::Integer(t.lease_ms),
+                    Value::Integer(client.settings.fence_ttl_ms()),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_LEASE_POLL)),
+            [-1, _] => Err(self.not_initialized()),
+            [-2, total] => Err(Error::InvalidArgument(format!(
+                "{permits} permits asked from semaphore {:?}, which has {total}",
+                self.inner.name
+            ))),
+            _ => Err(Error::Script {
+                name: "semaphore_acquire.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
         }
     }
-}
 
-impl Drop for Undo {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let semaphore = self.semaphore.clone();
-        let slot = self.slot.clone();
-        let id = Value::String(self.id.as_ref().into());
-        let until = Instant::now() + semaphore.client().settings.watchdog_timeout;
-        rt.spawn(async move {
-            if let Err(e) = retry_until_deadline(until, || semaphore.release_id(&id)).await {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %semaphore.inner.key, error = %e, "could not give back permits of a cancelled acquire; they return when the lease ends");
-            }
-            drop(slot);
-        });
+    /// Gives back whatever the permit id `holder` holds.
+    async fn undo(&self, _: &Slot, holder: &str, _: Option<u64>) -> Result<()> {
+        self.release_id(&Value::String(holder.into()))
+            .await
+            .map(drop)
     }
 }
 

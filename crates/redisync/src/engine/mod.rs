@@ -1,5 +1,133 @@
-//! The engine every primitive runs on: the guard core ([`held`]). A
-//! primitive supplies its scripts and key roles; the rules that keep holders
-//! exclusive and tokens rising are written here once.
+//! The engine every primitive runs on, as tokio's `Mutex`, `RwLock` and
+//! `Semaphore` run on one batch semaphore: the acquisition state machine
+//! ([`acquire`]), the undo of an acquisition whose outcome is unknown
+//! ([`undo`]) and the guard core ([`held`]). A primitive is a [`Spec`]: its
+//! scripts, its key roles, its re-entry rule, its gate policy and its wake
+//! rule. The rules that keep holders exclusive and tokens rising live here,
+//! once.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Key;
+use tokio::time::Instant;
+
+use crate::client::ClientInner;
+use crate::error::Result;
+use crate::hold::HoldOps;
+use crate::hub::Slot;
+
+pub(crate) mod acquire;
 pub(crate) mod held;
+pub(crate) mod undo;
+
+/// How the local FIFO queue (the slot's gate) orders this client's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// The turn is kept while the hold lives and passed on as its release
+    /// is queued (exclusive locks): N local waiters cost one Redis contender.
+    WhileHeld,
+    /// The turn is kept while contending and given up at the grant (shared
+    /// holds: an `RwLock` side, semaphore permits).
+    UntilGranted,
+    /// No turn: every waiter contends on its own (a fair lock's place is in
+    /// Redis's queue); the turn only orders a pending undo.
+    None,
+    /// No turn at all, not even to settle a pending undo: this owner holds
+    /// what local waiters wait for (an `RwLock` downgrade).
+    Bypass,
+}
+
+/// How a parked waiter learns that it may try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Every release message wakes every local waiter of the name.
+    Broadcast,
+    /// A release message names the next owner; only that owner's task wakes.
+    Addressed,
+}
+
+/// One acquisition attempt, as the engine asks a primitive to run it.
+pub(crate) struct Try<'a, A> {
+    /// The local hold id (the owner id, or a per-acquisition id).
+    pub(crate) holder: &'a str,
+    pub(crate) lease_ms: i64,
+    /// The token of the hold a re-entry counts up (`None`: a fresh one).
+    pub(crate) keep: Option<u64>,
+    /// Whether a busy attempt may wait in a queue in Redis (no for a zero
+    /// wait and for a re-entry).
+    pub(crate) enqueue: bool,
+    pub(crate) ask: A,
+}
+
+/// What an attempt's script answered.
+pub(crate) enum Reply {
+    /// Acquired (or re-entered) with this fencing token.
+    Granted(u64),
+    /// Not now: retry at `until` at the latest (the server's bound: the
+    /// holder's lease, a queue deadline), or on a wake-up. `queued`: the
+    /// attempt left a queue entry that must be undone if the wait ends.
+    Busy { until: Instant, queued: bool },
+}
+
+impl Reply {
+    /// A busy reply with a wait bound of `ms` milliseconds from now (negative:
+    /// none given; `fallback` then).
+    pub(crate) fn busy_for(ms: i64, fallback: Duration) -> Reply {
+        let now = Instant::now();
+        let until = match u64::try_from(ms) {
+            Ok(ms) => now + Duration::from_millis(ms.saturating_add(1)),
+            Err(_) => now + fallback,
+        };
+        Reply::Busy {
+            until,
+            queued: false,
+        }
+    }
+}
+
+/// A primitive as the engine sees it: a handle on one name plus its rules.
+/// Cheap to clone (background undos keep one).
+pub(crate) trait Spec: Clone + Send + Sync + 'static {
+    /// What one acquisition asks for: nothing, a side, a number of permits.
+    type Ask: Copy + Send + Sync + 'static;
+    /// What the name is, in errors ("lock", "semaphore").
+    const WHAT: &'static str;
+    /// Re-entrant per owner: the owner's holder id is reused, a held owner
+    /// counts up, and undos are ordered before the owner's next acquisition.
+    /// Otherwise every acquisition has a fresh holder id (a semaphore).
+    const REENTRANT: bool;
+    const WAKE: Wake;
+
+    fn client_state(&self) -> &Arc<ClientInner>;
+    fn name(&self) -> &Arc<str>;
+    /// The hold key: also the key of the client's local slot.
+    fn key(&self) -> &Arc<str>;
+    fn channel(&self) -> &Key;
+    /// Checks of the ask and the handle before anything is sent.
+    fn check(&self, _ask: Self::Ask) -> Result<()> {
+        Ok(())
+    }
+    /// The local hold id of `owner` asking `ask`.
+    fn holder(&self, owner: &Arc<str>, ask: Self::Ask) -> Arc<str>;
+    /// How holds of `ask` are renewed and released.
+    fn hold_ops(&self, ask: Self::Ask) -> &'static HoldOps;
+    /// The local queue's policy for `owner` asking `ask`, decided before
+    /// the queue (an error refuses the acquisition at once).
+    fn gate(&self, _slot: &Slot, _owner: &str, _ask: Self::Ask) -> Result<Gate>;
+    /// How long what an attempt with lease `lease` may leave lives at most.
+    fn linger(&self, lease: Duration) -> Duration {
+        lease
+    }
+    /// Runs the acquire script once.
+    fn attempt(&self, t: Try<'_, Self::Ask>) -> impl Future<Output = Result<Reply>> + Send;
+    /// Removes what an attempt of `holder` may have left (a grant, a queue
+    /// entry), except the acquisition with token `keep`. Idempotent.
+    fn undo(
+        &self,
+        slot: &Slot,
+        holder: &str,
+        keep: Option<u64>,
+    ) -> impl Future<Output = Result<()>> + Send;
+}

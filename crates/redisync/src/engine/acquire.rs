@@ -1,0 +1,338 @@
+//! The acquisition state machine, once for every primitive:
+//! re-entry -> local FIFO gate -> settle a pending undo -> loop { attempt
+//! (undo armed) -> granted: hold, replica sync | busy: subscribe, then park
+//! until woken or the server's bound } -> undo on cancel, error or timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::held::Held;
+use super::undo::Undo;
+use super::{Gate, Reply, Spec, Try, Wake};
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::hub::{Addressed, Hub, Slot, SlotRef};
+use crate::script::checked_ms;
+
+/// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
+/// `lease: None` takes the client's watchdog lease, renewed while the guard
+/// lives. `Ok(None)` when the deadline passed first.
+///
+/// Cancel safe: a dropped future gives up its place in the local queue and
+/// undoes in the background whatever its attempt in flight may have won.
+pub(crate) async fn acquire<S: Spec>(
+    spec: &S,
+    ask: S::Ask,
+    deadline: Option<Instant>,
+    lease: Option<Duration>,
+) -> Result<Option<Held>> {
+    let client = spec.client_state();
+    client.check_usable(spec.name(), S::WHAT)?;
+    spec.check(ask)?;
+    let watchdog = lease.is_none();
+    let lease = lease.unwrap_or(client.settings.watchdog_timeout);
+    let lease_ms = checked_ms("lease", lease)?;
+    let owner = client.owner_id();
+    let holder = spec.holder(&owner, ask);
+    let slot = client.hub.slot(spec.key(), spec.channel());
+    let grant = Grant {
+        spec,
+        slot: &slot,
+        ask,
+        watchdog,
+        lease,
+    };
+
+    if S::REENTRANT {
+        if let Some(hold) = slot.holder(&holder) {
+            if let Some(held) = reenter(&grant, &owner, &hold, lease_ms).await? {
+                return grant.synced(held).await.map(Some);
+            }
+        }
+    }
+
+    let gate = spec.gate(&slot, &owner, ask)?;
+    let turn = match gate {
+        Gate::WhileHeld | Gate::UntilGranted => {
+            let Some(turn) = gate_turn(&client.hub, &slot, deadline).await? else {
+                return Ok(None);
+            };
+            if let Some(until) = slot.take_yield() {
+                // The last local holder gives remote waiters a turn.
+                tokio::time::sleep_until(until).await;
+            }
+            Some(turn)
+        }
+        Gate::None | Gate::Bypass => None,
+    };
+    settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
+
+    // A zero wait is one try that never queues.
+    let enqueue = deadline.is_none_or(|d| d > Instant::now());
+    let addressed = (S::WAKE == Wake::Addressed).then(|| Registration::new(&slot, &holder));
+    let mut undo = Undo::new(spec, &slot, &holder, None, turn);
+    let mut queued = false;
+    loop {
+        client.check_open()?;
+        let since = match &addressed {
+            Some(r) => r.addressed.generation(),
+            None => slot.generation(),
+        };
+        let sent_at = Instant::now();
+        undo.arm(sent_at + spec.linger(lease));
+        let reply = client
+            .hub
+            .unless_closing(spec.attempt(Try {
+                holder: &holder,
+                lease_ms,
+                keep: None,
+                enqueue,
+                ask,
+            }))
+            .await;
+        let until = match reply {
+            Err(e) => {
+                // Stays armed while the command may have run or we are queued.
+                if !queued && !e.outcome_unknown() {
+                    undo.disarm();
+                }
+                return Err(e);
+            }
+            Ok(Reply::Granted(token)) => {
+                undo.disarm();
+                let turn = undo.turn.take();
+                let permit = if gate == Gate::WhileHeld { turn } else { None };
+                let held = grant.new_held(holder.clone(), token, sent_at, permit);
+                return grant.synced(held).await.map(Some);
+            }
+            Ok(Reply::Busy { until, queued: q }) => {
+                queued = q;
+                if !queued {
+                    undo.disarm();
+                }
+                until
+            }
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            if queued && spec.undo(&slot, &holder, None).await.is_ok() {
+                undo.disarm();
+            }
+            // Otherwise the undo runs in the background.
+            return Ok(None);
+        }
+        if !slot.is_subscribed() {
+            // Subscribe, then try again before parking: a message sent
+            // before the subscription would be missed.
+            client.hub.ensure_subscribed(&slot).await?;
+            continue;
+        }
+        let until = deadline.map_or(until, |d| d.min(until));
+        match &addressed {
+            Some(r) => r.addressed.wait(since, until).await,
+            None => slot.wait_unlock(since, until).await,
+        }
+    }
+}
+
+/// What a grant needs to become a guard.
+struct Grant<'a, S: Spec> {
+    spec: &'a S,
+    slot: &'a SlotRef,
+    ask: S::Ask,
+    watchdog: bool,
+    lease: Duration,
+}
+
+impl<S: Spec> Grant<'_, S> {
+    /// A new hold (one fencing token) with its first guard.
+    fn new_held(
+        &self,
+        holder: Arc<str>,
+        token: u64,
+        sent_at: Instant,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Held {
+        let hold = Arc::new(Hold::new(
+            self.spec.hold_ops(self.ask),
+            self.slot.clone(),
+            holder,
+            token,
+            sent_at + self.lease,
+            self.watchdog,
+            permit,
+        ));
+        self.slot.add_holder(hold.clone());
+        self.held(hold)
+    }
+
+    fn held(&self, hold: Arc<Hold>) -> Held {
+        Held::new(
+            self.spec.client_state().clone(),
+            self.spec.name().clone(),
+            hold,
+            self.watchdog,
+        )
+    }
+
+    /// Replica sync of an acquisition (see [`crate::replica::synced`]).
+    async fn synced(&self, held: Held) -> Result<Held> {
+        crate::replica::synced(
+            self.spec.client_state(),
+            self.spec.name(),
+            self.spec.key(),
+            held,
+            Held::release,
+        )
+        .await
+    }
+}
+
+/// The calling owner holds already: count one more hold on the same token.
+/// `Ok(None)` when that hold turned out to be lost (the caller then waits
+/// like anybody else).
+async fn reenter<S: Spec>(
+    grant: &Grant<'_, S>,
+    owner: &str,
+    hold: &Arc<Hold>,
+    lease_ms: i64,
+) -> Result<Option<Held>> {
+    // Reserved first: the last other guard dropped meanwhile then only
+    // counts down, and a hold already released is never revived.
+    let Some(reserved) = hold.reserve(grant.watchdog) else {
+        return Ok(None);
+    };
+    let (spec, slot) = (grant.spec, grant.slot);
+    let sent_at = Instant::now();
+    // A cancelled re-entry keeps the outer acquisition (its release may
+    // still be on its way): its undo only removes a fresh grant it made.
+    let mut undo = Undo::new(spec, slot, &hold.owner_str, Some(hold.token), None);
+    undo.arm(sent_at + spec.linger(grant.lease));
+    let reply = spec
+        .client_state()
+        .hub
+        .unless_closing(spec.attempt(Try {
+            holder: &hold.owner_str,
+            lease_ms,
+            keep: Some(hold.token),
+            enqueue: false,
+            ask: grant.ask,
+        }))
+        .await;
+    if !matches!(&reply, Err(e) if e.outcome_unknown()) {
+        undo.disarm();
+    }
+    match reply? {
+        Reply::Granted(token) if token == hold.token => {
+            Ok(Some(grant.held(reserved.confirm(sent_at, grant.lease))))
+        }
+        Reply::Granted(token) => {
+            // Our earlier acquisition had expired; this is a new one.
+            hold.mark_lost("re-entry found it expired");
+            let permit = match spec.gate(slot, owner, grant.ask) {
+                Ok(Gate::WhileHeld) => slot.gate.clone().try_acquire_owned().ok(),
+                _ => None,
+            };
+            let holder = hold.owner_str.clone();
+            Ok(Some(grant.new_held(holder, token, sent_at, permit)))
+        }
+        Reply::Busy { .. } => {
+            hold.mark_lost("re-entry found it held by another owner");
+            Ok(None)
+        }
+    }
+}
+
+/// Runs the undo an earlier cancelled call of `holder` left pending, so it
+/// cannot land after this call's acquisition. Under the local turn (which
+/// orders it with the background undo); a gate-less kind takes the turn for
+/// just this; a bypass runs it without.
+async fn settle_pending<S: Spec>(
+    spec: &S,
+    slot: &Slot,
+    holder: &str,
+    gate: Gate,
+    have_turn: bool,
+) -> Result<()> {
+    if !S::REENTRANT || !slot.has_pending_undo(holder) {
+        return Ok(());
+    }
+    let _turn = if have_turn || gate == Gate::Bypass {
+        None
+    } else {
+        slot.gate.clone().acquire_owned().await.ok()
+    };
+    if slot.has_pending_undo(holder) {
+        // An error here is the caller's, in bounded time.
+        spec.undo(slot, holder, None).await?;
+        slot.remove_pending_undo(holder);
+    }
+    Ok(())
+}
+
+/// Waits for the local gate (FIFO among this client's tasks). `None` when
+/// `deadline` passes first; `Err(Shutdown)` when the client shuts down
+/// first. A local holder whose lease ran out (by the local clock) is
+/// declared lost on the way, so it does not keep the queue shut.
+async fn gate_turn(
+    hub: &Hub,
+    slot: &Slot,
+    deadline: Option<Instant>,
+) -> Result<Option<OwnedSemaphorePermit>> {
+    let acquire = slot.gate.clone().acquire_owned();
+    tokio::pin!(acquire);
+    loop {
+        let wake = match (deadline, slot.earliest_holder_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep = async {
+            match wake {
+                Some(wake) => tokio::time::sleep_until(wake).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = hub.closing() => return Err(Error::Shutdown),
+            permit = &mut acquire => {
+                hub.check_open()?;
+                return Ok(permit.ok());
+            }
+            () = sleep => {
+                for hold in slot.holders() {
+                    let _ = hold.is_lost();
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok((&mut acquire).now_or_never().and_then(std::result::Result::ok));
+                }
+            }
+        }
+    }
+}
+
+/// A waiting holder's registration for messages addressed to it.
+struct Registration<'a> {
+    slot: &'a Slot,
+    holder: &'a str,
+    addressed: Arc<Addressed>,
+}
+
+impl<'a> Registration<'a> {
+    fn new(slot: &'a Slot, holder: &'a Arc<str>) -> Registration<'a> {
+        Registration {
+            slot,
+            holder,
+            addressed: slot.register_addressed(holder),
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.slot.unregister_addressed(self.holder);
+    }
+}

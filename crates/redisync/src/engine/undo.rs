@@ -1,0 +1,142 @@
+//! Undo of an acquisition whose outcome is unknown: its future was
+//! cancelled, its reply was lost, or it waits in a queue. Written once for
+//! every primitive; the primitive only says what its undo script is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::Spec;
+use crate::hub::SlotRef;
+
+/// What an attempt in flight (or a queued waiter) may have left in Redis for
+/// `holder`. Dropped armed, it undoes that in the background (see
+/// [`spawn_undo`]); it also carries the local turn while the attempt runs,
+/// so a cancelled attempt hands the turn to its undo.
+pub(crate) struct Undo<S: Spec> {
+    spec: S,
+    slot: SlotRef,
+    holder: Arc<str>,
+    /// The acquisition a re-entry keeps: its undo only removes a fresh
+    /// grant the re-entry may have made.
+    keep: Option<u64>,
+    pub(crate) turn: Option<OwnedSemaphorePermit>,
+    armed: bool,
+    /// When whatever it may have left expires anyway.
+    expires_at: Instant,
+}
+
+impl<S: Spec> Undo<S> {
+    pub(crate) fn new(
+        spec: &S,
+        slot: &SlotRef,
+        holder: &Arc<str>,
+        keep: Option<u64>,
+        turn: Option<OwnedSemaphorePermit>,
+    ) -> Undo<S> {
+        Undo {
+            spec: spec.clone(),
+            slot: slot.clone(),
+            holder: holder.clone(),
+            keep,
+            turn,
+            armed: false,
+            expires_at: Instant::now(),
+        }
+    }
+
+    /// Armed until what may be left expires at `expires_at` (the latest of
+    /// every arming).
+    pub(crate) fn arm(&mut self, expires_at: Instant) {
+        self.armed = true;
+        self.expires_at = self.expires_at.max(expires_at);
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<S: Spec> Drop for Undo<S> {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_undo(
+                self.spec.clone(),
+                self.slot.clone(),
+                self.holder.clone(),
+                self.keep,
+                self.turn.take(),
+                self.expires_at,
+            );
+        }
+    }
+}
+
+/// Undoes what `holder` may have left, in a background task, retried while
+/// Redis is unreachable until it would have expired anyway.
+///
+/// A holder id that the owner uses again (re-entrant kinds) is recorded as a
+/// pending undo, and each try holds the local gate: the owner's next
+/// acquisition settles a pending undo itself first (see
+/// `acquire::settle_pending`), so an undo never lands after it. A holder id
+/// used once (a semaphore's permit id) needs no order.
+fn spawn_undo<S: Spec>(
+    spec: S,
+    slot: SlotRef,
+    holder: Arc<str>,
+    keep: Option<u64>,
+    mut turn: Option<OwnedSemaphorePermit>,
+    expires_at: Instant,
+) {
+    let client = spec.client_state().clone();
+    if client.check_connected().is_err() {
+        return; // shut down: like a crash, the leases clean up
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(lock_key = %slot.key, "acquisition cancelled outside a tokio runtime; what it won expires with its lease");
+        return;
+    };
+    let ordered = S::REENTRANT;
+    if ordered {
+        slot.add_pending_undo(&holder);
+    }
+    rt.spawn(async move {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let mine = match (ordered, turn.take()) {
+                (_, Some(t)) => Some(t),
+                (true, None) => match slot.gate.clone().acquire_owned().await {
+                    Ok(t) => Some(t),
+                    Err(_) => return,
+                },
+                (false, None) => None,
+            };
+            if ordered && !slot.has_pending_undo(&holder) {
+                return; // the owner did it before acquiring again
+            }
+            match spec.undo(&slot, &holder, keep).await {
+                Err(e)
+                    if e.is_retryable()
+                        && Instant::now() + pause < expires_at
+                        && client.check_connected().is_ok() =>
+                {
+                    tracing::debug!(lock_key = %slot.key, error = %e, "undo of a cancelled acquisition failed; retrying");
+                    drop(mine);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                result => {
+                    if let Err(e) = result {
+                        tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
+                    }
+                    if ordered {
+                        slot.remove_pending_undo(&holder);
+                    }
+                    return;
+                }
+            }
+        }
+    });
+}
