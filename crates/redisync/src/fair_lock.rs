@@ -8,14 +8,14 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
 use crate::lock::{inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::checked_ms;
-use crate::script::lua_script;
+use crate::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 lua_script!(RELEASE, "fair_lock_release.lua");
@@ -130,22 +130,16 @@ pub struct FairLock {
 }
 
 struct FairLockInner {
-    client: Client,
-    name: Arc<str>,
-    /// The lock hash's key; also the slot key of the hub.
-    key: Arc<str>,
-    hash: Key,
+    named: Named,
     queue: Key,
     deadlines: Key,
-    fence: Key,
-    channel: Key,
 }
 
 impl std::fmt::Debug for FairLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FairLock")
-            .field("name", &self.inner.name)
-            .field("key", &self.inner.key)
+            .field("name", &self.inner.named.name)
+            .field("key", &self.inner.named.key)
             .field("queue_lease", &self.queue_lease)
             .finish_non_exhaustive()
     }
@@ -161,18 +155,12 @@ fn after_ms(now: Instant, ms: i64) -> Option<Instant> {
 
 impl FairLock {
     fn new(client: Client, name: &str) -> FairLock {
-        let key = keys::key(Kind::Fair, Role::Hold, name);
-        let role = |role| Key::from(keys::key(Kind::Fair, role, name));
+        let named = Named::new(client, Kind::Fair, name);
         FairLock {
             inner: Arc::new(FairLockInner {
-                client,
-                name: Arc::from(name),
-                hash: Key::from(key.as_str()),
-                queue: role(Role::Queue),
-                deadlines: role(Role::Deadlines),
-                fence: role(Role::Fence),
-                channel: role(Role::Channel),
-                key: Arc::from(key),
+                queue: named.role(Role::Queue),
+                deadlines: named.role(Role::Deadlines),
+                named,
             }),
             queue_lease: DEFAULT_QUEUE_LEASE,
         }
@@ -180,7 +168,7 @@ impl FairLock {
 
     /// The lock's name as given to [`Client::fair_lock`].
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.named.name
     }
 
     /// The same lock with another queue lease: how long a waiter that
@@ -207,15 +195,16 @@ impl FairLock {
 
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
-        &self.inner.client
+        &self.inner.named.client
     }
 
     fn client_inner(&self) -> &ClientInner {
-        &self.inner.client.inner
+        &self.inner.named.client.inner
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client_inner().check_usable(&self.inner.name, "lock")
+        self.client_inner()
+            .check_usable(&self.inner.named.name, "lock")
     }
 
     fn queue_lease_ms(&self) -> Result<i64> {
@@ -231,7 +220,7 @@ impl FairLock {
     /// The three keys of the release, leave and force-unlock scripts.
     fn queue_keys(&self) -> Vec<Key> {
         vec![
-            self.inner.hash.clone(),
+            self.inner.named.hold.clone(),
             self.inner.queue.clone(),
             self.inner.deadlines.clone(),
         ]
@@ -243,7 +232,7 @@ impl FairLock {
 
     /// The channel, as a script argument (channels are not keys).
     fn channel_arg(&self) -> Value {
-        Value::from(self.inner.channel.clone())
+        Value::from(self.inner.named.channel.clone())
     }
 
     /// Waits until the lock is acquired (in FIFO order with the other
@@ -271,7 +260,7 @@ impl FairLock {
     /// ```
     pub async fn lock(&self) -> Result<FairLockGuard> {
         let guard = self.acquire(None, None).await?;
-        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+        guard.ok_or_else(|| unreachable_wait(&self.inner.named.name))
     }
 
     /// Waits until the lock is acquired, with a fixed lease nobody renews:
@@ -286,7 +275,7 @@ impl FairLock {
     /// Cancel safe, as [`FairLock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<FairLockGuard> {
         let guard = self.acquire(None, Some(lease)).await?;
-        guard.ok_or_else(|| unreachable_wait(&self.inner.name))
+        guard.ok_or_else(|| unreachable_wait(&self.inner.named.name))
     }
 
     /// Redisson's `tryLock(waitTime, leaseTime)`: waits at most `wait` in the
@@ -323,7 +312,7 @@ impl FairLock {
         self.acquire(Instant::now().checked_add(wait), lease).await
     }
 
-    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "fair"))]
+    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = "fair"))]
     async fn acquire(
         &self,
         deadline: Option<Instant>,
@@ -350,7 +339,7 @@ impl FairLock {
         let freed: i64 = LEAVE
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
+                &self.inner.named.key,
                 self.queue_keys(),
                 vec![
                     Value::String(owner.into()),
@@ -365,7 +354,7 @@ impl FairLock {
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
         self.check_usable()?;
-        inspect_hash(self.client_inner(), &self.inner.hash).await
+        inspect_hash(self.client_inner(), &self.inner.named.hold).await
     }
 
     /// Whether anybody holds the lock.
@@ -433,12 +422,12 @@ impl FairLock {
         let deleted: i64 = FORCE_UNLOCK
             .run(
                 &client.redis,
-                &self.inner.key,
+                &self.inner.named.key,
                 self.queue_keys(),
                 vec![self.publish_command(), self.channel_arg()],
             )
             .await?;
-        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
             for hold in slot.holders() {
                 hold.mark_lost("force-unlocked");
             }
@@ -462,17 +451,8 @@ impl Spec for FairLock {
     const REENTRANT: bool = true;
     const WAKE: Wake = Wake::Addressed;
 
-    fn client_state(&self) -> &Arc<ClientInner> {
-        &self.inner.client.inner
-    }
-    fn name(&self) -> &Arc<str> {
-        &self.inner.name
-    }
-    fn key(&self) -> &Arc<str> {
-        &self.inner.key
-    }
-    fn channel(&self) -> &Key {
-        &self.inner.channel
+    fn named(&self) -> &Named {
+        &self.inner.named
     }
     fn check(&self, (): ()) -> Result<()> {
         self.queue_lease_ms().map(drop)
@@ -500,12 +480,12 @@ impl Spec for FairLock {
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,
-                &self.inner.key,
+                &self.inner.named.key,
                 vec![
-                    self.inner.hash.clone(),
+                    self.inner.named.hold.clone(),
                     self.inner.queue.clone(),
                     self.inner.deadlines.clone(),
-                    self.inner.fence.clone(),
+                    self.inner.named.fence.clone(),
                 ],
                 vec![
                     Value::String(t.holder.into()),
@@ -515,7 +495,7 @@ impl Spec for FairLock {
                     self.publish_command(),
                     self.channel_arg(),
                     Value::Integer(client.settings.fence_ttl_ms()),
-                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    token_arg(t.keep),
                 ],
             )
             .await?;
@@ -608,7 +588,7 @@ impl FairLockGuard {
     /// # Cancel safety
     /// Cancel safe: renewal stops at once; if the future is dropped before
     /// the final release is done, it is done in the background.
-    #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.key, lock.kind = "fair"))]
+    #[tracing::instrument(level = "debug", name = "redisync.lock.release", skip_all, fields(lock.key = %self.lock.inner.named.key, lock.kind = "fair"))]
     pub async fn unlock(self) -> Result<()> {
         self.held.release().await
     }

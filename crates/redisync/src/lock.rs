@@ -8,12 +8,12 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
 use crate::hub::Slot;
-use crate::keys::{self, Kind, Role};
-use crate::script::lua_script;
+use crate::keys::Kind;
+use crate::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -69,16 +69,7 @@ const NO_TTL_POLL: Duration = Duration::from_secs(1);
 /// the owner is the OS thread.
 #[derive(Clone)]
 pub struct Lock {
-    inner: Arc<LockInner>,
-}
-
-struct LockInner {
-    client: Client,
-    name: Arc<str>,
-    key: Arc<str>,
-    redis_key: Key,
-    channel: Key,
-    fence: Key,
+    inner: Arc<Named>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -99,16 +90,8 @@ impl Client {
 
 impl Lock {
     fn new(client: Client, name: &str) -> Lock {
-        let key = keys::key(Kind::Lock, Role::Hold, name);
         Lock {
-            inner: Arc::new(LockInner {
-                client,
-                name: Arc::from(name),
-                redis_key: Key::from(key.as_str()),
-                channel: Key::from(keys::key(Kind::Lock, Role::Channel, name)),
-                fence: Key::from(keys::key(Kind::Lock, Role::Fence, name)),
-                key: Arc::from(key),
-            }),
+            inner: Arc::new(Named::new(client, Kind::Lock, name)),
         }
     }
 
@@ -215,7 +198,7 @@ impl Lock {
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
         self.check_usable()?;
-        inspect_hash(self.client_inner(), &self.inner.redis_key).await
+        inspect_hash(self.client_inner(), &self.inner.hold).await
     }
 
     /// Whether anybody holds the lock.
@@ -317,7 +300,7 @@ impl Lock {
             .run(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.redis_key.clone()],
+                vec![self.inner.hold.clone()],
                 vec![
                     Value::String(client.hub.publish_command().into()),
                     Value::from(self.inner.channel.clone()),
@@ -345,17 +328,8 @@ impl Spec for Lock {
     const REENTRANT: bool = true;
     const WAKE: Wake = Wake::Broadcast;
 
-    fn client_state(&self) -> &Arc<ClientInner> {
-        &self.inner.client.inner
-    }
-    fn name(&self) -> &Arc<str> {
-        &self.inner.name
-    }
-    fn key(&self) -> &Arc<str> {
-        &self.inner.key
-    }
-    fn channel(&self) -> &Key {
-        &self.inner.channel
+    fn named(&self) -> &Named {
+        &self.inner
     }
     fn holder(&self, owner: &Arc<str>, (): ()) -> Arc<str> {
         owner.clone()
@@ -373,11 +347,11 @@ impl Spec for Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.redis_key.clone(), self.inner.fence.clone()],
+                vec![self.inner.hold.clone(), self.inner.fence.clone()],
                 vec![
                     Value::String(t.holder.into()),
                     Value::Integer(t.lease_ms),
-                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
@@ -400,10 +374,10 @@ impl Spec for Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.redis_key.clone()],
+                vec![self.inner.hold.clone()],
                 vec![
                     Value::String(holder.into()),
-                    Value::String(keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    token_arg(keep),
                     Value::String(client.hub.publish_command().into()),
                     Value::from(self.inner.channel.clone()),
                 ],

@@ -8,12 +8,12 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
-use crate::script::lua_script;
+use crate::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
@@ -127,20 +127,15 @@ pub struct RwLock {
 }
 
 struct RwInner {
-    client: Client,
-    name: Arc<str>,
-    key: Arc<str>,
-    hash: Key,
+    named: Named,
     readers: Key,
-    fence: Key,
-    channel: Key,
 }
 
 impl std::fmt::Debug for RwLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RwLock")
-            .field("name", &self.inner.name)
-            .field("key", &self.inner.key)
+            .field("name", &self.inner.named.name)
+            .field("key", &self.inner.named.key)
             .finish_non_exhaustive()
     }
 }
@@ -148,17 +143,11 @@ impl std::fmt::Debug for RwLock {
 impl Client {
     /// A handle on the read-write lock `name` (no I/O). See [`RwLock`].
     pub fn rw_lock(&self, name: &str) -> RwLock {
-        let key = keys::key(Kind::Rw, Role::Hold, name);
-        let role = |role| Key::from(keys::key(Kind::Rw, role, name));
+        let named = Named::new(self.clone(), Kind::Rw, name);
         RwLock {
             inner: Arc::new(RwInner {
-                client: self.clone(),
-                name: Arc::from(name),
-                hash: Key::from(key.as_str()),
-                readers: role(Role::Readers),
-                fence: role(Role::Fence),
-                channel: role(Role::Channel),
-                key: Arc::from(key),
+                readers: named.role(Role::Readers),
+                named,
             }),
         }
     }
@@ -167,7 +156,7 @@ impl Client {
 impl RwLock {
     /// The lock's name as given to [`Client::rw_lock`].
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.named.name
     }
 
     /// The read side: shared with other readers.
@@ -181,14 +170,14 @@ impl RwLock {
     }
 
     fn client(&self) -> &ClientInner {
-        &self.inner.client.inner
+        &self.inner.named.client.inner
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client().check_usable(&self.inner.name, "lock")
+        self.client().check_usable(&self.inner.named.name, "lock")
     }
 
-    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = side.tag()))]
+    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = side.tag()))]
     async fn acquire(
         &self,
         side: Side,
@@ -201,7 +190,7 @@ impl RwLock {
 
     fn upgrade_refused(&self) -> Error {
         Error::UpgradeNotSupported {
-            name: self.inner.name.to_string(),
+            name: self.inner.named.name.to_string(),
         }
     }
 
@@ -220,15 +209,15 @@ impl RwLock {
         RELEASE
             .run_with(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone(), self.inner.readers.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone(), self.inner.readers.clone()],
                 vec![
                     Value::String(owner.into()),
-                    Value::String(token.map(|t| t.to_string()).unwrap_or_default().into()),
+                    token_arg(token),
                     Value::String(if last { "1" } else { "0" }.into()),
                     Value::String(side.tag().into()),
                     Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
+                    Value::from(self.inner.named.channel.clone()),
                     Value::String(matching.to_string().into()),
                 ],
                 if last { 3 } else { 1 },
@@ -243,8 +232,8 @@ impl RwLock {
         let reply: Vec<i64> = INSPECT
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone()],
                 vec![
                     Value::String(owner.as_ref().into()),
                     Value::String(side.tag().into()),
@@ -266,15 +255,15 @@ impl RwLock {
         let deleted: i64 = FORCE_UNLOCK
             .run(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone(), self.inner.readers.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone(), self.inner.readers.clone()],
                 vec![
                     Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
+                    Value::from(self.inner.named.channel.clone()),
                 ],
             )
             .await?;
-        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
             for hold in slot.holders() {
                 hold.mark_lost("force-unlocked");
             }
@@ -293,17 +282,8 @@ impl Spec for RwLock {
     const REENTRANT: bool = true;
     const WAKE: Wake = Wake::Broadcast;
 
-    fn client_state(&self) -> &Arc<ClientInner> {
-        &self.inner.client.inner
-    }
-    fn name(&self) -> &Arc<str> {
-        &self.inner.name
-    }
-    fn key(&self) -> &Arc<str> {
-        &self.inner.key
-    }
-    fn channel(&self) -> &Key {
-        &self.inner.channel
+    fn named(&self) -> &Named {
+        &self.inner.named
     }
     fn holder(&self, owner: &Arc<str>, side: Side) -> Arc<str> {
         Arc::from(format!("{}|{owner}", side.tag()))
@@ -332,17 +312,17 @@ impl Spec for RwLock {
         let reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
+                &self.inner.named.key,
                 vec![
-                    self.inner.hash.clone(),
+                    self.inner.named.hold.clone(),
                     self.inner.readers.clone(),
-                    self.inner.fence.clone(),
+                    self.inner.named.fence.clone(),
                 ],
                 vec![
                     Value::String(raw_owner(t.holder).into()),
                     Value::Integer(t.lease_ms),
                     Value::String(t.ask.tag().into()),
-                    Value::String(t.keep.map(|t| t.to_string()).unwrap_or_default().into()),
+                    token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
@@ -377,7 +357,7 @@ macro_rules! side_handle {
         impl $handle {
             /// The lock's name.
             pub fn name(&self) -> &str {
-                &self.rw.inner.name
+                &self.rw.inner.named.name
             }
 
             #[doc = concat!("Waits until the ", $what, " side is acquired; the watchdog renews the lease until the guard is released.")]

@@ -125,6 +125,11 @@ const REFUSED_RETRY_FOR: Duration = Duration::from_secs(2);
 
 /// Longest lease or wait bound accepted, to catch unit mistakes.
 const MAX_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+/// A fencing token as a script argument; `None` is `''` (no token).
+pub(crate) fn token_arg(token: Option<u64>) -> Value {
+    Value::String(token.map(|t| t.to_string()).unwrap_or_default().into())
+}
+
 /// `d` in whole milliseconds for Lua, rounded up; zero and absurd values are
 /// [`Error::InvalidArgument`].
 pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps};
 use crate::hub::Slot;
@@ -45,20 +45,15 @@ pub struct Semaphore {
 }
 
 struct SemaphoreInner {
-    client: Client,
-    name: Arc<str>,
-    key: Arc<str>,
-    hash: Key,
+    named: Named,
     leases: Key,
-    fence: Key,
-    channel: Key,
 }
 
 impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.inner.name)
-            .field("key", &self.inner.key)
+            .field("name", &self.inner.named.name)
+            .field("key", &self.inner.named.key)
             .finish_non_exhaustive()
     }
 }
@@ -72,37 +67,32 @@ impl Client {
 
 impl Semaphore {
     fn new(client: Client, name: &str) -> Semaphore {
-        let key = keys::key(Kind::Semaphore, Role::Hold, name);
-        let role = |role| Key::from(keys::key(Kind::Semaphore, role, name));
+        let named = Named::new(client, Kind::Semaphore, name);
         Semaphore {
             inner: Arc::new(SemaphoreInner {
-                client,
-                name: Arc::from(name),
-                hash: Key::from(key.as_str()),
-                leases: role(Role::Leases),
-                fence: role(Role::Fence),
-                channel: role(Role::Channel),
-                key: Arc::from(key),
+                leases: named.role(Role::Leases),
+                named,
             }),
         }
     }
 
     /// The semaphore's name as given to [`Client::semaphore`].
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.named.name
     }
 
     fn client(&self) -> &ClientInner {
-        &self.inner.client.inner
+        &self.inner.named.client.inner
     }
 
     fn check_usable(&self) -> Result<()> {
-        self.client().check_usable(&self.inner.name, "semaphore")
+        self.client()
+            .check_usable(&self.inner.named.name, "semaphore")
     }
 
     fn not_initialized(&self) -> Error {
         Error::NotInitialized {
-            name: self.inner.name.to_string(),
+            name: self.inner.named.name.to_string(),
         }
     }
 
@@ -126,12 +116,12 @@ impl Semaphore {
         let set: i64 = SET_PERMITS
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone()],
                 vec![
                     Value::Integer(i64::from(permits)),
                     Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
+                    Value::from(self.inner.named.channel.clone()),
                 ],
             )
             .await?;
@@ -163,7 +153,7 @@ impl Semaphore {
         self.acquire_until(permits, None).await?.ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "wait for semaphore {:?} ended without a deadline",
-                self.inner.name
+                self.inner.named.name
             ))
         })
     }
@@ -185,7 +175,7 @@ impl Semaphore {
             .await
     }
 
-    #[tracing::instrument(level = "debug", name = "redisync.semaphore.acquire", skip_all, fields(lock.key = %self.inner.key, permits))]
+    #[tracing::instrument(level = "debug", name = "redisync.semaphore.acquire", skip_all, fields(lock.key = %self.inner.named.key, permits))]
     async fn acquire_until(
         &self,
         permits: u32,
@@ -200,17 +190,17 @@ impl Semaphore {
         let freed = RELEASE
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone(), self.inner.leases.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
                 vec![
                     id.clone(),
                     Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
+                    Value::from(self.inner.named.channel.clone()),
                 ],
             )
             .await?;
         // Local waiters need not wait for our own message.
-        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
+        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
             slot.wake();
         }
         Ok(freed)
@@ -230,11 +220,11 @@ impl Semaphore {
         let reply: Vec<i64> = AVAILABLE
             .run_idempotent(
                 &client.redis,
-                &self.inner.key,
-                vec![self.inner.hash.clone(), self.inner.leases.clone()],
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
                 vec![
                     Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
+                    Value::from(self.inner.named.channel.clone()),
                 ],
             )
             .await?;
@@ -254,17 +244,8 @@ impl Spec for Semaphore {
     const REENTRANT: bool = false;
     const WAKE: Wake = Wake::Broadcast;
 
-    fn client_state(&self) -> &Arc<ClientInner> {
-        &self.inner.client.inner
-    }
-    fn name(&self) -> &Arc<str> {
-        &self.inner.name
-    }
-    fn key(&self) -> &Arc<str> {
-        &self.inner.key
-    }
-    fn channel(&self) -> &Key {
-        &self.inner.channel
+    fn named(&self) -> &Named {
+        &self.inner.named
     }
     fn check(&self, permits: u32) -> Result<()> {
         if permits == 0 {
@@ -292,11 +273,11 @@ impl Spec for Semaphore {
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,
-                &self.inner.key,
+                &self.inner.named.key,
                 vec![
-                    self.inner.hash.clone(),
+                    self.inner.named.hold.clone(),
                     self.inner.leases.clone(),
-                    self.inner.fence.clone(),
+                    self.inner.named.fence.clone(),
                 ],
                 vec![
                     Value::String(t.holder.into()),
@@ -312,7 +293,7 @@ impl Spec for Semaphore {
             [-1, _] => Err(self.not_initialized()),
             [-2, total] => Err(Error::InvalidArgument(format!(
                 "{permits} permits asked from semaphore {:?}, which has {total}",
-                self.inner.name
+                self.inner.named.name
             ))),
             _ => Err(Error::Script {
                 name: "semaphore_acquire.lua",

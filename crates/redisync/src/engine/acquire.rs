@@ -30,15 +30,16 @@ pub(crate) async fn acquire<S: Spec>(
     deadline: Option<Instant>,
     lease: Option<Duration>,
 ) -> Result<Option<Held>> {
-    let client = spec.client_state();
-    client.check_usable(spec.name(), S::WHAT)?;
+    let named = spec.named();
+    named.check_usable(S::WHAT)?;
+    let client = named.client_inner();
     spec.check(ask)?;
     let watchdog = lease.is_none();
     let lease = lease.unwrap_or(client.settings.watchdog_timeout);
     let lease_ms = checked_ms("lease", lease)?;
     let owner = client.owner_id();
     let holder = spec.holder(&owner, ask);
-    let slot = client.hub.slot(spec.key(), spec.channel());
+    let slot = client.hub.slot(&named.key, &named.channel);
     let grant = Grant {
         spec,
         slot: &slot,
@@ -171,8 +172,8 @@ impl<S: Spec> Grant<'_, S> {
 
     fn held(&self, hold: Arc<Hold>) -> Held {
         Held::new(
-            self.spec.client_state().clone(),
-            self.spec.name().clone(),
+            self.spec.named().client.inner.clone(),
+            self.spec.named().name.clone(),
             hold,
             self.watchdog,
         )
@@ -181,9 +182,9 @@ impl<S: Spec> Grant<'_, S> {
     /// Replica sync of an acquisition (see [`crate::replica::synced`]).
     async fn synced(&self, held: Held) -> Result<Held> {
         crate::replica::synced(
-            self.spec.client_state(),
-            self.spec.name(),
-            self.spec.key(),
+            &self.spec.named().client.inner,
+            &self.spec.named().name,
+            &self.spec.named().key,
             held,
             Held::release,
         )
@@ -212,7 +213,8 @@ async fn reenter<S: Spec>(
     let mut undo = Undo::new(spec, slot, &hold.owner_str, Some(hold.token), None);
     undo.arm(sent_at + spec.linger(grant.lease));
     let reply = spec
-        .client_state()
+        .named()
+        .client_inner()
         .hub
         .unless_closing(spec.attempt(Try {
             holder: &hold.owner_str,

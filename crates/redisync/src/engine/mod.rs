@@ -13,10 +13,11 @@ use std::time::Duration;
 use fred::types::Key;
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
+use crate::client::{Client, ClientInner};
 use crate::error::Result;
 use crate::hold::HoldOps;
 use crate::hub::Slot;
+use crate::keys::{self, Kind, Role};
 
 pub(crate) mod acquire;
 pub(crate) mod held;
@@ -87,6 +88,60 @@ impl Reply {
     }
 }
 
+/// One name of one kind on one client: what every handle carries, and the
+/// keys every kind has (its other keys come from [`Named::role`]).
+pub(crate) struct Named {
+    pub(crate) client: Client,
+    pub(crate) name: Arc<str>,
+    kind: Kind,
+    /// The hold key, as a string: also the key of the client's local slot.
+    pub(crate) key: Arc<str>,
+    /// The hold key.
+    pub(crate) hold: Key,
+    pub(crate) fence: Key,
+    /// The release channel (a script argument, not a key).
+    pub(crate) channel: Key,
+}
+
+impl Named {
+    pub(crate) fn new(client: Client, kind: Kind, name: &str) -> Named {
+        let key = keys::key(kind, Role::Hold, name);
+        Named {
+            client,
+            kind,
+            hold: Key::from(key.as_str()),
+            fence: Key::from(keys::key(kind, Role::Fence, name)),
+            channel: Key::from(keys::key(kind, Role::Channel, name)),
+            key: Arc::from(key),
+            name: Arc::from(name),
+        }
+    }
+
+    /// The key of `role` for this name.
+    pub(crate) fn role(&self, role: Role) -> Key {
+        Key::from(keys::key(self.kind, role, &self.name))
+    }
+
+    pub(crate) fn client_inner(&self) -> &ClientInner {
+        &self.client.inner
+    }
+
+    /// Whether a command may run for this name, a `what` ("lock",
+    /// "semaphore"): the client is open and the name is not empty.
+    pub(crate) fn check_usable(&self, what: &str) -> Result<()> {
+        self.client.inner.check_usable(&self.name, what)
+    }
+}
+
+impl std::fmt::Debug for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Named")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A primitive as the engine sees it: a handle on one name plus its rules.
 /// Cheap to clone (background undos keep one).
 pub(crate) trait Spec: Clone + Send + Sync + 'static {
@@ -100,11 +155,7 @@ pub(crate) trait Spec: Clone + Send + Sync + 'static {
     const REENTRANT: bool;
     const WAKE: Wake;
 
-    fn client_state(&self) -> &Arc<ClientInner>;
-    fn name(&self) -> &Arc<str>;
-    /// The hold key: also the key of the client's local slot.
-    fn key(&self) -> &Arc<str>;
-    fn channel(&self) -> &Key;
+    fn named(&self) -> &Named;
     /// Checks of the ask and the handle before anything is sent.
     fn check(&self, _ask: Self::Ask) -> Result<()> {
         Ok(())

@@ -90,7 +90,7 @@ fn spawn_undo<S: Spec>(
     mut turn: Option<OwnedSemaphorePermit>,
     expires_at: Instant,
 ) {
-    let client = spec.client_state().clone();
+    let client = spec.named().client.inner.clone();
     if client.check_connected().is_err() {
         return; // shut down: like a crash, the leases clean up
     }
