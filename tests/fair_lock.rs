@@ -121,7 +121,9 @@ async fn abandoned_waiter_delays_the_next_one_at_most_its_queue_lease() {
         .expect("the ghost was evicted");
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
-    assert!(waited < Duration::from_millis(900), "{waited:?}");
+    // Woken by the ghost's deadline, not by the heartbeat (5 s / 3): the
+    // bound leaves a loaded machine room.
+    assert!(waited < Duration::from_millis(1500), "{waited:?}");
     assert_eq!(queue_len(&env, "ghost").await, (0, 0));
 
     // A waiter whose client is gone (shut down, so it cannot leave) sits
