@@ -1,26 +1,19 @@
 //! `Client`: one command connection, one subscriber connection, the watchdog.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fred::clients::Client as RedisClient;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
-use fred::types::{Builder, Key, Value};
+use fred::types::{Builder, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps};
 use crate::hub::Hub;
 use crate::keys;
-use crate::script::LuaScript;
-
-/// Locks renewed by one watchdog script call.
-const RENEW_BATCH: usize = 100;
 
 /// Default watchdog lease.
 const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
@@ -210,12 +203,14 @@ pub(crate) struct ClientInner {
     pub(crate) hub: Arc<Hub>,
     pub(crate) settings: Settings,
     closed: AtomicBool,
+    /// Set when the watchdog task started (with the first renewed hold).
+    pub(crate) watchdog_started: AtomicBool,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        for t in crate::hub::lock_unpoisoned(&self.tasks).drain(..) {
+        for t in crate::hold::lock_unpoisoned(&self.tasks).drain(..) {
             t.abort();
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -317,6 +312,7 @@ impl Client {
             hub: Arc::new(Hub::new(subscriber, sharded)),
             settings,
             closed: AtomicBool::new(false),
+            watchdog_started: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let mut tasks = vec![
@@ -331,7 +327,6 @@ impl Client {
                 inner.hub.subscriber.cluster_change_rx(),
                 "cluster change",
             )),
-            tokio::spawn(watchdog(Arc::downgrade(&inner))),
         ];
         if inner.hub.sharded && inner.redis.is_clustered() {
             tasks.push(tokio::spawn(follow_moved_shard_channels(
@@ -339,7 +334,7 @@ impl Client {
                 inner.redis.cluster_change_rx(),
             )));
         }
-        *crate::hub::lock_unpoisoned(&inner.tasks) = tasks;
+        *crate::hold::lock_unpoisoned(&inner.tasks) = tasks;
         Ok(Client { inner })
     }
 
@@ -437,14 +432,22 @@ impl Client {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        for t in crate::hub::lock_unpoisoned(&self.inner.tasks).drain(..) {
+        let tasks = std::mem::take(&mut *crate::hold::lock_unpoisoned(&self.inner.tasks));
+        for t in tasks {
             t.abort();
         }
         for slot in self.inner.hub.all_slots() {
             for hold in slot.holders() {
                 // Tell the guard before its hold is given away.
                 hold.mark_lost("client shut down");
-                if let Err(e) = (hold.ops.release)(&self.inner, &hold, true).await {
+                if let Err(e) = (hold.ops.release)(
+                    &self.inner.redis,
+                    self.inner.hub.publish_command(),
+                    &hold,
+                    true,
+                )
+                .await
+                {
                     tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
                 }
             }
@@ -456,6 +459,17 @@ impl Client {
 }
 
 impl ClientInner {
+    /// Keeps a background task of this client: aborted at shutdown or when
+    /// the client is dropped (at once if that happened already).
+    pub(crate) fn add_task(&self, task: JoinHandle<()>) {
+        let mut tasks = crate::hold::lock_unpoisoned(&self.tasks);
+        if self.closed.load(Ordering::Acquire) {
+            task.abort();
+        } else {
+            tasks.push(task);
+        }
+    }
+
     /// Owner id of the calling task: `"<client uuid>:<task id>"`.
     pub(crate) fn owner_id(&self) -> Arc<str> {
         Arc::from(format!("{}:{}", self.id_str, keys::task_tag()))
@@ -606,132 +620,6 @@ async fn follow_moved_shard_channels<T: Clone>(
             tracing::debug!("a subscribed slot moved: syncing the subscriber");
             if let Err(e) = client.hub.subscriber.sync_cluster().await {
                 tracing::warn!(error = %e, "subscriber cluster sync failed");
-            }
-        }
-    }
-}
-
-/// Renews every watchdog-leased hold of the client every `lease / 3`, in
-/// batches; reports holds found gone as lost; a failing renewal is retried
-/// every period until the lease would have run out.
-async fn watchdog(client: Weak<ClientInner>) {
-    let period = match client.upgrade() {
-        Some(c) => c.settings.watchdog_timeout / 3,
-        None => return,
-    };
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
-    // (kind, hash slot) groups whose renewal is still on its way: each group
-    // renews in its own task, so a slow node (a paused primary, for up to
-    // the command timeout) only delays its own groups, never the others;
-    // a group still in flight skips a round.
-    let in_flight: Arc<Mutex<HashSet<(usize, u16)>>> = Arc::default();
-    loop {
-        ticker.tick().await;
-        let Some(client) = client.upgrade() else {
-            return;
-        };
-        let holds: Vec<Arc<Hold>> = client
-            .hub
-            .all_slots()
-            .iter()
-            .flat_map(|s| s.holders())
-            .filter(|h| h.renewed_by_watchdog())
-            .collect();
-        // One batch script call per kind of hold (and, on a cluster, per
-        // hash slot: a script's keys must share one) and RENEW_BATCH holds.
-        let clustered = client.redis.is_clustered();
-        let mut kinds: Vec<(&'static HoldOps, u16, Vec<Arc<Hold>>)> = Vec::new();
-        for h in holds {
-            let slot = if clustered {
-                fred::util::redis_keyslot(h.slot.key.as_bytes())
-            } else {
-                0
-            };
-            match kinds
-                .iter_mut()
-                .find(|(spec, s, _)| std::ptr::eq(*spec, h.ops) && *s == slot)
-            {
-                Some((_, _, list)) => list.push(h),
-                None => kinds.push((h.ops, slot, vec![h])),
-            }
-        }
-        for (spec, slot, list) in kinds {
-            let group = (std::ptr::from_ref(spec) as usize, slot);
-            if !crate::hub::lock_unpoisoned(&in_flight).insert(group) {
-                continue;
-            }
-            let (client, in_flight) = (client.clone(), in_flight.clone());
-            tokio::spawn(async move {
-                for batch in list.chunks(RENEW_BATCH) {
-                    renew(&client, spec, batch).await;
-                }
-                crate::hub::lock_unpoisoned(&in_flight).remove(&group);
-            });
-        }
-    }
-}
-
-/// Renews one batch of holds of one kind in one script call.
-async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
-    let lease = client.settings.watchdog_timeout;
-    let mut keys = Vec::with_capacity(batch.len());
-    let mut args: Vec<Value> = vec![Value::Integer(
-        i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-    )];
-    for h in batch {
-        let (hold_keys, hold_args) = (spec.hold_args)(h);
-        keys.extend(hold_keys);
-        args.extend(hold_args);
-    }
-    renew_batch(client, batch, spec.renew, keys, args).await;
-}
-
-/// Runs a batched renewal script whose reply has one flag per hold (1
-/// renewed, 0 gone) and applies it: renewed holds get a new lease estimate,
-/// gone ones are lost; on a connection error (or, with replica sync, too few
-/// replica acknowledgements) every hold is lost once its lease estimate has
-/// run out (retried next period until then).
-#[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
-async fn renew_batch(
-    client: &ClientInner,
-    batch: &[Arc<Hold>],
-    script: &LuaScript,
-    keys: Vec<Key>,
-    args: Vec<Value>,
-) {
-    let lease = client.settings.watchdog_timeout;
-    let sent_at = Instant::now();
-    let span_key = batch
-        .first()
-        .map(|h| h.slot.key.to_string())
-        .unwrap_or_default();
-    match script
-        .run_idempotent::<Vec<i64>>(&client.redis, &span_key, keys, args)
-        .await
-    {
-        Ok(flags) => {
-            let counts =
-                !flags.contains(&1) || crate::replica::renewal_counts(client, &span_key).await;
-            for (h, ok) in batch.iter().zip(flags) {
-                if ok == 1 {
-                    if counts {
-                        h.extend_validity(sent_at, lease);
-                    } else {
-                        // Marks it lost once the synced lease would have run out.
-                        let _ = h.is_lost();
-                    }
-                } else {
-                    h.mark_lost("the watchdog found it gone (expired, forced or lost by Redis)");
-                }
-            }
-        }
-        Err(e) => {
-            tracing::debug!(target: "redisync.watchdog.renew", error = %e, "renewal failed; retrying next period");
-            for h in batch {
-                // Marks it lost once the lease would have run out.
-                let _ = h.is_lost();
             }
         }
     }

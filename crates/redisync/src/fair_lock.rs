@@ -10,12 +10,13 @@ use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps};
+use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
 use crate::lock::{inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::checked_ms;
 use crate::script::{lua_script, token_arg};
+use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 lua_script!(RELEASE, "fair_lock_release.lua");
@@ -26,17 +27,22 @@ lua_script!(RELEASE, "fair_lock_release.lua");
 static FAIR_HOLD: HoldOps = HoldOps {
     renew: &LOCK_RENEW_SCRIPT,
     hold_args: lock_renew_args,
-    release: |client, hold, last| Box::pin(release_fair(client, hold, last)),
+    release: |redis, publish, hold, last| Box::pin(release_fair(redis, publish, hold, last)),
 };
 
 /// Releases one hold of `hold` (`last`: the acquisition), keys derived from
 /// its slot; a local next owner is woken at once. Only a final release may
 /// be sent twice. Returns the script's code (0: not held).
-async fn release_fair(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
-    let key = &hold.slot.key;
+async fn release_fair(
+    redis: &RedisClient,
+    publish: &'static str,
+    hold: &Hold,
+    last: bool,
+) -> Result<Released> {
+    let key = &hold.key;
     let reply: Vec<Value> = RELEASE
         .run_with(
-            &client.redis,
+            redis,
             key,
             vec![
                 Key::from(&**key),
@@ -47,8 +53,8 @@ async fn release_fair(client: &ClientInner, hold: &Hold, last: bool) -> Result<i
                 hold.owner.clone(),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
-                Value::String(client.hub.publish_command().into()),
-                Value::from(hold.slot.channel.clone()),
+                Value::String(publish.into()),
+                Value::from(hold.channel.clone()),
             ],
             if last { 3 } else { 1 },
         )
@@ -56,13 +62,13 @@ async fn release_fair(client: &ClientInner, hold: &Hold, last: bool) -> Result<i
     match &reply[..] {
         [code, next] => {
             let code = code.as_i64().unwrap_or(-1);
-            if code == 3 {
-                // A local next owner need not wait for the message.
-                if let Some(next) = next.as_str() {
-                    hold.slot.wake_addressed(&next);
-                }
-            }
-            Ok(code)
+            Ok(Released {
+                // 3: released and `next` told it is the head.
+                next_owner: (code == 3)
+                    .then(|| next.as_str().map(std::borrow::Cow::into_owned))
+                    .flatten(),
+                ..Released::from_code(code)
+            })
         }
         _ => Err(Error::Script {
             name: "fair_lock_release.lua",

@@ -3,14 +3,19 @@
 //! `LockGuard::lost()`.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fred::types::Value;
+use fred::clients::Client as RedisClient;
+use fred::types::{Key, Value};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::hub::{lock_unpoisoned, SlotRef};
+/// Locks a std mutex, ignoring poison (the data stays consistent: every
+/// critical section here is a few assignments).
+pub(crate) fn lock_unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// What one kind of hold needs from its primitive after the grant: how to
 /// renew it and how to release it. Each primitive defines its own in its
@@ -25,15 +30,38 @@ pub(crate) struct HoldOps {
     /// The keys and the arguments of one hold.
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
     /// Releases one local hold, or with `last` the whole acquisition,
-    /// checked by owner and token. Only a final release may be sent twice.
+    /// checked by owner and token, publishing with the given command
+    /// (`publish`/`spublish`). Only a final release may be sent twice.
     pub(crate) release:
-        for<'a> fn(&'a crate::client::ClientInner, &'a Hold, bool) -> ReleaseFuture<'a>,
+        for<'a> fn(&'a RedisClient, &'static str, &'a Hold, bool) -> ReleaseFuture<'a>,
 }
 
-/// What [`HoldOps::release`] returns: the release script's answer (0: the
-/// hold was no longer there, nothing written).
-pub(crate) type ReleaseFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = crate::error::Result<i64>> + Send + 'a>>;
+/// What [`HoldOps::release`] returns.
+pub(crate) type ReleaseFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = crate::error::Result<Released>> + Send + 'a>,
+>;
+
+/// What a release script answered.
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    /// Nothing was held (nothing written, nothing published).
+    pub(crate) not_held: bool,
+    /// Another client had tried while it was held (an exclusive lock's
+    /// cross-client fairness counts it).
+    pub(crate) contended: bool,
+    /// The owner told that it is next (a fair lock's queue head).
+    pub(crate) next_owner: Option<String>,
+}
+
+impl Released {
+    /// From a script answer where 0 is "not held".
+    pub(crate) fn from_code(code: i64) -> Released {
+        Released {
+            not_held: code == 0,
+            ..Released::default()
+        }
+    }
+}
 
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
@@ -41,6 +69,9 @@ pub(crate) struct Hold {
     pub(crate) owner: Value,
     pub(crate) owner_str: std::sync::Arc<str>,
     pub(crate) token: u64,
+    /// The hold key (its local slot's key) and the release channel.
+    pub(crate) key: Arc<str>,
+    pub(crate) channel: Key,
     /// Local holds (guards) alive; the Redis count follows it.
     holds: AtomicU32,
     /// Guards among `holds` whose lease the watchdog renews.
@@ -54,68 +85,64 @@ pub(crate) struct Hold {
     released: AtomicBool,
     /// The local gate permit: the next local waiter goes when the hold ends.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
-    pub(crate) slot: SlotRef,
 }
 
 impl Hold {
     pub(crate) fn new(
         ops: &'static HoldOps,
-        slot: SlotRef,
+        key: Arc<str>,
+        channel: Key,
         owner: std::sync::Arc<str>,
         token: u64,
         valid_until: Instant,
         watchdog: bool,
-        permit: Option<OwnedSemaphorePermit>,
     ) -> Hold {
         Hold {
             ops,
             owner: Value::String(owner.as_ref().into()),
             owner_str: owner,
             token,
+            key,
+            channel,
             holds: AtomicU32::new(1),
             watchdog_holds: AtomicU32::new(u32::from(watchdog)),
             valid_until: Mutex::new(valid_until),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
-            permit: Mutex::new(permit),
-            slot,
+            permit: Mutex::new(None),
         }
     }
 
-    /// Reserves another guard of the same owner and acquisition, before
-    /// the re-entry is sent: `None` once the last guard is gone (its final
-    /// release may be on its way), so a re-entry never revives a released
-    /// hold. While reserved, a guard dropped meanwhile is not the last one,
-    /// so it only counts down in Redis. Dropped unconfirmed (the re-entry
-    /// failed or was cancelled), the reservation is given back.
-    pub(crate) fn reserve(self: &Arc<Self>, watchdog: bool) -> Option<Reservation> {
-        self.holds
+    /// One more guard of the same acquisition (a re-entry), unless the last
+    /// guard is gone already (its final release may be on its way): a
+    /// released hold is never revived.
+    pub(crate) fn add_guard(&self, watchdog: bool) -> bool {
+        let added = self
+            .holds
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)
             })
-            .ok()?;
-        if watchdog {
+            .is_ok();
+        if added && watchdog {
             self.watchdog_holds.fetch_add(1, Ordering::AcqRel);
         }
-        Some(Reservation {
-            hold: Some(self.clone()),
-            watchdog,
-        })
+        added
     }
 
-    /// Takes one guard off this hold: stops its renewal at once; the last one
-    /// also leaves the slot's holders. Returns whether it was the last.
-    pub(crate) fn detach(self: &std::sync::Arc<Self>, watchdog: bool) -> bool {
-        let last = self.drop_hold(watchdog);
-        if last {
-            self.slot.remove_holder(self);
-        }
-        last
+    /// The hold keeps its slot's local turn `permit` while it lives (an
+    /// exclusive lock): the next local waiter goes when it ends.
+    pub(crate) fn keep_turn(&self, permit: Option<OwnedSemaphorePermit>) {
+        *lock_unpoisoned(&self.permit) = permit;
+    }
+
+    /// Whether the hold keeps its slot's local turn (an exclusive lock).
+    pub(crate) fn keeps_turn(&self) -> bool {
+        lock_unpoisoned(&self.permit).is_some()
     }
 
     /// A guard goes away: stops its renewal first. Returns true for the last one.
-    pub(crate) fn drop_hold(&self, watchdog: bool) -> bool {
+    pub(crate) fn drop_guard(&self, watchdog: bool) -> bool {
         if watchdog {
             self.watchdog_holds.fetch_sub(1, Ordering::AcqRel);
         }
@@ -169,7 +196,7 @@ impl Hold {
         if !self.released.load(Ordering::Acquire) {
             tracing::warn!(
                 target: "redisync.lease.lost",
-                lock_key = %self.slot.key,
+                lock_key = %self.key,
                 owner = %self.owner_str,
                 token = self.token,
                 why,
@@ -198,36 +225,6 @@ impl Hold {
                 return;
             }
             let _ = tokio::time::timeout_at(self.valid_until(), notified).await;
-        }
-    }
-}
-
-/// One more guard of a hold, reserved before its re-entry is sent (see
-/// [`Hold::reserve`]).
-pub(crate) struct Reservation {
-    hold: Option<Arc<Hold>>,
-    watchdog: bool,
-}
-
-impl Reservation {
-    /// The re-entry was granted with the hold's token: the guard is real.
-    pub(crate) fn confirm(mut self, sent_at: Instant, lease: Duration) -> Arc<Hold> {
-        let hold = self
-            .hold
-            .take()
-            .unwrap_or_else(|| unreachable!("confirmed twice"));
-        hold.extend_validity(sent_at, lease);
-        hold
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some(hold) = self.hold.take() {
-            // Not granted: give the reservation back. If the other guards
-            // went meanwhile, they counted down in Redis; what our re-entry
-            // may have added there ends with the lease (nobody renews it).
-            hold.detach(self.watchdog);
         }
     }
 }

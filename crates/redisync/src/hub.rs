@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -19,17 +19,11 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{lock_unpoisoned, Hold};
 
 /// Payload that wakes every waiter of a slot, addressed ones included (what
 /// the plain lock's scripts publish).
 pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
-
-/// Locks a std mutex, ignoring poison (the data stays consistent: every
-/// critical section here is a few assignments).
-pub(crate) fn lock_unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The local state of one lock name on one client.
 pub(crate) struct Slot {

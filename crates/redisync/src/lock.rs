@@ -10,10 +10,11 @@ use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps};
+use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::Kind;
 use crate::script::{lua_script, token_arg};
+use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -24,24 +25,22 @@ lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
 
 /// Lock holds: renewed by `lock_renew.lua` with (owner, token); released
-/// with the local gate opened early (see [`release_then_open_gate`]).
+/// by `lock_release.lua` (3: another client contended meanwhile).
 pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: lock_renew_args,
-    release: |client, hold, last| Box::pin(release_then_open_gate(client, hold, last)),
+    release: |redis, publish, hold, last| Box::pin(release_hold(redis, publish, hold, last)),
 };
 
 /// Keys and arguments of `lock_renew.lua` for one hold of the lock hash
 /// layout (owner -> count, '~t' -> token), shared with the fair lock.
 pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
     (
-        vec![Key::from(&*h.slot.key)],
+        vec![Key::from(&*h.key)],
         vec![h.owner.clone(), Value::String(h.token.to_string().into())],
     )
 }
 
-/// Local hand-offs in a row before remote waiters get a turn.
-const LOCAL_STREAK_CAP: u32 = 4;
 /// Poll bound while the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
@@ -420,63 +419,36 @@ pub(crate) fn lease_left(locked: bool, pttl_ms: i64) -> Option<Duration> {
 }
 
 /// Runs the release script for one hold (`last`: drop the owner's whole
-/// field). Returns the script's answer: 0 not held, 1 still held, 2 released.
-pub(crate) async fn release_hold(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
-    let key = &hold.slot.key;
+/// field). The script answers 0 not held, 1 still held, 2 released, 3
+/// released after another client tried.
+async fn release_hold(
+    redis: &RedisClient,
+    publish: &'static str,
+    hold: &Hold,
+    last: bool,
+) -> Result<Released> {
+    let key = &hold.key;
     // A final release is idempotent (owner and token checked); counting
     // down a re-entrant hold twice would free the lock too early.
-    RELEASE
-        .run_with::<i64>(
-            &client.redis,
+    let code: i64 = RELEASE
+        .run_with(
+            redis,
             key,
             vec![Key::from(&**key)],
             vec![
                 hold.owner.clone(),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
-                Value::String(client.hub.publish_command().into()),
-                Value::from(hold.slot.channel.clone()),
+                Value::String(publish.into()),
+                Value::from(hold.channel.clone()),
             ],
             if last { 3 } else { 1 },
         )
-        .await
-}
-
-/// Releases a hold; after the last one, lets the next local waiter go.
-///
-/// Normally the gate opens as soon as the release is queued on the
-/// connection (commands of one connection run in order), not when its reply
-/// is back: a local hand-off then costs one round trip. That lets this
-/// client's queue win against waiters of other clients, who learn of the
-/// release through pub/sub; so after [`LOCAL_STREAK_CAP`] such hand-offs in a
-/// row while other clients contend, the gate opens only after the reply plus
-/// a pause of a few round trips, in which remote waiters get their turn.
-async fn release_then_open_gate(client: &ClientInner, hold: &Hold, last: bool) -> Result<i64> {
-    let slot = &hold.slot;
-    let yield_turn = last && slot.should_yield(LOCAL_STREAK_CAP);
-    let sent_at = Instant::now();
-    let release = release_hold(client, hold, last);
-    tokio::pin!(release);
-    let first = futures::poll!(release.as_mut());
-    if last && !yield_turn {
-        hold.open_gate();
-    }
-    let result = match first {
-        std::task::Poll::Ready(result) => result,
-        std::task::Poll::Pending => release.await,
-    };
-    if last {
-        if let Ok(answer) = result {
-            slot.record_release(answer == 3);
-        }
-        if yield_turn {
-            let pause = (sent_at.elapsed() * 4)
-                .clamp(Duration::from_micros(200), Duration::from_millis(20));
-            slot.yield_gate_for(pause);
-            hold.open_gate();
-        }
-    }
-    result
+        .await?;
+    Ok(Released {
+        contended: code == 3,
+        ..Released::from_code(code)
+    })
 }
 
 /// One hold of a [`Lock`]. Release it with [`unlock`](LockGuard::unlock).

@@ -10,10 +10,11 @@ use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps};
+use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
 use crate::script::{lua_script, token_arg};
+use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
@@ -61,7 +62,7 @@ fn raw_owner(holder: &str) -> &str {
 }
 
 fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
-    let key = &*h.slot.key;
+    let key = &*h.key;
     (
         vec![Key::from(key), keys::sibling_key(key, Role::Readers)],
         vec![
@@ -75,22 +76,32 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
 static READ_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Read),
-    release: |client, hold, last| Box::pin(release_side(client, hold, Side::Read, last)),
+    release: |redis, publish, hold, last| {
+        Box::pin(release_side(redis, publish, hold, Side::Read, last))
+    },
 };
 
 static WRITE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Write),
-    release: |client, hold, last| Box::pin(release_side(client, hold, Side::Write, last)),
+    release: |redis, publish, hold, last| {
+        Box::pin(release_side(redis, publish, hold, Side::Write, last))
+    },
 };
 
 /// Releases one hold of `hold` on one side (`last`: the acquisition), keys
 /// derived from its slot. Only a final release may be sent twice.
-async fn release_side(client: &ClientInner, hold: &Hold, side: Side, last: bool) -> Result<i64> {
-    let key = &hold.slot.key;
-    RELEASE
+async fn release_side(
+    redis: &RedisClient,
+    publish: &'static str,
+    hold: &Hold,
+    side: Side,
+    last: bool,
+) -> Result<Released> {
+    let key = &hold.key;
+    let code: i64 = RELEASE
         .run_with(
-            &client.redis,
+            redis,
             key,
             vec![Key::from(&**key), keys::sibling_key(key, Role::Readers)],
             vec![
@@ -98,13 +109,14 @@ async fn release_side(client: &ClientInner, hold: &Hold, side: Side, last: bool)
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(side.tag().into()),
-                Value::String(client.hub.publish_command().into()),
-                Value::from(hold.slot.channel.clone()),
+                Value::String(publish.into()),
+                Value::from(hold.channel.clone()),
                 Value::String("=".into()),
             ],
             if last { 3 } else { 1 },
         )
-        .await
+        .await?;
+    Ok(Released::from_code(code))
 }
 
 /// A distributed read-write lock: many readers or one writer.

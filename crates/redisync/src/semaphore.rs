@@ -11,10 +11,11 @@ use crate::client::{Client, ClientInner};
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps};
+use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
 use crate::script::lua_script;
+use fred::clients::Client as RedisClient;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
 lua_script!(ACQUIRE, "semaphore_acquire.lua");
@@ -316,31 +317,33 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| {
         (
-            vec![keys::sibling_key(&h.slot.key, Role::Leases)],
+            vec![keys::sibling_key(&h.key, Role::Leases)],
             vec![h.owner.clone()],
         )
     },
-    release: |client, hold, _| Box::pin(release_permit(client, hold)),
+    release: |redis, publish, hold, _| Box::pin(release_permit(redis, publish, hold)),
 };
 
-/// Gives back the permits of `hold` (keys derived from its slot) and wakes
-/// local waiters at once.
-async fn release_permit(client: &ClientInner, hold: &Hold) -> Result<i64> {
-    let key = &hold.slot.key;
-    let freed = RELEASE
+/// Gives back the permits of `hold` (keys derived from its hold key).
+async fn release_permit(
+    redis: &RedisClient,
+    publish: &'static str,
+    hold: &Hold,
+) -> Result<Released> {
+    let key = &hold.key;
+    let freed: i64 = RELEASE
         .run_idempotent(
-            &client.redis,
+            redis,
             key,
             vec![Key::from(&**key), keys::sibling_key(key, Role::Leases)],
             vec![
                 hold.owner.clone(),
-                Value::String(client.hub.publish_command().into()),
-                Value::from(hold.slot.channel.clone()),
+                Value::String(publish.into()),
+                Value::from(hold.channel.clone()),
             ],
         )
         .await?;
-    hold.slot.wake();
-    Ok(freed)
+    Ok(Released::from_code(freed))
 }
 
 /// Permits of a [`Semaphore`]. Give them back with

@@ -157,23 +157,30 @@ impl<S: Spec> Grant<'_, S> {
         sent_at: Instant,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Held {
+        let named = self.spec.named();
         let hold = Arc::new(Hold::new(
             self.spec.hold_ops(self.ask),
-            self.slot.clone(),
+            named.key.clone(),
+            named.channel.clone(),
             holder,
             token,
             sent_at + self.lease,
             self.watchdog,
-            permit,
         ));
+        hold.keep_turn(permit);
         self.slot.add_holder(hold.clone());
+        if self.watchdog {
+            super::watchdog::ensure_running(&named.client.inner);
+        }
         self.held(hold)
     }
 
     fn held(&self, hold: Arc<Hold>) -> Held {
+        let named = self.spec.named();
         Held::new(
-            self.spec.named().client.inner.clone(),
-            self.spec.named().name.clone(),
+            named.client.inner.clone(),
+            named.name.clone(),
+            self.slot.clone(),
             hold,
             self.watchdog,
         )
@@ -203,7 +210,7 @@ async fn reenter<S: Spec>(
 ) -> Result<Option<Held>> {
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, and a hold already released is never revived.
-    let Some(reserved) = hold.reserve(grant.watchdog) else {
+    let Some(reserved) = Reservation::new(grant.slot, hold, grant.watchdog) else {
         return Ok(None);
     };
     let (spec, slot) = (grant.spec, grant.slot);
@@ -312,6 +319,48 @@ async fn gate_turn(
                     return Ok((&mut acquire).now_or_never().and_then(std::result::Result::ok));
                 }
             }
+        }
+    }
+}
+
+/// One more guard of a hold, reserved before its re-entry is sent. While
+/// reserved, a guard dropped meanwhile is not the last one, so it only
+/// counts down in Redis. Dropped unconfirmed (the re-entry failed or was
+/// cancelled), the reservation is given back.
+struct Reservation {
+    slot: SlotRef,
+    hold: Option<Arc<Hold>>,
+    watchdog: bool,
+}
+
+impl Reservation {
+    /// `None` once the hold's last guard is gone (see [`Hold::add_guard`]).
+    fn new(slot: &SlotRef, hold: &Arc<Hold>, watchdog: bool) -> Option<Reservation> {
+        hold.add_guard(watchdog).then(|| Reservation {
+            slot: slot.clone(),
+            hold: Some(hold.clone()),
+            watchdog,
+        })
+    }
+
+    /// The re-entry was granted with the hold's token: the guard is real.
+    fn confirm(mut self, sent_at: Instant, lease: Duration) -> Arc<Hold> {
+        let hold = self
+            .hold
+            .take()
+            .unwrap_or_else(|| unreachable!("confirmed twice"));
+        hold.extend_validity(sent_at, lease);
+        hold
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            // Not granted: give the reservation back. If the other guards
+            // went meanwhile, they counted down in Redis; what our re-entry
+            // may have added there ends with the lease (nobody renews it).
+            super::held::detach(&self.slot, &hold, self.watchdog);
         }
     }
 }

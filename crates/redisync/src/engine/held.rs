@@ -11,14 +11,21 @@ use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{Hold, Released};
+use crate::hub::SlotRef;
 use crate::script::checked_ms;
+
+/// Local hand-offs in a row (of a hold that keeps the local turn) before
+/// waiters of other clients get a turn.
+const LOCAL_STREAK_CAP: u32 = 4;
 
 /// One guard's share of a [`Hold`] (re-entrant guards of one owner share it).
 pub(crate) struct Held {
     client: Arc<ClientInner>,
     /// The primitive's name, for errors.
     name: Arc<str>,
+    /// The name's local slot, kept while the guard lives.
+    slot: SlotRef,
     /// Present until released or dropped.
     hold: Option<Arc<Hold>>,
     /// Whether the watchdog renews this guard's lease.
@@ -40,12 +47,14 @@ impl Held {
     pub(crate) fn new(
         client: Arc<ClientInner>,
         name: Arc<str>,
+        slot: SlotRef,
         hold: Arc<Hold>,
         watchdog: bool,
     ) -> Held {
         Held {
             client,
             name,
+            slot,
             hold: Some(hold),
             watchdog,
         }
@@ -87,7 +96,7 @@ impl Held {
         let flags: Vec<i64> = hold
             .ops
             .renew
-            .run_idempotent(&self.client.redis, &hold.slot.key, keys, args)
+            .run_idempotent(&self.client.redis, &hold.key, keys, args)
             .await?;
         if flags.first() == Some(&1) {
             hold.extend_validity(sent_at, lease);
@@ -108,33 +117,95 @@ impl Held {
         };
         if let Err(e) = self.client.check_connected() {
             // Shut down: the shutdown released it; only leave the hold.
-            hold.detach(self.watchdog);
+            detach(&self.slot, &hold, self.watchdog);
             return Err(e);
         }
         // Known lost already (the lease ran out by our clock): still release,
         // to free what may be left in Redis, but report it as not held.
         let was_lost = hold.is_lost();
-        let last = hold.detach(self.watchdog);
+        let last = detach(&self.slot, &hold, self.watchdog);
         let mut finish = FinishInBackground {
             client: self.client.clone(),
+            slot: self.slot.clone(),
             hold: last.then(|| hold.clone()),
         };
-        let released = (hold.ops.release)(&self.client, &hold, last).await;
+        let released = release_hold(&self.client, &self.slot, &hold, last).await;
         if !matches!(&released, Err(e) if e.is_retryable()) {
             finish.hold = None;
         }
-        if let Ok(1..) = released {
-            crate::replica::after_release(&self.client, &hold.slot.key).await;
+        let released = released?;
+        if released.not_held {
+            hold.mark_lost("release found it gone");
+            return Err(self.not_held());
         }
-        match released? {
-            0 => {
-                hold.mark_lost("release found it gone");
-                Err(self.not_held())
-            }
-            _ if was_lost => Err(self.not_held()),
-            _ => Ok(()),
+        crate::replica::after_release(&self.client, &hold.key).await;
+        if was_lost {
+            return Err(self.not_held());
+        }
+        Ok(())
+    }
+}
+
+/// Takes one guard off `hold`: its renewal stops at once; the last one also
+/// leaves the slot's holders. Returns whether it was the last.
+pub(crate) fn detach(slot: &SlotRef, hold: &Arc<Hold>, watchdog: bool) -> bool {
+    let last = hold.drop_guard(watchdog);
+    if last {
+        slot.remove_holder(hold);
+    }
+    last
+}
+
+/// Runs the release of one guard's hold (`last`: the acquisition) and tells
+/// local waiters.
+///
+/// A hold that keeps the local turn (an exclusive lock) passes it on as soon
+/// as its final release is queued on the connection, not when the reply is
+/// back (commands of one connection run in order): a local hand-off then
+/// costs one round trip. That lets this client's queue win against waiters
+/// of other clients, who learn of the release through pub/sub; so after
+/// [`LOCAL_STREAK_CAP`] such hand-offs in a row while other clients contend,
+/// the turn passes only after the reply plus a pause of a few round trips,
+/// in which remote waiters get their chance.
+async fn release_hold(
+    client: &ClientInner,
+    slot: &SlotRef,
+    hold: &Hold,
+    last: bool,
+) -> Result<Released> {
+    let hands_off = last && hold.keeps_turn();
+    let yield_turn = hands_off && slot.should_yield(LOCAL_STREAK_CAP);
+    let sent_at = Instant::now();
+    let release = (hold.ops.release)(&client.redis, client.hub.publish_command(), hold, last);
+    tokio::pin!(release);
+    let first = futures::poll!(release.as_mut());
+    if hands_off && !yield_turn {
+        hold.open_gate();
+    }
+    let result = match first {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => release.await,
+    };
+    if let Ok(released) = &result {
+        if hands_off {
+            slot.record_release(released.contended);
+        }
+        if let Some(next) = &released.next_owner {
+            // A local next owner need not wait for the message.
+            slot.wake_addressed(next);
+        }
+        if last && !released.not_held {
+            // Local waiters need not wait for our own message.
+            slot.wake();
         }
     }
+    if yield_turn {
+        let pause =
+            (sent_at.elapsed() * 4).clamp(Duration::from_micros(200), Duration::from_millis(20));
+        slot.yield_gate_for(pause);
+        hold.open_gate();
+    }
+    result
 }
 
 impl Drop for Held {
@@ -142,21 +213,21 @@ impl Drop for Held {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        let last = hold.detach(self.watchdog);
+        let last = detach(&self.slot, &hold, self.watchdog);
         if last {
-            release_in_background(self.client.clone(), hold);
+            release_in_background(self.client.clone(), self.slot.clone(), hold);
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return; // the outer guard's final release covers it
         };
-        let client = self.client.clone();
+        let (client, slot) = (self.client.clone(), self.slot.clone());
         rt.spawn(async move {
             // Counting down a re-entrant hold: one try (not idempotent).
-            match (hold.ops.release)(&client, &hold, false).await {
-                Ok(0) => hold.mark_lost("release on drop found it gone"),
+            match release_hold(&client, &slot, &hold, false).await {
+                Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.slot.key, error = %e, "release on drop failed; it expires with its lease"),
+                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release on drop failed; it expires with its lease"),
             }
         });
     }
@@ -166,13 +237,14 @@ impl Drop for Held {
 /// finished in the background.
 struct FinishInBackground {
     client: Arc<ClientInner>,
+    slot: SlotRef,
     hold: Option<Arc<Hold>>,
 }
 
 impl Drop for FinishInBackground {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            release_in_background(self.client.clone(), hold);
+            release_in_background(self.client.clone(), self.slot.clone(), hold);
         }
     }
 }
@@ -181,23 +253,23 @@ impl Drop for FinishInBackground {
 /// while Redis is unreachable until the lease would have run out (a final
 /// release is owner- and token-checked, so it never touches a later
 /// acquisition). After a shutdown, or outside a runtime, the lease ends it.
-fn release_in_background(client: Arc<ClientInner>, hold: Arc<Hold>) {
+fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>) {
     if client.check_connected().is_err() {
         return;
     }
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(lock_key = %hold.slot.key, "guard dropped outside a tokio runtime; it expires with its lease");
+        tracing::warn!(lock_key = %hold.key, "guard dropped outside a tokio runtime; it expires with its lease");
         return;
     };
     rt.spawn(async move {
         let result = retry_until_deadline(hold.valid_until(), || {
-            (hold.ops.release)(&client, &hold, true)
+            release_hold(&client, &slot, &hold, true)
         })
         .await;
         match result {
-            Ok(0) => hold.mark_lost("release on drop found it gone"),
+            Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
             Ok(_) => {}
-            Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.slot.key, error = %e, "release in the background failed; it expires with its lease"),
+            Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease"),
         }
     });
 }

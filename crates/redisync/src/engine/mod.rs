@@ -22,6 +22,7 @@ use crate::keys::{self, Kind, Role};
 pub(crate) mod acquire;
 pub(crate) mod held;
 pub(crate) mod undo;
+pub(crate) mod watchdog;
 
 /// How the local FIFO queue (the slot's gate) orders this client's tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
