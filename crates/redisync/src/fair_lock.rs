@@ -463,9 +463,6 @@ impl Spec for FairLock {
     fn check(&self, (): ()) -> Result<()> {
         self.queue_lease_ms().map(drop)
     }
-    fn holder(&self, owner: &Arc<str>, (): ()) -> Arc<str> {
-        owner.clone()
-    }
     fn hold_ops(&self, (): ()) -> &'static HoldOps {
         &FAIR_HOLD
     }
@@ -506,7 +503,7 @@ impl Spec for FairLock {
             )
             .await?;
         match reply[..] {
-            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [1 | 2, token] => Ok(Reply::granted(token)),
             [0, pttl_ms, head_ms] => {
                 let now = Instant::now();
                 let mut until = now + self.queue_lease / 3;

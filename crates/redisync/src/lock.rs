@@ -330,9 +330,6 @@ impl Spec for Lock {
     fn named(&self) -> &Named {
         &self.inner
     }
-    fn holder(&self, owner: &Arc<str>, (): ()) -> Arc<str> {
-        owner.clone()
-    }
     fn hold_ops(&self, (): ()) -> &'static HoldOps {
         &LOCK_HOLD
     }
@@ -356,7 +353,7 @@ impl Spec for Lock {
             )
             .await?;
         match reply[..] {
-            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [1 | 2, token] => Ok(Reply::granted(token)),
             [0, pttl] => Ok(Reply::busy_for(pttl, NO_TTL_POLL)),
             _ => Err(Error::Script {
                 name: "lock_acquire.lua",

@@ -340,7 +340,7 @@ impl Spec for RwLock {
             )
             .await?;
         match reply[..] {
-            [1 | 2, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [1 | 2, token] => Ok(Reply::granted(token)),
             [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
             [-3, _] => Err(self.upgrade_refused()),
             _ => Err(Error::Script {

@@ -289,7 +289,7 @@ impl Spec for Semaphore {
             )
             .await?;
         match reply[..] {
-            [1, token] => Ok(Reply::Granted(u64::try_from(token).unwrap_or(0))),
+            [1, token] => Ok(Reply::granted(token)),
             [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_LEASE_POLL)),
             [-1, _] => Err(self.not_initialized()),
             [-2, total] => Err(Error::InvalidArgument(format!(

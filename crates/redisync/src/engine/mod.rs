@@ -74,6 +74,11 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
+    /// Granted with the token a script answered.
+    pub(crate) fn granted(token: i64) -> Reply {
+        Reply::Granted(u64::try_from(token).unwrap_or(0))
+    }
+
     /// A busy reply with a wait bound of `ms` milliseconds from now (negative:
     /// none given; `fallback` then).
     pub(crate) fn busy_for(ms: i64, fallback: Duration) -> Reply {
@@ -161,8 +166,11 @@ pub(crate) trait Spec: Clone + Send + Sync + 'static {
     fn check(&self, _ask: Self::Ask) -> Result<()> {
         Ok(())
     }
-    /// The local hold id of `owner` asking `ask`.
-    fn holder(&self, owner: &Arc<str>, ask: Self::Ask) -> Arc<str>;
+    /// The local hold id of `owner` asking `ask`: the owner id itself
+    /// unless a kind says otherwise.
+    fn holder(&self, owner: &Arc<str>, _ask: Self::Ask) -> Arc<str> {
+        owner.clone()
+    }
     /// How holds of `ask` are renewed and released.
     fn hold_ops(&self, ask: Self::Ask) -> &'static HoldOps;
     /// The local queue's policy for `owner` asking `ask`, decided before
