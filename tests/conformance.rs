@@ -1012,6 +1012,38 @@ async fn reentry_racing_the_last_drop_never_revives_a_released_hold(kind: Kind) 
 // ---------------------------------------------------------------------------
 
 /// One cell: `ok` a test, `ignore("why")` an ignored test, `na` no test.
+/// 13. A watchdog re-entry over a fixed-lease hold is renewed, even when it
+///     is the client's first watchdog hold: the guard outlives many leases
+///     and another client cannot take the name meanwhile.
+async fn watchdog_reentry_over_a_fixed_lease_is_renewed(kind: Kind) {
+    let env = Env::start().await;
+    let lease = Duration::from_millis(300);
+    let a = env.client_with_watchdog(lease).await;
+    let other = env.client().await;
+    let name = "wd-re";
+    kind.prepare(&a, name).await;
+    let outer = kind
+        .acquire(&a, name, ZERO, Some(Duration::from_millis(200)))
+        .await
+        .unwrap()
+        .expect("free");
+    let inner = kind
+        .acquire(&a, name, ZERO, None)
+        .await
+        .unwrap()
+        .expect("re-entry");
+    assert!(
+        timeout(lease * 5, inner.lost()).await.is_err(),
+        "the watchdog re-entry was not renewed"
+    );
+    assert!(
+        !is_free(kind, &other, name).await,
+        "another client took a name whose re-entry is renewed"
+    );
+    inner.unlock().await.unwrap();
+    drop(outer);
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1057,6 +1089,7 @@ conformance! {
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
@@ -1073,6 +1106,7 @@ conformance! {
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
     }
     read: Read {
         cancel_at_every_await_point: ok,
@@ -1089,6 +1123,7 @@ conformance! {
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1105,6 +1140,7 @@ conformance! {
         names_are_a_namespace: ok,
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
+        watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1126,5 +1162,7 @@ conformance! {
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         // Permits are not re-entrant.
         reentry_racing_the_last_drop_never_revives_a_released_hold: na,
+        // Permits are not re-entrant.
+        watchdog_reentry_over_a_fixed_lease_is_renewed: na,
     }
 }

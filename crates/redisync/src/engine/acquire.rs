@@ -35,6 +35,10 @@ pub(crate) async fn acquire<S: Spec>(
     let client = named.client_inner();
     spec.check(ask)?;
     let watchdog = lease.is_none();
+    if watchdog {
+        // Before any grant: a re-entry may be the first renewed hold too.
+        super::watchdog::ensure_running(&named.client.inner);
+    }
     let lease = lease.unwrap_or(client.settings.watchdog_timeout);
     let lease_ms = checked_ms("lease", lease)?;
     let owner = client.owner_id();
@@ -169,9 +173,6 @@ impl<S: Spec> Grant<'_, S> {
         ));
         hold.keep_turn(permit);
         self.slot.add_holder(hold.clone());
-        if self.watchdog {
-            super::watchdog::ensure_running(&named.client.inner);
-        }
         self.held(hold)
     }
 
