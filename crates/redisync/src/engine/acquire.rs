@@ -66,10 +66,6 @@ pub(crate) async fn acquire<S: Spec>(
             let Some(turn) = gate_turn(&client.hub, &slot, deadline).await? else {
                 return Ok(None);
             };
-            if let Some(until) = slot.take_yield() {
-                // The last local holder gives remote waiters a turn.
-                tokio::time::sleep_until(until).await;
-            }
             Some(turn)
         }
         Gate::None | Gate::Bypass => None,
@@ -288,6 +284,22 @@ async fn settle_pending<S: Spec>(
 /// first. A local holder whose lease ran out (by the local clock) is
 /// declared lost on the way, so it does not keep the queue shut.
 async fn gate_turn(
+    hub: &Hub,
+    slot: &Slot,
+    deadline: Option<Instant>,
+) -> Result<Option<OwnedSemaphorePermit>> {
+    let turn = wait_for_gate(hub, slot, deadline).await?;
+    if turn.is_some() {
+        if let Some(until) = slot.take_yield() {
+            // The last local holder gives remote waiters a turn.
+            tokio::time::sleep_until(until).await;
+        }
+    }
+    Ok(turn)
+}
+
+/// [`gate_turn`] without the yield to remote waiters.
+async fn wait_for_gate(
     hub: &Hub,
     slot: &Slot,
     deadline: Option<Instant>,
