@@ -423,22 +423,10 @@ impl FairLock {
     /// Cancel safe: the delete is one script; dropping the future may leave
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.check_usable()?;
-        let client = self.client_inner();
-        let deleted: i64 = FORCE_UNLOCK
-            .run(
-                &client.redis,
-                &self.inner.named.key,
-                self.queue_keys(),
-                vec![self.publish_command(), self.channel_arg()],
-            )
-            .await?;
-        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
-            for hold in slot.holders() {
-                hold.mark_lost("force-unlocked");
-            }
-        }
-        Ok(deleted == 1)
+        self.inner
+            .named
+            .force_unlock(&FORCE_UNLOCK, self.queue_keys())
+            .await
     }
 }
 

@@ -293,25 +293,9 @@ impl Lock {
     /// Cancel safe: the delete is one script; dropping the future may leave
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.check_usable()?;
-        let client = self.client_inner();
-        let deleted: i64 = FORCE_UNLOCK
-            .run(
-                &client.redis,
-                &self.inner.key,
-                vec![self.inner.hold.clone()],
-                vec![
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
-                ],
-            )
-            .await?;
-        if let Some(slot) = client.hub.existing_slot(&self.inner.key) {
-            for hold in slot.holders() {
-                hold.mark_lost("force-unlocked");
-            }
-        }
-        Ok(deleted == 1)
+        self.inner
+            .force_unlock(&FORCE_UNLOCK, vec![self.inner.hold.clone()])
+            .await
     }
 }
 

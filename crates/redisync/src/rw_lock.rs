@@ -262,25 +262,8 @@ impl RwLock {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        self.check_usable()?;
-        let client = self.client();
-        let deleted: i64 = FORCE_UNLOCK
-            .run(
-                &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone(), self.inner.readers.clone()],
-                vec![
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
-            )
-            .await?;
-        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
-            for hold in slot.holders() {
-                hold.mark_lost("force-unlocked");
-            }
-        }
-        Ok(deleted == 1)
+        let keys = vec![self.inner.named.hold.clone(), self.inner.readers.clone()];
+        self.inner.named.force_unlock(&FORCE_UNLOCK, keys).await
     }
 }
 

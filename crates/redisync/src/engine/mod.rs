@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Key;
+use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::hold::HoldOps;
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
+use crate::script::LuaScript;
 
 pub(crate) mod acquire;
 pub(crate) mod held;
@@ -130,6 +131,36 @@ impl Named {
 
     pub(crate) fn client_inner(&self) -> &ClientInner {
         &self.client.inner
+    }
+
+    /// Runs a force-unlock `script` over `keys` (its arguments: the publish
+    /// command and the channel): deletes the name whoever holds it.
+    /// `Ok(true)` if it was held. The local holds granted before the script
+    /// was sent are lost once it ran; a hold granted after it (a waiter the
+    /// force-unlock woke) is not touched.
+    pub(crate) async fn force_unlock(&self, script: &LuaScript, keys: Vec<Key>) -> Result<bool> {
+        self.check_usable("lock")?;
+        let client = self.client_inner();
+        let before = client
+            .hub
+            .existing_slot(&self.key)
+            .map(|slot| slot.holders())
+            .unwrap_or_default();
+        let deleted: i64 = script
+            .run(
+                &client.redis,
+                &self.key,
+                keys,
+                vec![
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.channel.clone()),
+                ],
+            )
+            .await?;
+        for hold in before {
+            hold.mark_lost("force-unlocked");
+        }
+        Ok(deleted == 1)
     }
 
     /// Whether a command may run for this name, a `what` ("lock",
