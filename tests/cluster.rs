@@ -435,8 +435,10 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
         .migrate(&[&common::key("lock", "fence", "halfway")])
         .await;
     let lock = b.lock(name);
-    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(8), None).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await });
+    // Half-way for longer than the script runner's own retries (2 s), as a
+    // migration on a loaded machine can be: the wait is what bounds them.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     slot_move.migrate(&[&common::lock_key("halfway")]).await;
     slot_move.finish(&cluster).await;
     held.unlock().await.unwrap();

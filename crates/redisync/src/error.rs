@@ -102,6 +102,12 @@ impl Error {
         }
     }
 
+    /// Whether the cluster refused the command, unrun, while its slot moved
+    /// (see [`refused_unrun`]): safe to send again.
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(self, Error::Redis(e) if refused_unrun(e))
+    }
+
     /// Whether the outcome of a write that failed this way is unknown (it may
     /// have run on the server).
     ///

@@ -77,12 +77,11 @@ pub(crate) async fn acquire<S: Spec>(
     let addressed = (S::WAKE == Wake::Addressed).then(|| Registration::new(&slot, &holder));
     let mut undo = Undo::new(spec, &slot, &holder, None, turn);
     let mut queued = false;
+    let refusals_until =
+        deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
         client.check_open()?;
-        let since = match &addressed {
-            Some(r) => r.addressed.generation(),
-            None => slot.generation(),
-        };
+        let since = wake_generation(&slot, addressed.as_ref());
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
         let reply = client
@@ -96,6 +95,13 @@ pub(crate) async fn acquire<S: Spec>(
             }))
             .await;
         let until = match reply {
+            // Refused unrun while the slot migrates (after the runner's own
+            // retries): nothing changed, so wait and try again while the
+            // wait lasts (`lock()`: for the command timeout).
+            Err(e) if e.is_refused() && Instant::now() < refusals_until => {
+                tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
+                Instant::now() + REFUSED_PAUSE
+            }
             Err(e) => {
                 // Stays armed while the command may have run or we are queued.
                 if !queued && !e.outcome_unknown() {
@@ -132,12 +138,26 @@ pub(crate) async fn acquire<S: Spec>(
             continue;
         }
         let until = deadline.map_or(until, |d| d.min(until));
-        match &addressed {
-            Some(r) => r.addressed.wait(since, until).await,
-            None => slot.wait_unlock(since, until).await,
-        }
+        park(&slot, addressed.as_ref(), since, until).await;
     }
 }
+
+/// The wake-up generation to wait past: the holder's own when it waits for
+/// addressed messages, else the slot's.
+fn wake_generation(slot: &Slot, addressed: Option<&Registration<'_>>) -> u64 {
+    addressed.map_or_else(|| slot.generation(), |r| r.addressed.generation())
+}
+
+/// Parks until a wake-up newer than `since` or `until`.
+async fn park(slot: &Slot, addressed: Option<&Registration<'_>>, since: u64, until: Instant) {
+    match addressed {
+        Some(r) => r.addressed.wait(since, until).await,
+        None => slot.wait_unlock(since, until).await,
+    }
+}
+
+/// Pause before an attempt the cluster refused is sent again.
+const REFUSED_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a grant needs to become a guard.
 struct Grant<'a, S: Spec> {
