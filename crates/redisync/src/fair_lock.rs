@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
@@ -204,15 +204,6 @@ impl FairLock {
         &self.inner.named.client
     }
 
-    fn client_inner(&self) -> &ClientInner {
-        &self.inner.named.client.inner
-    }
-
-    fn check_usable(&self) -> Result<()> {
-        self.client_inner()
-            .check_usable(&self.inner.named.name, "lock")
-    }
-
     fn queue_lease_ms(&self) -> Result<i64> {
         if self.queue_lease < MIN_QUEUE_LEASE {
             return Err(Error::InvalidArgument(format!(
@@ -233,7 +224,7 @@ impl FairLock {
     }
 
     fn publish_command(&self) -> Value {
-        Value::String(self.client_inner().hub.publish_command().into())
+        Value::String(self.named().client_inner().hub.publish_command().into())
     }
 
     /// The channel, as a script argument (channels are not keys).
@@ -341,7 +332,7 @@ impl FairLock {
             .or_else(|| slot.holder(owner).map(|h| h.token))
             .map(|t| t.to_string())
             .unwrap_or_default();
-        let client = self.client_inner();
+        let client = self.named().client_inner();
         let freed: i64 = LEAVE
             .run_idempotent(
                 &client.redis,
@@ -359,8 +350,8 @@ impl FairLock {
     }
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
-        self.check_usable()?;
-        inspect_hash(self.client_inner(), &self.inner.named.hold).await
+        self.named().check_usable(Self::WHAT)?;
+        inspect_hash(self.named().client_inner(), &self.inner.named.hold).await
     }
 
     /// Whether anybody holds the lock.
@@ -467,7 +458,7 @@ impl Spec for FairLock {
     /// (another owner is head: it may have crashed), or when the holder's
     /// lease ends (we are head: the holder may have crashed).
     async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
-        let client = self.client_inner();
+        let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,

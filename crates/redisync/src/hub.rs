@@ -33,9 +33,8 @@ pub(crate) struct Slot {
     /// lock, so N local waiters cost one Redis contender and local tasks get
     /// the lock in arrival order.
     pub(crate) gate: Arc<Semaphore>,
-    /// Bumped on every unlock message (and on reconnect / lag).
-    generation: AtomicU64,
-    notify: Notify,
+    /// Woken by every unlock message (and on reconnect / lag).
+    pub(crate) wakeup: Wakeup,
     subscribed: AtomicBool,
     /// Local holders (owner ids with live holds).
     holders: Mutex<Vec<Arc<Hold>>>,
@@ -50,22 +49,24 @@ pub(crate) struct Slot {
 }
 
 /// A registration for addressed messages and its number of local users.
-type AddressedEntry = (Arc<Addressed>, usize);
+type AddressedEntry = (Arc<Wakeup>, usize);
 
-/// The wakeup of one owner that waits for messages addressed to it: a
-/// generation counter plus a `Notify`, as for the whole slot.
-pub(crate) struct Addressed {
+/// What parked waiters wait on: a generation counter bumped by every
+/// wake-up, plus a `Notify`. A slot has one for all its waiters; an owner
+/// waiting for messages addressed to it has its own.
+#[derive(Default)]
+pub(crate) struct Wakeup {
     generation: AtomicU64,
     notify: Notify,
 }
 
-impl Addressed {
+impl Wakeup {
     /// The current generation; read it before an attempt.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Waits until a message for this owner newer than `since` arrives, or `until`.
+    /// Waits until a wake-up newer than `since`, or `until`.
     pub(crate) async fn wait(&self, since: u64, until: Instant) {
         let notified = self.notify.notified();
         tokio::pin!(notified);
@@ -90,25 +91,9 @@ struct Fairness {
 }
 
 impl Slot {
-    /// The current unlock-message generation; read it before an attempt.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Waits until an unlock message newer than `since` arrives, or `until`.
-    pub(crate) async fn wait_unlock(&self, since: u64, until: Instant) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.generation() != since {
-            return;
-        }
-        let _ = tokio::time::timeout_at(until, notified).await;
-    }
-
+    /// Wakes every waiter of the slot (not the addressed ones).
     pub(crate) fn wake(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.notify.notify_waiters();
+        self.wakeup.wake();
     }
 
     pub(crate) fn is_subscribed(&self) -> bool {
@@ -176,17 +161,11 @@ impl Slot {
 
     /// Registers `owner` for messages addressed to it (one registration per
     /// owner, counted); undo with [`Slot::unregister_addressed`].
-    pub(crate) fn register_addressed(&self, owner: &Arc<str>) -> Arc<Addressed> {
+    pub(crate) fn register_addressed(&self, owner: &Arc<str>) -> Arc<Wakeup> {
         let mut map = lock_unpoisoned(&self.addressed);
-        let entry = map.entry(owner.clone()).or_insert_with(|| {
-            (
-                Arc::new(Addressed {
-                    generation: AtomicU64::new(0),
-                    notify: Notify::new(),
-                }),
-                0,
-            )
-        });
+        let entry = map
+            .entry(owner.clone())
+            .or_insert_with(|| (Arc::new(Wakeup::default()), 0));
         entry.1 += 1;
         entry.0.clone()
     }
@@ -327,8 +306,7 @@ impl Hub {
                 key: key.clone(),
                 channel: channel.clone(),
                 gate: Arc::new(Semaphore::new(1)),
-                generation: AtomicU64::new(0),
-                notify: Notify::new(),
+                wakeup: Wakeup::default(),
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
                 pending_undo: Mutex::new(Vec::new()),

@@ -99,14 +99,6 @@ impl Lock {
         &self.inner.name
     }
 
-    fn client_inner(&self) -> &ClientInner {
-        &self.inner.client.inner
-    }
-
-    fn check_usable(&self) -> Result<()> {
-        self.client_inner().check_usable(&self.inner.name, "lock")
-    }
-
     /// Waits until the lock is acquired; the watchdog renews the lease until
     /// the guard is released.
     ///
@@ -196,8 +188,8 @@ impl Lock {
     }
 
     async fn inspect(&self) -> Result<(bool, i64, u32)> {
-        self.check_usable()?;
-        inspect_hash(self.client_inner(), &self.inner.hold).await
+        self.named().check_usable(Self::WHAT)?;
+        inspect_hash(self.named().client_inner(), &self.inner.hold).await
     }
 
     /// Whether anybody holds the lock.
@@ -263,8 +255,8 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
-        self.check_usable()?;
-        let client = self.client_inner();
+        self.named().check_usable(Self::WHAT)?;
+        let client = self.named().client_inner();
         let fence = self.inner.fence.as_str().unwrap_or_default().to_owned();
         let value: i64 = ADVANCE_FENCE
             .run_idempotent(
@@ -322,7 +314,7 @@ impl Spec for Lock {
     }
 
     async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
-        let client = self.client_inner();
+        let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 &client.redis,
@@ -349,7 +341,7 @@ impl Spec for Lock {
     /// `lock_abandon.lua`: deletes an acquisition of `holder` unless its
     /// token is `keep`.
     async fn undo(&self, _: &Slot, holder: &str, keep: Option<u64>) -> Result<()> {
-        let client = self.client_inner();
+        let client = self.named().client_inner();
         let _undone: i64 = ABANDON
             .run_idempotent(
                 &client.redis,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
@@ -89,8 +89,7 @@ static WRITE_HOLD: HoldOps = HoldOps {
     },
 };
 
-/// Releases one hold of `hold` on one side (`last`: the acquisition), keys
-/// derived from its slot. Only a final release may be sent twice.
+/// Releases one hold of `hold` on one side (`last`: the acquisition).
 async fn release_side(
     redis: &RedisClient,
     publish: &'static str,
@@ -98,25 +97,60 @@ async fn release_side(
     side: Side,
     last: bool,
 ) -> Result<Released> {
-    let key = &hold.key;
-    let code: i64 = RELEASE
-        .run_with(
-            redis,
-            key,
-            vec![Key::from(&**key), keys::sibling_key(key, Role::Readers)],
-            vec![
-                Value::String(raw_owner(&hold.owner_str).into()),
-                Value::String(hold.token.to_string().into()),
-                Value::String(if last { "1" } else { "0" }.into()),
-                Value::String(side.tag().into()),
-                Value::String(publish.into()),
-                Value::from(hold.channel.clone()),
-                Value::String("=".into()),
-            ],
-            if last { 3 } else { 1 },
-        )
-        .await?;
+    let code = RwRelease {
+        key: &hold.key,
+        channel: &hold.channel,
+        owner: raw_owner(&hold.owner_str),
+        side,
+        token: Some(hold.token),
+        last,
+        exactly: true,
+    }
+    .run(redis, publish)
+    .await?;
     Ok(Released::from_code(code))
+}
+
+/// One run of `rw_lock_release.lua`.
+struct RwRelease<'a> {
+    /// The hold key; the readers key is its sibling.
+    key: &'a str,
+    channel: &'a Key,
+    owner: &'a str,
+    side: Side,
+    token: Option<u64>,
+    /// The owner's whole hold on that side, not one count.
+    last: bool,
+    /// `true`: release exactly `token`; `false`: undo any acquisition of
+    /// the owner on that side except `token`.
+    exactly: bool,
+}
+
+impl RwRelease<'_> {
+    /// The script's answer: 0 not held, 1 still held, 2 released. Only a
+    /// final release (or an undo) may be sent twice.
+    async fn run(self, redis: &RedisClient, publish: &'static str) -> Result<i64> {
+        RELEASE
+            .run_with(
+                redis,
+                self.key,
+                vec![
+                    Key::from(self.key),
+                    keys::sibling_key(self.key, Role::Readers),
+                ],
+                vec![
+                    Value::String(self.owner.into()),
+                    token_arg(self.token),
+                    Value::String(if self.last { "1" } else { "0" }.into()),
+                    Value::String(self.side.tag().into()),
+                    Value::String(publish.into()),
+                    Value::from(self.channel.clone()),
+                    Value::String(if self.exactly { "=" } else { "!" }.into()),
+                ],
+                if self.last { 3 } else { 1 },
+            )
+            .await
+    }
 }
 
 /// A distributed read-write lock: many readers or one writer.
@@ -181,14 +215,6 @@ impl RwLock {
         WriteLock { rw: self.clone() }
     }
 
-    fn client(&self) -> &ClientInner {
-        &self.inner.named.client.inner
-    }
-
-    fn check_usable(&self) -> Result<()> {
-        self.client().check_usable(&self.inner.named.name, "lock")
-    }
-
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = side.tag()))]
     async fn acquire(
         &self,
@@ -206,40 +232,9 @@ impl RwLock {
         }
     }
 
-    /// Runs the release script. `token: None` with `'!'` undoes any
-    /// acquisition of the owner on that side; `'='` releases exactly `token`.
-    async fn release_script(
-        &self,
-        side: Side,
-        owner: &str,
-        token: Option<u64>,
-        last: bool,
-        matching: char,
-    ) -> Result<i64> {
-        let client = self.client();
-        // Only a final release (or an undo) may be sent twice.
-        RELEASE
-            .run_with(
-                &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone(), self.inner.readers.clone()],
-                vec![
-                    Value::String(owner.into()),
-                    token_arg(token),
-                    Value::String(if last { "1" } else { "0" }.into()),
-                    Value::String(side.tag().into()),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                    Value::String(matching.to_string().into()),
-                ],
-                if last { 3 } else { 1 },
-            )
-            .await
-    }
-
     async fn inspect(&self, side: Side) -> Result<(i64, i64, u32)> {
-        self.check_usable()?;
-        let client = self.client();
+        self.named().check_usable(Self::WHAT)?;
+        let client = self.named().client_inner();
         let owner = client.owner_id();
         let reply: Vec<i64> = INSPECT
             .run_idempotent(
@@ -303,7 +298,7 @@ impl Spec for RwLock {
     }
 
     async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
-        let client = self.client();
+        let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 &client.redis,
@@ -341,9 +336,19 @@ impl Spec for RwLock {
         } else {
             Side::Read
         };
-        self.release_script(side, raw_owner(holder), keep, true, '!')
-            .await
-            .map(drop)
+        let (named, client) = (self.named(), self.named().client_inner());
+        RwRelease {
+            key: &named.key,
+            channel: &named.channel,
+            owner: raw_owner(holder),
+            side,
+            token: keep,
+            last: true,
+            exactly: false,
+        }
+        .run(&client.redis, client.hub.publish_command())
+        .await
+        .map(drop)
     }
 }
 

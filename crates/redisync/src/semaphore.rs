@@ -7,7 +7,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
@@ -82,15 +82,6 @@ impl Semaphore {
         &self.inner.named.name
     }
 
-    fn client(&self) -> &ClientInner {
-        &self.inner.named.client.inner
-    }
-
-    fn check_usable(&self) -> Result<()> {
-        self.client()
-            .check_usable(&self.inner.named.name, "semaphore")
-    }
-
     fn not_initialized(&self) -> Error {
         Error::NotInitialized {
             name: self.inner.named.name.to_string(),
@@ -107,13 +98,13 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.check_usable()?;
+        self.named().check_usable(Self::WHAT)?;
         if permits == 0 {
             return Err(Error::InvalidArgument(
                 "a semaphore needs at least one permit".into(),
             ));
         }
-        let client = self.client();
+        let client = self.named().client_inner();
         let set: i64 = SET_PERMITS
             .run_idempotent(
                 &client.redis,
@@ -186,27 +177,6 @@ impl Semaphore {
         Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 
-    async fn release_id(&self, id: &Value) -> Result<i64> {
-        let client = self.client();
-        let freed = RELEASE
-            .run_idempotent(
-                &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
-                vec![
-                    id.clone(),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
-            )
-            .await?;
-        // Local waiters need not wait for our own message.
-        if let Some(slot) = client.hub.existing_slot(&self.inner.named.key) {
-            slot.wake();
-        }
-        Ok(freed)
-    }
-
     /// Permits free now (expired leases of crashed holders are reclaimed first).
     ///
     /// # Errors
@@ -216,8 +186,8 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn available_permits(&self) -> Result<u32> {
-        self.check_usable()?;
-        let client = self.client();
+        self.named().check_usable(Self::WHAT)?;
+        let client = self.named().client_inner();
         let reply: Vec<i64> = AVAILABLE
             .run_idempotent(
                 &client.redis,
@@ -269,7 +239,7 @@ impl Spec for Semaphore {
 
     /// Sent once: a re-send would count the permits twice.
     async fn attempt(&self, t: Try<'_, u32>) -> Result<Reply> {
-        let client = self.client();
+        let client = self.named().client_inner();
         let permits = t.ask;
         let reply: Vec<i64> = ACQUIRE
             .run(
@@ -303,11 +273,21 @@ impl Spec for Semaphore {
         }
     }
 
-    /// Gives back whatever the permit id `holder` holds.
-    async fn undo(&self, _: &Slot, holder: &str, _: Option<u64>) -> Result<()> {
-        self.release_id(&Value::String(holder.into()))
-            .await
-            .map(drop)
+    /// Gives back whatever the permit id `holder` holds; local waiters need
+    /// not wait for our own message.
+    async fn undo(&self, slot: &Slot, holder: &str, _: Option<u64>) -> Result<()> {
+        let client = self.named().client_inner();
+        let named = self.named();
+        give_back(
+            &client.redis,
+            client.hub.publish_command(),
+            &named.key,
+            &named.channel,
+            Value::String(holder.into()),
+        )
+        .await?;
+        slot.wake();
+        Ok(())
     }
 }
 
@@ -324,26 +304,37 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
     release: |redis, publish, hold, _| Box::pin(release_permit(redis, publish, hold)),
 };
 
-/// Gives back the permits of `hold` (keys derived from its hold key).
+/// Gives back the permits of `hold`.
 async fn release_permit(
     redis: &RedisClient,
     publish: &'static str,
     hold: &Hold,
 ) -> Result<Released> {
-    let key = &hold.key;
-    let freed: i64 = RELEASE
+    let freed = give_back(redis, publish, &hold.key, &hold.channel, hold.owner.clone()).await?;
+    Ok(Released::from_code(freed))
+}
+
+/// `semaphore_release.lua` for permit id `id` of the semaphore whose hold
+/// key is `key`: the permits given back (0: it held none).
+async fn give_back(
+    redis: &RedisClient,
+    publish: &'static str,
+    key: &str,
+    channel: &Key,
+    id: Value,
+) -> Result<i64> {
+    RELEASE
         .run_idempotent(
             redis,
             key,
-            vec![Key::from(&**key), keys::sibling_key(key, Role::Leases)],
+            vec![Key::from(key), keys::sibling_key(key, Role::Leases)],
             vec![
-                hold.owner.clone(),
+                id,
                 Value::String(publish.into()),
-                Value::from(hold.channel.clone()),
+                Value::from(channel.clone()),
             ],
         )
-        .await?;
-    Ok(Released::from_code(freed))
+        .await
 }
 
 /// Permits of a [`Semaphore`]. Give them back with

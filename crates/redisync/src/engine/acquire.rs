@@ -15,7 +15,7 @@ use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::hub::{Addressed, Hub, Slot, SlotRef};
+use crate::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::script::checked_ms;
 
 /// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
@@ -54,21 +54,15 @@ pub(crate) async fn acquire<S: Spec>(
 
     if S::REENTRANT {
         if let Some(hold) = slot.holder(&holder) {
-            if let Some(held) = reenter(&grant, &owner, &hold, lease_ms).await? {
+            if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
                 return grant.synced(held).await.map(Some);
             }
         }
     }
 
     let gate = spec.gate(&slot, &owner, ask)?;
-    let turn = match gate {
-        Gate::WhileHeld | Gate::UntilGranted => {
-            let Some(turn) = gate_turn(&client.hub, &slot, deadline).await? else {
-                return Ok(None);
-            };
-            Some(turn)
-        }
-        Gate::None | Gate::Bypass => None,
+    let Some(turn) = gate_turn(gate, &client.hub, &slot, deadline).await? else {
+        return Ok(None);
     };
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
 
@@ -81,7 +75,8 @@ pub(crate) async fn acquire<S: Spec>(
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
         client.check_open()?;
-        let since = wake_generation(&slot, addressed.as_ref());
+        let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
+        let since = wakeup.generation();
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
         let reply = client
@@ -138,21 +133,7 @@ pub(crate) async fn acquire<S: Spec>(
             continue;
         }
         let until = deadline.map_or(until, |d| d.min(until));
-        park(&slot, addressed.as_ref(), since, until).await;
-    }
-}
-
-/// The wake-up generation to wait past: the holder's own when it waits for
-/// addressed messages, else the slot's.
-fn wake_generation(slot: &Slot, addressed: Option<&Registration<'_>>) -> u64 {
-    addressed.map_or_else(|| slot.generation(), |r| r.addressed.generation())
-}
-
-/// Parks until a wake-up newer than `since` or `until`.
-async fn park(slot: &Slot, addressed: Option<&Registration<'_>>, since: u64, until: Instant) {
-    match addressed {
-        Some(r) => r.addressed.wait(since, until).await,
-        None => slot.wait_unlock(since, until).await,
+        wakeup.wait(since, until).await;
     }
 }
 
@@ -221,7 +202,6 @@ impl<S: Spec> Grant<'_, S> {
 /// like anybody else).
 async fn reenter<S: Spec>(
     grant: &Grant<'_, S>,
-    owner: &str,
     hold: &Arc<Hold>,
     lease_ms: i64,
 ) -> Result<Option<Held>> {
@@ -256,12 +236,13 @@ async fn reenter<S: Spec>(
             Ok(Some(grant.held(reserved.confirm(sent_at, grant.lease))))
         }
         Reply::Granted(token) => {
-            // Our earlier acquisition had expired; this is a new one.
+            // Our earlier acquisition had expired; this is a new one, and
+            // keeps the local turn if the old one did.
+            let kept_turn = hold.keeps_turn();
             hold.mark_lost("re-entry found it expired");
-            let permit = match spec.gate(slot, owner, grant.ask) {
-                Ok(Gate::WhileHeld) => slot.gate.clone().try_acquire_owned().ok(),
-                _ => None,
-            };
+            let permit = kept_turn
+                .then(|| slot.gate.clone().try_acquire_owned().ok())
+                .flatten();
             let holder = hold.owner_str.clone();
             Ok(Some(grant.new_held(holder, token, sent_at, permit)))
         }
@@ -299,15 +280,20 @@ async fn settle_pending<S: Spec>(
     Ok(())
 }
 
-/// Waits for the local gate (FIFO among this client's tasks). `None` when
-/// `deadline` passes first; `Err(Shutdown)` when the client shuts down
-/// first. A local holder whose lease ran out (by the local clock) is
-/// declared lost on the way, so it does not keep the queue shut.
+/// The local turn (FIFO among this client's tasks) that `gate` asks for:
+/// `Some(None)` for a gate that takes none, `None` when `deadline` passes
+/// first, `Err(Shutdown)` when the client shuts down first. A local holder
+/// whose lease ran out (by the local clock) is declared lost on the way, so
+/// it does not keep the queue shut.
 async fn gate_turn(
+    gate: Gate,
     hub: &Hub,
     slot: &Slot,
     deadline: Option<Instant>,
-) -> Result<Option<OwnedSemaphorePermit>> {
+) -> Result<Option<Option<OwnedSemaphorePermit>>> {
+    if matches!(gate, Gate::None | Gate::Bypass) {
+        return Ok(Some(None));
+    }
     let turn = wait_for_gate(hub, slot, deadline).await?;
     if turn.is_some() {
         if let Some(until) = slot.take_yield() {
@@ -315,7 +301,7 @@ async fn gate_turn(
             tokio::time::sleep_until(until).await;
         }
     }
-    Ok(turn)
+    Ok(turn.map(Some))
 }
 
 /// [`gate_turn`] without the yield to remote waiters.
@@ -402,7 +388,7 @@ impl Drop for Reservation {
 struct Registration<'a> {
     slot: &'a Slot,
     holder: &'a str,
-    addressed: Arc<Addressed>,
+    wakeup: Arc<Wakeup>,
 }
 
 impl<'a> Registration<'a> {
@@ -410,7 +396,7 @@ impl<'a> Registration<'a> {
         Registration {
             slot,
             holder,
-            addressed: slot.register_addressed(holder),
+            wakeup: slot.register_addressed(holder),
         }
     }
 }

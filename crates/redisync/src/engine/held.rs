@@ -214,22 +214,7 @@ impl Drop for Held {
             return;
         };
         let last = detach(&self.slot, &hold, self.watchdog);
-        if last {
-            release_in_background(self.client.clone(), self.slot.clone(), hold);
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return; // the outer guard's final release covers it
-        };
-        let (client, slot) = (self.client.clone(), self.slot.clone());
-        rt.spawn(async move {
-            // Counting down a re-entrant hold: one try (not idempotent).
-            match release_hold(&client, &slot, &hold, false).await {
-                Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release on drop failed; it expires with its lease"),
-            }
-        });
+        release_in_background(self.client.clone(), self.slot.clone(), hold, last);
     }
 }
 
@@ -244,16 +229,18 @@ struct FinishInBackground {
 impl Drop for FinishInBackground {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            release_in_background(self.client.clone(), self.slot.clone(), hold);
+            release_in_background(self.client.clone(), self.slot.clone(), hold, true);
         }
     }
 }
 
-/// Releases the whole acquisition of `hold` in a background task, retried
-/// while Redis is unreachable until the lease would have run out (a final
-/// release is owner- and token-checked, so it never touches a later
-/// acquisition). After a shutdown, or outside a runtime, the lease ends it.
-fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>) {
+/// Releases one guard's hold (`last`: the whole acquisition) in a
+/// background task. A final release is owner- and token-checked, so it never
+/// touches a later acquisition: it is retried while Redis is unreachable
+/// until the lease would have run out. Counting down a re-entrant hold is
+/// not idempotent: one try. After a shutdown, or outside a runtime, the
+/// lease ends it.
+fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>, last: bool) {
     if client.check_connected().is_err() {
         return;
     }
@@ -262,10 +249,14 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         return;
     };
     rt.spawn(async move {
-        let result = retry_until_deadline(hold.valid_until(), || {
-            release_hold(&client, &slot, &hold, true)
-        })
-        .await;
+        let result = if last {
+            retry_until_deadline(hold.valid_until(), || {
+                release_hold(&client, &slot, &hold, true)
+            })
+            .await
+        } else {
+            release_hold(&client, &slot, &hold, false).await
+        };
         match result {
             Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
             Ok(_) => {}
