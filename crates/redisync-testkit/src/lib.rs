@@ -92,6 +92,8 @@ const SIGNAL_SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 const LOG_TAIL_LINES: usize = 20;
 
 const LOG_FILE: &str = "redis.log";
+/// The snapshot file name (`dbfilename`, the default).
+const SNAPSHOT_FILE: &str = "dump.rdb";
 const OUTPUT_FILE: &str = "redis.out";
 const ADDR_IN_USE: &str = "Address already in use";
 
@@ -417,9 +419,36 @@ impl RedisServer {
         }
     }
 
-    /// Restarts the server on the **same port** with an empty data set and a
-    /// new log file, killing it first if it is running (also when paused),
-    /// and waits until it answers `PING`.
+    /// The file a `SAVE` writes and a restart loads: `dump.rdb` in
+    /// [`RedisServer::dir`]. Persistence is off (`--save ""`), so only an
+    /// explicit `SAVE` (or a copy put there) creates it.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.dir.path().join(SNAPSHOT_FILE)
+    }
+
+    /// Removes the snapshot (see [`RedisServer::snapshot_path`]), if any, so
+    /// that the next restart starts empty.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Io`] when the file exists and cannot be removed.
+    pub fn remove_snapshot(&self) -> Result<(), TestkitError> {
+        let path = self.snapshot_path();
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(TestkitError::io(
+                format!("cannot remove {}", path.display()),
+                e,
+            )),
+        }
+    }
+
+    /// Restarts the server on the **same port** with a new log file, killing
+    /// it first if it is running (also when paused), and waits until it
+    /// answers `PING`. It starts empty, unless a snapshot is in its
+    /// directory (see [`RedisServer::snapshot_path`]): then it loads it, like
+    /// a server restarted from an older backup.
     ///
     /// # Panics
     ///
@@ -432,6 +461,7 @@ impl RedisServer {
     }
 
     /// Like [`RedisServer::restart`], returning an error instead of panicking.
+    /// Use [`RedisServer::remove_snapshot`] first for an empty restart.
     /// If the port is taken, binding is retried for up to 5 s.
     ///
     /// # Errors
@@ -958,6 +988,46 @@ mod tests {
         server.kill().await;
         server.restart().await;
         assert!(pong(port).await);
+    }
+
+    #[tokio::test]
+    async fn restart_loads_a_snapshot_until_it_is_removed() {
+        let mut server = RedisServer::start().await;
+        let port = server.port();
+        let t = Duration::from_secs(1);
+        assert_eq!(
+            command(port, "SET old v", "\r\n", t).await.as_deref(),
+            Some("+OK\r\n")
+        );
+        assert_eq!(
+            command(port, "SAVE", "\r\n", t).await.as_deref(),
+            Some("+OK\r\n")
+        );
+        assert!(server.snapshot_path().is_file());
+        assert_eq!(
+            command(port, "SET new v", "\r\n", t).await.as_deref(),
+            Some("+OK\r\n")
+        );
+
+        server.restart().await;
+        let old = command(port, "GET old", "\r\n", t).await;
+        assert_eq!(
+            old.as_deref(),
+            Some("$1\r\nv\r\n"),
+            "the snapshot is loaded"
+        );
+        let new = command(port, "GET new", "\r\n", t).await;
+        assert_eq!(
+            new.as_deref(),
+            Some("$-1\r\n"),
+            "written after the snapshot"
+        );
+
+        server.remove_snapshot().expect("removed");
+        server.remove_snapshot().expect("idempotent");
+        server.restart().await;
+        let old = command(port, "GET old", "\r\n", t).await;
+        assert_eq!(old.as_deref(), Some("$-1\r\n"), "empty again");
     }
 
     #[tokio::test]

@@ -4,6 +4,11 @@
 //! in a fixed order (one *round* = every kind once), and targets rotate from
 //! round to round so that the first two rounds hit the main server, a
 //! Redlock node, and both processes' proxied clients.
+//!
+//! Clock steps are out of scope: every process of a run shares the
+//! machine's one clock, which a test cannot step without root, and the
+//! guarantees assume it does not step back (leases are time; a token falls
+//! back on the server clock only when its counter was lost).
 
 use std::fmt;
 use std::time::Duration;
@@ -33,6 +38,18 @@ pub enum FaultKind {
     Partition,
     /// `SIGKILL` a server and restart it empty on the same port.
     KillRestart,
+    /// Restart a server from an older snapshot: `SAVE` at a random moment,
+    /// keep granting for a while, then `SIGKILL` it and restart it from the
+    /// saved file. Holds and fencing counters go back in time: holds
+    /// released since come back (until their lease ends), holds granted
+    /// since are gone.
+    SnapshotRestart,
+    /// Fail the main server over to a replica that missed the last writes:
+    /// cut the replication link, keep granting for a while, then
+    /// `SIGKILL` the primary and bring it back on its address with the
+    /// replica's data (what clients see when a lagging replica is
+    /// promoted behind a fixed address). The replica then syncs again.
+    LaggingFailover,
     /// `CLIENT KILL TYPE pubsub` on a server: every subscriber connection.
     PubsubKill,
     /// `SCRIPT FLUSH` on a server: the next `EVALSHA`s get `NOSCRIPT`.
@@ -46,11 +63,13 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Pause,
         FaultKind::ClientPause,
         FaultKind::Partition,
         FaultKind::KillRestart,
+        FaultKind::SnapshotRestart,
+        FaultKind::LaggingFailover,
         FaultKind::PubsubKill,
         FaultKind::ScriptFlush,
         FaultKind::ConnReset,
@@ -64,6 +83,8 @@ impl FaultKind {
             FaultKind::ClientPause => "client-pause",
             FaultKind::Partition => "partition",
             FaultKind::KillRestart => "kill-restart",
+            FaultKind::SnapshotRestart => "snapshot-restart",
+            FaultKind::LaggingFailover => "lagging-failover",
             FaultKind::PubsubKill => "pubsub-kill",
             FaultKind::ScriptFlush => "script-flush",
             FaultKind::ConnReset => "conn-reset",
@@ -116,6 +137,11 @@ pub(crate) struct Cluster {
     /// `proxies[process][server]`.
     proxies: Vec<Vec<FaultProxy>>,
     admins: Vec<fred::clients::Client>,
+    /// A replica of the main server (for [`FaultKind::LaggingFailover`]),
+    /// its replication link through `link`, and an admin connection.
+    replica: RedisServer,
+    link: FaultProxy,
+    replica_admin: fred::clients::Client,
 }
 
 impl Cluster {
@@ -123,7 +149,12 @@ impl Cluster {
     pub(crate) async fn start(processes: usize) -> Result<Cluster, String> {
         let mut servers = Vec::new();
         for _ in Server::ALL {
-            servers.push(RedisServer::try_start().await.map_err(|e| e.to_string())?);
+            // A replica's full sync starts at once (not after the default
+            // 5 s wait for more replicas): it comes back within a fault.
+            let server = RedisServer::try_start_with_args(&["--repl-diskless-sync-delay", "0"])
+                .await
+                .map_err(|e| e.to_string())?;
+            servers.push(server);
         }
         let mut proxies = Vec::new();
         for _ in 0..processes {
@@ -141,11 +172,54 @@ impl Cluster {
         for s in &servers {
             admins.push(admin(&s.url()).await?);
         }
-        Ok(Cluster {
+        let link = FaultProxy::try_start(servers[0].addr())
+            .await
+            .map_err(|e| format!("fault proxy: {e}"))?;
+        let port = link.port().to_string();
+        let replica = RedisServer::try_start_with_args(&["--replicaof", "127.0.0.1", &port])
+            .await
+            .map_err(|e| format!("replica: {e}"))?;
+        let replica_admin = admin(&replica.url()).await?;
+        let cluster = Cluster {
             servers,
             proxies,
             admins,
-        })
+            replica,
+            link,
+            replica_admin,
+        };
+        cluster.replica_in_sync(Duration::from_secs(10)).await?;
+        Ok(cluster)
+    }
+
+    /// Waits (at most `within`) until the replica's link is up and it has
+    /// everything the main server sent.
+    async fn replica_in_sync(&self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let main = info(self.admin(Server::Main), "replication").await;
+            let replica = info(&self.replica_admin, "replication").await;
+            match (main, replica) {
+                (Ok(m), Ok(r)) => {
+                    let up = field(&r, "master_link_status") == Some("up");
+                    let sent = field(&m, "master_repl_offset");
+                    let got = field(&r, "slave_repl_offset");
+                    if up && sent.is_some() && sent == got {
+                        return Ok(());
+                    }
+                    last = format!(
+                        "link {:?}, offsets {sent:?} / {got:?}",
+                        field(&r, "master_link_status")
+                    );
+                }
+                (Err(e), _) | (_, Err(e)) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(format!(
+            "the replica did not sync within {within:?}: {last}"
+        ))
     }
 
     /// The servers, directly.
@@ -182,6 +256,7 @@ impl Cluster {
         for p in self.proxies.iter().flatten() {
             p.heal();
         }
+        self.link.heal();
     }
 
     /// The keys under `redisync:*` on `server` that exist, with their PTTL
@@ -238,6 +313,56 @@ fn signal(pid: u32, name: &str) -> Result<(), String> {
         Ok(s) => Err(format!("`kill -{name} {pid}` failed: {s}")),
         Err(e) => Err(format!("cannot run `kill -{name} {pid}`: {e}")),
     }
+}
+
+/// `INFO <section>` of a server.
+async fn info(admin: &fred::clients::Client, section: &'static str) -> Result<String, String> {
+    admin
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+            vec![Value::from(section)],
+        )
+        .await
+        .map_err(|e| format!("INFO {section}: {e}"))
+}
+
+/// The value of `name` in an `INFO` reply.
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+}
+
+/// `DBSIZE`, asked again while the server is still coming back (at most
+/// 3 s: its admin connection reconnects on its own).
+async fn dbsize(admin: &fred::clients::Client) -> Result<i64, String> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let reply: Result<i64, _> = admin
+            .custom(
+                CustomCommand::new_static("DBSIZE", ClusterHash::FirstKey, false),
+                Vec::<Value>::new(),
+            )
+            .await;
+        match reply {
+            Ok(n) => return Ok(n),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(format!("DBSIZE: {e}")),
+        }
+    }
+}
+
+/// `SAVE`: the server's data to its snapshot file, now.
+async fn save(admin: &fred::clients::Client) -> Result<(), String> {
+    admin
+        .custom::<Value, Value>(
+            CustomCommand::new_static("SAVE", ClusterHash::FirstKey, false),
+            Vec::new(),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("SAVE: {e}"))
 }
 
 /// A plain fred client for injecting faults and inspecting keys.
@@ -308,6 +433,9 @@ impl Schedule {
         self.next += 1;
         let start_us = now_us();
         let (target, error) = self.inject(kind, round, cluster).await;
+        // The replica finds out at once that its primary came back (through
+        // a proxy it would wait for its replication timeout).
+        cluster.link.reset_connections();
         let record = FaultRecord {
             kind,
             target,
@@ -350,16 +478,17 @@ impl Schedule {
             }
             FaultKind::KillRestart => {
                 let down = self.millis(100, 600);
-                let s = cluster.server_mut(server);
-                s.kill().await;
-                self.kills.push(Kill {
-                    server,
-                    at_us: now_us(),
-                });
+                self.kill(cluster, server).await;
                 tokio::time::sleep(down).await;
-                let error = s.try_restart().await.err().map(|e| e.to_string());
+                let s = cluster.server_mut(server);
+                let error = match s.remove_snapshot() {
+                    Ok(()) => s.try_restart().await.err().map(|e| e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
                 (server.to_string(), error)
             }
+            FaultKind::SnapshotRestart => self.snapshot_restart(cluster, server).await,
+            FaultKind::LaggingFailover => self.lagging_failover(cluster).await,
             FaultKind::ClientPause => self.client_pause().await,
             FaultKind::Partition => {
                 self.partition(cluster, (round + 1) % processes, round)
@@ -402,6 +531,107 @@ impl Schedule {
             }
             FaultKind::Latency => self.latency(cluster, (round + 1) % processes).await,
         }
+    }
+
+    /// Kills `server` (`SIGKILL`, waited for) and records when it was dead.
+    async fn kill(&mut self, cluster: &mut Cluster, server: Server) {
+        cluster.server_mut(server).kill().await;
+        self.kills.push(Kill {
+            server,
+            at_us: now_us(),
+        });
+    }
+
+    /// Kills `server` and restarts it from a snapshot taken a while before.
+    async fn snapshot_restart(
+        &mut self,
+        cluster: &mut Cluster,
+        server: Server,
+    ) -> (String, Option<String>) {
+        let target = server.to_string();
+        if let Err(e) = save(cluster.admin(server)).await {
+            return (target, Some(e));
+        }
+        let saved_at = Instant::now();
+        let saved = dbsize(cluster.admin(server)).await.unwrap_or(-1);
+        let granting = self.leases(0.3, 1.5);
+        tokio::time::sleep(granting).await;
+        let down = self.millis(100, 600);
+        let age = saved_at.elapsed();
+        self.kill(cluster, server).await;
+        tokio::time::sleep(down).await;
+        let s = cluster.server_mut(server);
+        let restarted = s.try_restart().await.map_err(|e| e.to_string());
+        let removed = s.remove_snapshot().map_err(|e| e.to_string());
+        let loaded = dbsize(cluster.admin(server)).await;
+        let target = format!(
+            "{server} (snapshot of {saved} keys, {} ms old, {} keys loaded)",
+            age.as_millis(),
+            loaded.as_ref().map_or(-1, |n| *n)
+        );
+        let error = restarted
+            .and(removed)
+            .and(loaded)
+            .and_then(|n| {
+                if saved > 0 && n == 0 {
+                    Err("the snapshot was not loaded".to_owned())
+                } else {
+                    Ok(())
+                }
+            })
+            .err();
+        (target, error)
+    }
+
+    /// Cuts the replica off, lets the main server grant on, kills it and
+    /// brings it back with the replica's (older) data.
+    async fn lagging_failover(&mut self, cluster: &mut Cluster) -> (String, Option<String>) {
+        let target = "main via its replica".to_owned();
+        if let Err(e) = cluster.replica_in_sync(Duration::from_secs(5)).await {
+            return (target, Some(e));
+        }
+        cluster.link.blackhole(Direction::Both);
+        let cut_at = Instant::now();
+        let granting = self.leases(0.3, 1.5);
+        tokio::time::sleep(granting).await;
+        let down = self.millis(100, 600);
+        let main = Server::Main;
+        self.kill(cluster, main).await;
+        let behind = cut_at.elapsed();
+        // The replica's data becomes the primary's.
+        let copied = match save(&cluster.replica_admin).await {
+            Ok(()) => std::fs::copy(
+                cluster.replica.snapshot_path(),
+                cluster.servers[main.index()].snapshot_path(),
+            )
+            .map(|_| ())
+            .map_err(|e| format!("cannot copy the replica's snapshot: {e}")),
+            Err(e) => Err(e),
+        };
+        tokio::time::sleep(down).await;
+        let s = cluster.server_mut(main);
+        if copied.is_err() {
+            let _ = s.remove_snapshot();
+        }
+        let restarted = s.try_restart().await.map_err(|e| e.to_string());
+        let removed = s.remove_snapshot().map_err(|e| e.to_string());
+        let loaded = dbsize(cluster.admin(main)).await;
+        // The replica reconnects and syncs from the restarted primary.
+        cluster.link.heal();
+        cluster.link.reset_connections();
+        let resynced = cluster.replica_in_sync(Duration::from_secs(10)).await;
+        let target = format!(
+            "{target} ({} keys loaded, {} ms behind)",
+            loaded.as_ref().map_or(-1, |n| *n),
+            behind.as_millis()
+        );
+        let error = copied
+            .and(restarted)
+            .and(removed)
+            .and(loaded.map(|_| ()))
+            .and(resynced)
+            .err();
+        (target, error)
     }
 
     /// Freezes the worker process for longer than the lease.

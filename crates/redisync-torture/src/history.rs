@@ -16,28 +16,35 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// The kinds of lock a run takes.
+/// The kinds of lock a run takes: the API a section was acquired with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
-    /// `redisync::Lock`.
+    /// `redisync::Lock` (re-entry, extend, guards moved to other tasks).
     Lock,
     /// `redisync::FairLock`.
     FairLock,
+    /// The read side of `redisync::RwLock` (also after a downgrade).
+    RwRead,
     /// The write side of `redisync::RwLock`.
     RwWrite,
-    /// `redisync::Semaphore` with one permit.
+    /// `redisync::Semaphore`, one or more permits of one or more.
     Semaphore,
+    /// `redisync_redlock::MultiLock` over several `Lock` names: one section
+    /// per member, on the member's lock.
+    MultiLock,
     /// `redisync_redlock::Redlock` over three nodes.
     Redlock,
 }
 
 impl Kind {
     /// Every kind, in summary order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Lock,
         Kind::FairLock,
+        Kind::RwRead,
         Kind::RwWrite,
         Kind::Semaphore,
+        Kind::MultiLock,
         Kind::Redlock,
     ];
 
@@ -46,8 +53,10 @@ impl Kind {
         match self {
             Kind::Lock => "lock",
             Kind::FairLock => "fair-lock",
+            Kind::RwRead => "rw-read",
             Kind::RwWrite => "rw-write",
-            Kind::Semaphore => "semaphore-1",
+            Kind::Semaphore => "semaphore",
+            Kind::MultiLock => "multi-lock",
             Kind::Redlock => "redlock-3",
         }
     }
@@ -75,6 +84,49 @@ impl Kind {
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What a section holds of its lock: who else may hold it at the same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Nobody else (a lock, a fair lock, the write side, a Redlock).
+    Exclusive,
+    /// Other `Shared` holders only (the read side).
+    Shared,
+    /// `held` of the lock's `of` permits: valid holders together hold at most
+    /// `of` (a semaphore).
+    Permits {
+        /// Permits of this section.
+        held: u32,
+        /// Permits of the semaphore.
+        of: u32,
+    },
+}
+
+impl Access {
+    /// `"x"`, `"r"` or `"p<held>/<of>"`.
+    pub fn code(self) -> String {
+        match self {
+            Access::Exclusive => "x".into(),
+            Access::Shared => "r".into(),
+            Access::Permits { held, of } => format!("p{held}/{of}"),
+        }
+    }
+
+    /// Parses [`Access::code`].
+    pub fn parse(code: &str) -> Option<Access> {
+        match code {
+            "x" => Some(Access::Exclusive),
+            "r" => Some(Access::Shared),
+            _ => {
+                let (held, of) = code.strip_prefix('p')?.split_once('/')?;
+                Some(Access::Permits {
+                    held: held.parse().ok()?,
+                    of: of.parse().ok()?,
+                })
+            }
+        }
     }
 }
 
@@ -127,12 +179,25 @@ impl fmt::Display for Server {
 /// for one that wrote while it knew its lease was gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Section {
-    /// The lock's name (unique across kinds).
+    /// The lock: `"<family>/<name>"` with family `lock` (also the members of
+    /// a `MultiLock`), `fair`, `rw` (both sides), `sem` or `redlock`. Kinds
+    /// of one family share one lock per name; other families do not.
     pub lock: String,
-    /// Its kind.
+    /// The API it was acquired with.
     pub kind: Kind,
-    /// Who held it: `"<process>.<client set>.<task>"`.
+    /// What it holds: who else may hold the lock meanwhile.
+    pub access: Access,
+    /// Who held it: `"<process>.<client set>.<task>"`. Overlapping sections
+    /// of one holder (a downgrade: the write side, then the read side) do
+    /// not exclude each other.
     pub client: String,
+    /// Guards the section had: 1, plus re-entries (nested guards of the same
+    /// acquisition: one section, one token).
+    pub guards: u32,
+    /// The longest lease the holder was granted during the section (the
+    /// watchdog lease, a fixed lease, an `extend`), in microseconds: after
+    /// its lock is gone from the server it believes in it at most this long.
+    pub lease_us: u64,
     /// The fencing token of the acquisition.
     pub token: u64,
     /// When the holder started to ask for the lock.
@@ -161,10 +226,13 @@ impl Section {
     pub fn to_line(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
         format!(
-            "S\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "S\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             self.lock,
             self.kind.name(),
+            self.access.code(),
             self.client,
+            self.guards,
+            self.lease_us,
             self.token,
             self.requested_us,
             self.start_us,
@@ -181,7 +249,7 @@ impl Section {
     /// A message naming what is wrong with the line.
     pub fn from_line(line: &str) -> Result<Section, String> {
         let fields: Vec<&str> = line.split('\t').collect();
-        let ["S", lock, kind, client, token, requested, start, end, valid_until, valid_at_end, lost_at] =
+        let ["S", lock, kind, access, client, guards, lease, token, requested, start, end, valid_until, valid_at_end, lost_at] =
             fields[..]
         else {
             return Err(format!("not a section line: {line:?}"));
@@ -200,7 +268,12 @@ impl Section {
         Ok(Section {
             lock: lock.to_owned(),
             kind: Kind::parse(kind).ok_or_else(|| format!("bad kind {kind:?} in {line:?}"))?,
+            access: Access::parse(access)
+                .ok_or_else(|| format!("bad access {access:?} in {line:?}"))?,
             client: client.to_owned(),
+            guards: u32::try_from(num("guards", guards)?)
+                .map_err(|e| format!("bad guards in {line:?}: {e}"))?,
+            lease_us: num("lease", lease)?,
             token: num("token", token)?,
             requested_us: num("requested", requested)?,
             start_us: num("start", start)?,
@@ -231,11 +304,12 @@ impl fmt::Display for Section {
     }
 }
 
-/// A server killed (`SIGKILL`) and restarted empty: every lock it held and
-/// its fencing counters are gone. `at_us` is taken once the process is dead,
-/// so every token of the old process is below it and every token of the new
-/// one above it (after losing its counter a server counts on from its clock
-/// in microseconds).
+/// A server killed (`SIGKILL`) and restarted: empty, or from older data (a
+/// snapshot, a replica that missed the last writes). Either way the locks it
+/// granted since are gone while their holders still believe in them, and
+/// its fencing counter may be missing or behind (tokens go on from the
+/// server clock). `at_us` is taken once the process is dead: every grant of
+/// a later life was asked for after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kill {
     /// The server.
@@ -260,9 +334,12 @@ mod tests {
     #[test]
     fn lines_round_trip() {
         let mut s = Section {
-            lock: "torture:lock".into(),
+            lock: "rw/torture:{x}:a".into(),
             kind: Kind::RwWrite,
+            access: Access::Exclusive,
             client: "p1.proxied.t0".into(),
+            guards: 2,
+            lease_us: 900_000,
             token: 1_700_000_000_000_123,
             requested_us: 10,
             start_us: 20,
@@ -275,6 +352,11 @@ mod tests {
         s.valid_until_us = None;
         s.valid_at_end = false;
         s.lost_at_us = Some(20);
+        assert_eq!(Section::from_line(&s.to_line()), Ok(s.clone()));
+        s.access = Access::Permits { held: 2, of: 3 };
+        s.kind = Kind::Semaphore;
+        assert_eq!(Section::from_line(&s.to_line()), Ok(s.clone()));
+        s.access = Access::Shared;
         assert_eq!(Section::from_line(&s.to_line()), Ok(s));
         assert!(Section::from_line("S\tx").is_err());
         assert!(Section::from_line("C\tlock\t1").is_err());

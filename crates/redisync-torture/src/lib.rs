@@ -1,26 +1,30 @@
-//! Torture test of redisync: does any lock ever get granted twice?
+//! Torture test of redisync: does any lock ever get granted twice, or any
+//! fencing token go back?
 //!
-//! A run starts four `redis-server`s (the main one, for [`Lock`], [`FairLock`],
-//! the write side of [`RwLock`] and a one-permit [`Semaphore`]; and three
-//! nodes for a [`Redlock`]) and two processes of workers: this one and a
+//! A run starts the main `redis-server` (for [`Lock`], [`FairLock`],
+//! [`RwLock`], [`Semaphore`] and [`MultiLock`]), a replica of it, and three
+//! nodes for a [`Redlock`], and two processes of workers: this one and a
 //! child process (the same binary, `redisync-torture worker ...`). Each
 //! process has two client sets, one connected directly and one through a
-//! [`FaultProxy`] per server, and runs a few tasks per kind of lock, all
-//! contending for one lock per kind. Meanwhile a fault schedule runs, one
-//! fault at a time ([`FaultKind`]): servers paused (`SIGSTOP`) for longer
-//! than the lease, the worker process paused likewise, proxy partitions, servers killed and restarted empty,
-//! subscriber connections killed, the script cache flushed, connections
-//! reset, latency added.
+//! [`FaultProxy`] per server. Its tasks run the whole public API at random
+//! (see the `workload` module: re-entry, `extend`, cancelled acquisitions,
+//! both sides of a read-write lock with downgrades and refused upgrades,
+//! multi-permit semaphores, `MultiLock`, guards moved to other tasks) on a
+//! few shared names. Meanwhile a fault schedule runs, one fault at a time
+//! ([`FaultKind`]): servers paused, the worker process paused, proxy
+//! partitions, servers killed and restarted empty or from an older
+//! snapshot, a failover to a lagging replica, subscriber connections
+//! killed, the script cache flushed, connections reset, latency added.
 //!
-//! Every critical section is recorded ([`Section`]): lock, fencing token,
-//! start, end, holder, and until when its guard said it was valid. The
-//! [`checker`] then verifies (a) mutual exclusion while leases are believed
-//! valid, (b) strictly increasing tokens in grant order, (c) that a fenced
-//! store never accepted a stale write, and the run itself verifies (d) that
-//! nothing stays held or renewed once the workers are gone.
+//! Every critical section is recorded ([`Section`]). The [`checker`] then
+//! verifies (a) that valid holders are compatible (exclusive, shared, at
+//! most n permits), (b) that tokens never go back, (c) that a fenced store
+//! never accepted a stale write, and the run itself verifies (d) that
+//! nothing stays held or renewed once the workers are gone, and that no
+//! worker panicked or hung and every client set was granted every kind.
 //!
 //! ```text
-//! cargo test -p redisync-torture                                 # the short run (about 40 s)
+//! cargo test -p redisync-torture                                 # the short run
 //! cargo run --release -p redisync-torture -- --minutes 10        # a long run
 //! ```
 //!
@@ -29,6 +33,7 @@
 //! [`RwLock`]: redisync::RwLock
 //! [`Semaphore`]: redisync::Semaphore
 //! [`Redlock`]: redisync_redlock::Redlock
+//! [`MultiLock`]: redisync_redlock::MultiLock
 //! [`FaultProxy`]: redisync_testkit::FaultProxy
 #![forbid(unsafe_code)]
 #![warn(
@@ -48,8 +53,9 @@ mod history;
 mod rng;
 mod run;
 mod worker;
+mod workload;
 
 pub use faults::{FaultKind, FaultRecord};
-pub use history::{now_us, History, Kill, Kind, Section, Server};
+pub use history::{now_us, Access, History, Kill, Kind, Section, Server};
 pub use run::{run, worker_process, Config, Summary};
-pub use worker::Counts;
+pub use workload::Counts;

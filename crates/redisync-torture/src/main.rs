@@ -82,7 +82,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--seconds" => config.duration = Duration::from_secs(value()?),
             "--lease-ms" => config.lease = Duration::from_millis(value()?.max(100)),
             "--tasks" => {
-                config.tasks_per_kind =
+                config.tasks_per_family =
                     usize::try_from(value()?.max(1)).map_err(|e| e.to_string())?;
             }
             "--seed" => config.seed = value()?,

@@ -17,24 +17,29 @@ use tokio::time::Instant;
 use crate::checker::{check, Report, Violation};
 use crate::faults::{Cluster, FaultKind, FaultRecord, KeyTtl, Schedule};
 use crate::history::{History, Kind, Section, Server};
-use crate::worker::{lock_name, Counts, Settings, Urls, Workers};
+use crate::worker::{Urls, Workers};
+use crate::workload::{Counts, Settings, NAMES, SEMAPHORE_PERMITS};
 
 /// How long the workers get to finish their current section when stopped.
-const STOP_WITHIN: Duration = Duration::from_secs(10);
+const STOP_WITHIN: Duration = Duration::from_secs(20);
 /// How long the worker process gets to start, stop or exit.
-const CHILD_TIMEOUT: Duration = Duration::from_secs(20);
-/// Key roles of bookkeeping that legitimately outlives the locks (key layout
-/// `redisync:v1:<kind>:<role>:<name>`): fencing counters (their TTL is long),
-/// the semaphore's permits and lease table (checked through
-/// `available_permits`), fair-lock queues, read-write reader tables.
-const BOOKKEEPING: [&str; 6] = [
-    ":fence:",
-    ":sem:hold:",
-    ":leases:",
-    ":queue:",
-    ":deadlines:",
-    ":readers:",
-];
+const CHILD_TIMEOUT: Duration = Duration::from_secs(45);
+/// Whether `key` (layout `redisync:v1:<kind>:<role>:<name>`) is bookkeeping
+/// that legitimately outlives the locks: fencing counters (their TTL is
+/// long), a semaphore's permits (checked through `available_permits`) and
+/// its lease table, fair-lock queues, read-write reader tables.
+fn is_bookkeeping(key: &str) -> bool {
+    let mut parts = key.splitn(5, ':');
+    let (Some("redisync"), Some(_), Some(kind), Some(role)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    matches!(
+        (kind, role),
+        (_, "fence" | "leases" | "queue" | "deadlines" | "readers") | ("sem", "hold")
+    )
+}
 
 /// The settings of a run.
 #[derive(Debug, Clone)]
@@ -44,11 +49,12 @@ pub struct Config {
     /// ...and for at least this many rounds (every fault kind once a round).
     pub min_rounds: usize,
     /// Watchdog lease of every client (renewed every third of it); fixed
-    /// leases are at most this long too.
+    /// leases are at most this long too, `extend` goes up to 2.5 times it.
     pub lease: Duration,
-    /// Tasks per lock kind per client set (each process has two client
-    /// sets: one direct, one through fault proxies).
-    pub tasks_per_kind: usize,
+    /// Tasks per family of locks (`Lock`, `FairLock`, `RwLock`,
+    /// `Semaphore`, `MultiLock`, `Redlock`) per client set (each process
+    /// has two client sets: one direct, one through fault proxies).
+    pub tasks_per_family: usize,
     /// Seed of every random choice (holds, leases, fault timing).
     pub seed: u64,
     /// Share of sections, in percent, that end by dropping the guard (its
@@ -65,14 +71,14 @@ pub struct Config {
 
 impl Config {
     /// The short run of `cargo test`: 30 s of faults, at least two rounds
-    /// (every kind on the main server and on a Redlock node, and on both
-    /// processes' proxies).
+    /// (every fault kind on the main server and on a Redlock node, and on
+    /// both processes' proxies).
     pub fn short(worker_exe: PathBuf) -> Config {
         Config {
             duration: Duration::from_secs(30),
             min_rounds: 2,
             lease: Duration::from_millis(900),
-            tasks_per_kind: 2,
+            tasks_per_family: 2,
             seed: 0x5eed,
             drop_percent: 20,
             worker_exe,
@@ -94,6 +100,8 @@ pub struct Summary {
     pub errors: BTreeMap<Kind, Vec<String>>,
     /// Sections recorded per process (`"p0"`, `"p1"`).
     pub sections_by_process: BTreeMap<String, usize>,
+    /// Grants (sections valid at their start) per kind.
+    pub grants: BTreeMap<Kind, usize>,
     /// Every fault.
     pub faults: Vec<FaultRecord>,
     /// The checker's report; its violations include check (d).
@@ -118,6 +126,11 @@ impl Summary {
     pub fn acquisitions(&self, kind: Kind) -> u64 {
         self.counts.get(&kind).map_or(0, |c| c.acquired)
     }
+
+    /// Grants of `kind` in the history (both processes).
+    pub fn grants_of(&self, kind: Kind) -> usize {
+        self.grants.get(&kind).copied().unwrap_or(0)
+    }
 }
 
 impl fmt::Display for Summary {
@@ -125,27 +138,37 @@ impl fmt::Display for Summary {
         let c = &self.config;
         writeln!(
             f,
-            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 2 client sets x {} tasks per kind, {}% of guards dropped",
+            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 2 client sets x {} tasks per family, {}% of sections end by dropping their guards",
             self.elapsed.as_secs_f64(),
             c.lease.as_millis(),
             c.seed,
-            c.tasks_per_kind,
+            c.tasks_per_family,
             c.drop_percent
         )?;
         writeln!(
             f,
-            "acquisitions per kind (busy = wait ran out, errors = failed acquisitions):"
+            "per kind: grants (sections valid at their start), acquisitions, busy (wait ran out), cancelled, errors, failed releases, re-entries, extends, guards moved to another task, downgrades (rw-read) / upgrades refused (rw-write):"
         )?;
         for kind in Kind::ALL {
             let n = self.counts.get(&kind).copied().unwrap_or_default();
             writeln!(
                 f,
-                "  {:<12} {:>6} acquired  {:>5} busy  {:>5} errors  {:>5} failed releases",
+                "  {:<11} {:>6} grants {:>6} acq {:>5} busy {:>5} cancelled {:>5} errors {:>5} failed-rel {:>5} re-entered {:>5} extended {:>4} moved {}",
                 kind.name(),
+                self.grants_of(kind),
                 n.acquired,
                 n.busy,
+                n.cancelled,
                 n.errors,
-                n.release_failed
+                n.release_failed,
+                n.reentered,
+                n.extended,
+                n.moved,
+                match kind {
+                    Kind::RwRead => format!("{} downgrades", n.special),
+                    Kind::RwWrite => format!("{} upgrades refused", n.special),
+                    _ => String::new(),
+                }
             )?;
         }
         let by_process: Vec<String> = self
@@ -174,12 +197,12 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "fencing: {} stale writes rejected, {} late writes accepted before any newer grant",
-            r.stale_writes_rejected, r.late_writes_accepted
+            "fencing: {} stale writes rejected, {} late writes accepted before any newer grant, {} write-side writes fenced by their own downgrade",
+            r.stale_writes_rejected, r.late_writes_accepted, r.downgrade_writes_rejected
         )?;
         writeln!(
             f,
-            "excused (restart without persistence, documented): {} overlaps, {} rejected valid writes",
+            "excused (a restart that lost data, within the first holder's lease; documented): {} overlaps, {} rejected valid writes",
             r.excused_overlaps, r.excused_rejections
         )?;
         for (kind, samples) in &self.errors {
@@ -187,9 +210,27 @@ impl fmt::Display for Summary {
                 writeln!(f, "  e.g. {kind} error: {e}")?;
             }
         }
-        writeln!(f, "violations: {}", r.violations.len())?;
-        for v in r.violations.iter().take(20) {
-            writeln!(f, "  {v}")?;
+        // Per class ("(a)", "(b)", ..., "(run)"): how many, and the first few.
+        let mut classes: BTreeMap<String, Vec<&Violation>> = BTreeMap::new();
+        for v in &r.violations {
+            let text = v.to_string();
+            let class = text.split_whitespace().next().unwrap_or("?").to_owned();
+            classes.entry(class).or_default().push(v);
+        }
+        let per_class: Vec<String> = classes
+            .iter()
+            .map(|(c, vs)| format!("{c} {}", vs.len()))
+            .collect();
+        writeln!(
+            f,
+            "violations: {} ({})",
+            r.violations.len(),
+            per_class.join(", ")
+        )?;
+        for vs in classes.values() {
+            for v in vs.iter().take(5) {
+                writeln!(f, "  {v}")?;
+            }
         }
         Ok(())
     }
@@ -217,7 +258,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         &cluster.direct(),
         &cluster.proxied(0),
         settings,
-        config.tasks_per_kind,
+        config.tasks_per_family,
         config.seed,
         &sink,
     )
@@ -253,7 +294,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
 
     // (d), while every client (both processes) is still connected: a leaked
     // hold would still be renewed by its client's watchdog.
-    let residue = residue(&cluster, config.lease).await;
+    let residue = residue(&cluster, settings.max_lease()).await;
     child.exit().await;
     let mut counts = BTreeMap::new();
     let mut errors: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
@@ -269,6 +310,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         }
         errors.insert(kind, samples);
     }
+    let worker_violations = workers.stats.violations();
     workers.shutdown().await;
 
     let mut sections_by_process = BTreeMap::new();
@@ -278,22 +320,59 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     }
     let mut report = check(&history);
     report.violations.extend(residue);
+    let mut run_violations = worker_violations;
+    run_violations.extend(child_output.violations);
+    run_violations.extend(missing_grants(&history));
+    report.violations.extend(
+        run_violations
+            .into_iter()
+            .map(|what| Violation::Run { what }),
+    );
+    let mut grants = BTreeMap::new();
+    for s in history.sections.iter().filter(|s| s.valid_at_start()) {
+        *grants.entry(s.kind).or_insert(0) += 1;
+    }
     Ok(Summary {
         elapsed: started.elapsed(),
         config: config.clone(),
         counts,
         errors,
         sections_by_process,
+        grants,
         faults: schedule.log,
         report,
     })
+}
+
+/// A run that checked nothing proves nothing: every client set of every
+/// process must have been granted every kind of lock at least once.
+fn missing_grants(history: &History) -> Vec<String> {
+    let mut missing = Vec::new();
+    for process in ["p0", "p1"] {
+        for set in ["direct", "proxied"] {
+            let prefix = format!("{process}.{set}.");
+            for kind in Kind::ALL {
+                let granted = history
+                    .sections
+                    .iter()
+                    .any(|s| s.kind == kind && s.valid_at_start() && s.client.starts_with(&prefix));
+                if !granted {
+                    missing.push(format!(
+                        "client set {process}.{set} was never granted a {kind}: nothing was checked there"
+                    ));
+                }
+            }
+        }
+    }
+    missing
 }
 
 /// Check (d): once the workers are stopped (clients still connected), every
 /// lock is free within one lease (plus a little slack for releases in
 /// flight), and no lease grows meanwhile (nothing renews it).
 async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
-    let deadline = Instant::now() + lease + Duration::from_millis(500);
+    let within = lease + Duration::from_millis(500);
+    let deadline = Instant::now() + within;
     let mut first_seen: HashMap<String, KeyTtl> = HashMap::new();
     let mut violations = Vec::new();
     let inspector = match redisync::Client::connect(&cluster.direct().main).await {
@@ -304,7 +383,7 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
             }]
         }
     };
-    let semaphore = inspector.semaphore(&lock_name(Kind::Semaphore));
+    let semaphores: Vec<_> = NAMES.iter().map(|n| inspector.semaphore(n)).collect();
     loop {
         let mut held = Vec::new();
         for server in Server::ALL {
@@ -316,7 +395,7 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
                 }
             };
             for now in keys {
-                if BOOKKEEPING.iter().any(|s| now.key.contains(s)) {
+                if is_bookkeeping(&now.key) {
                     continue;
                 }
                 let name = format!("{server} {}", now.key);
@@ -336,10 +415,15 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
                 }
             }
         }
-        match semaphore.available_permits().await {
-            Ok(0) => held.push(format!("{} has no free permit", semaphore.name())),
-            Ok(_) | Err(redisync::Error::NotInitialized { .. }) => {}
-            Err(e) => held.push(format!("{}: {e}", semaphore.name())),
+        for (semaphore, of) in semaphores.iter().zip(SEMAPHORE_PERMITS) {
+            match semaphore.available_permits().await {
+                Ok(n) if n < of => held.push(format!(
+                    "semaphore {:?} has {n} of {of} permits free",
+                    semaphore.name()
+                )),
+                Ok(_) | Err(redisync::Error::NotInitialized { .. }) => {}
+                Err(e) => held.push(format!("{}: {e}", semaphore.name())),
+            }
         }
         if held.is_empty() {
             break;
@@ -348,7 +432,7 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
             violations.extend(held.into_iter().map(|h| Violation::Residue {
                 what: format!(
                     "still held {} ms after the workers stopped: {h}",
-                    lease.as_millis() + 500
+                    within.as_millis()
                 ),
             }));
             break;
@@ -383,6 +467,8 @@ struct ChildOutput {
     sections: Vec<Section>,
     counts: BTreeMap<Kind, Counts>,
     errors: BTreeMap<Kind, Vec<String>>,
+    /// What its workers saw go wrong outside the history.
+    violations: Vec<String>,
     /// Lines that were not understood (printed as they come, kept for errors).
     other: Vec<String>,
 }
@@ -409,7 +495,7 @@ impl WorkerProcess {
             .args(["--process", "p1"])
             .args(["--seed", &config.seed.wrapping_add(1).to_string()])
             .args(["--lease-ms", &config.lease.as_millis().to_string()])
-            .args(["--tasks", &config.tasks_per_kind.to_string()])
+            .args(["--tasks", &config.tasks_per_family.to_string()])
             .args(["--drop-percent", &config.drop_percent.to_string()])
             .args(["--main", &direct.main])
             .args(["--nodes", &direct.nodes.join(",")])
@@ -549,6 +635,8 @@ async fn read_child(
             {
                 out.errors.entry(kind).or_default().push(message.to_owned());
             }
+        } else if let Some(what) = line.strip_prefix("V\t") {
+            out.violations.push(format!("p1: {what}"));
         } else if line == "READY" || line == "STOPPED" {
             let _ = events.send(line);
         } else {
@@ -629,6 +717,9 @@ pub async fn worker_process(args: &[String]) -> Result<(), String> {
         for sample in workers.stats.samples(kind) {
             say(&format!("X\t{}\t{sample}", kind.name()));
         }
+    }
+    for what in workers.stats.violations() {
+        say(&format!("V\t{what}"));
     }
     say("STOPPED");
     while let Ok(Some(line)) = stdin.next_line().await {

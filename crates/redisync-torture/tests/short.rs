@@ -1,5 +1,7 @@
-//! The short torture run of `cargo test`: every kind of lock, two processes,
-//! every kind of fault at least once; no violation allowed.
+//! The short torture run of `cargo test`: the whole-API workload (every
+//! kind of lock, re-entry, extend, cancelled acquisitions, downgrades,
+//! multi-permit semaphores, `MultiLock`), two processes, every kind of fault
+//! at least once; no violation allowed.
 
 use std::path::PathBuf;
 
@@ -20,10 +22,25 @@ async fn short_torture_run_has_no_violations() {
     }
     for kind in Kind::ALL {
         assert!(
-            summary.acquisitions(kind) > 0,
-            "{kind} never acquired\n{summary}"
+            summary.grants_of(kind) > 0,
+            "{kind} never granted\n{summary}"
         );
     }
+    // The workload used the API it claims to.
+    let count =
+        |kind, f: fn(&redisync_torture::Counts) -> u64| summary.counts.get(&kind).map_or(0, f);
+    assert!(count(Kind::Lock, |c| c.reentered) > 0, "{summary}");
+    assert!(count(Kind::Lock, |c| c.extended) > 0, "{summary}");
+    assert!(count(Kind::Lock, |c| c.cancelled) > 0, "{summary}");
+    assert!(count(Kind::Lock, |c| c.moved) > 0, "{summary}");
+    assert!(
+        count(Kind::RwRead, |c| c.special) > 0,
+        "no downgrade\n{summary}"
+    );
+    assert!(
+        count(Kind::RwWrite, |c| c.special) > 0,
+        "no upgrade refused\n{summary}"
+    );
     for process in ["p0", "p1"] {
         assert!(
             summary

@@ -1,0 +1,1191 @@
+//! The workload: what one step of a worker task does with the public API.
+//!
+//! Each task belongs to one [`Family`] and, step after step, picks a name
+//! from [`NAMES`] (hash tags, colons, a name spelled like another lock's
+//! key; every family uses the same names) and a plan at random:
+//!
+//! - the acquisition is awaited, or cancelled: a `timeout` with a tiny
+//!   budget, or the future dropped after a random number of polls;
+//! - `Lock`, `FairLock` and both `RwLock` sides re-enter at random moments
+//!   (nested guards on one token, released in any order, one section);
+//! - guards `extend` to short and long leases while the watchdog renews;
+//! - the write side downgrades (read taken while writing, write released),
+//!   and a reader asks for the write side: it must be refused at once;
+//! - semaphores of 1, 2 and 3 permits are taken 1 or 2 permits at a time;
+//! - `MultiLock` takes 2 or 3 `Lock` names in random order, against the
+//!   `Lock` tasks on the same names;
+//! - a section ends with `unlock`, by dropping the guards (released in the
+//!   background), or by moving them to another task that releases them.
+//!
+//! Every section is recorded ([`Section`]) while it runs, so that a task
+//! that hangs or panics still leaves its open sections to the checker.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
+use std::time::Duration;
+
+use redisync::{
+    Client, FairLock, FairLockGuard, Lock, LockGuard, ReadLock, RwLockGuard, Semaphore,
+    SemaphorePermit, WriteLock,
+};
+use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::history::{now_us, Access, Kind, Section};
+use crate::rng::Rng;
+
+/// The names every family takes: a hash tag inside, colons, and a name
+/// spelled like the hold key of the `Lock` named `NAMES[0]`.
+pub(crate) const NAMES: [&str; 3] = [
+    "torture:a",
+    "torture:{t}:b",
+    "redisync:v1:lock:hold:{torture:a}",
+];
+
+/// Permits of the semaphore named `NAMES[i]`.
+pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
+
+/// How long one acquisition waits before it counts as busy.
+const WAIT: Duration = Duration::from_millis(1500);
+/// How often a holder looks at its guards.
+const LOOK_EVERY: Duration = Duration::from_millis(5);
+
+/// A family of locks: the tasks of one family contend for its names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Lock,
+    Fair,
+    Rw,
+    Semaphore,
+    Multi,
+    Redlock,
+}
+
+impl Family {
+    pub(crate) const ALL: [Family; 6] = [
+        Family::Lock,
+        Family::Fair,
+        Family::Rw,
+        Family::Semaphore,
+        Family::Multi,
+        Family::Redlock,
+    ];
+
+    /// Short task label prefix.
+    pub(crate) fn short(self) -> &'static str {
+        match self {
+            Family::Lock => "l",
+            Family::Fair => "f",
+            Family::Rw => "w",
+            Family::Semaphore => "s",
+            Family::Multi => "m",
+            Family::Redlock => "r",
+        }
+    }
+}
+
+/// The lock a section of `kind` on `name` holds (see [`Section::lock`]).
+pub(crate) fn lock_id(kind: Kind, name: &str) -> String {
+    let family = match kind {
+        Kind::Lock | Kind::MultiLock => "lock",
+        Kind::FairLock => "fair",
+        Kind::RwRead | Kind::RwWrite => "rw",
+        Kind::Semaphore => "sem",
+        Kind::Redlock => "redlock",
+    };
+    format!("{family}/{name}")
+}
+
+/// Client settings shared by every process of a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// Watchdog lease of every client (renewed every third of it).
+    pub(crate) lease: Duration,
+    /// Bound on each Redis command.
+    pub(crate) command_timeout: Duration,
+    /// Queue lease of the fair lock.
+    pub(crate) queue_lease: Duration,
+    /// Redlock node timeout.
+    pub(crate) node_timeout: Duration,
+    /// Sections (in percent) that end by dropping the guards.
+    pub(crate) drop_percent: u64,
+}
+
+impl Settings {
+    pub(crate) fn new(lease: Duration, drop_percent: u64) -> Settings {
+        Settings {
+            lease,
+            command_timeout: (lease / 2).max(Duration::from_millis(100)),
+            queue_lease: lease * 2,
+            node_timeout: Duration::from_millis(100),
+            drop_percent,
+        }
+    }
+
+    /// The longest lease a guard may get: `extend` goes up to 2.5 leases.
+    pub(crate) fn max_lease(&self) -> Duration {
+        self.lease.mul_f64(2.5)
+    }
+}
+
+/// What the tasks of one kind did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Acquisitions (sections, re-entries not counted).
+    pub acquired: u64,
+    /// Acquisitions whose wait ran out while others held the lock.
+    pub busy: u64,
+    /// Acquisitions that failed (Redis down, timeouts, no quorum, ...).
+    pub errors: u64,
+    /// Releases that failed (mostly `NotHeld` after a lost lease).
+    pub release_failed: u64,
+    /// Acquisitions cancelled (timeout or future dropped) before they
+    /// returned.
+    pub cancelled: u64,
+    /// Re-entries (nested guards on the same token).
+    pub reentered: u64,
+    /// `extend` calls that succeeded.
+    pub extended: u64,
+    /// Sections whose guards were released by another task.
+    pub moved: u64,
+    /// Downgrades (read side taken while writing), counted on `rw-read`;
+    /// upgrades refused, counted on `rw-write`.
+    pub special: u64,
+}
+
+/// The counter fields, in line order.
+const COUNT_FIELDS: usize = 9;
+
+impl Counts {
+    fn fields(&self) -> [u64; COUNT_FIELDS] {
+        [
+            self.acquired,
+            self.busy,
+            self.errors,
+            self.release_failed,
+            self.cancelled,
+            self.reentered,
+            self.extended,
+            self.moved,
+            self.special,
+        ]
+    }
+
+    fn from_fields(f: [u64; COUNT_FIELDS]) -> Counts {
+        Counts {
+            acquired: f[0],
+            busy: f[1],
+            errors: f[2],
+            release_failed: f[3],
+            cancelled: f[4],
+            reentered: f[5],
+            extended: f[6],
+            moved: f[7],
+            special: f[8],
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: Counts) {
+        let mut sum = self.fields();
+        for (s, o) in sum.iter_mut().zip(other.fields()) {
+            *s += o;
+        }
+        *self = Counts::from_fields(sum);
+    }
+
+    /// `"C\t<kind>\t<field>..."`.
+    pub(crate) fn to_line(self, kind: Kind) -> String {
+        let fields: Vec<String> = self.fields().iter().map(u64::to_string).collect();
+        format!("C\t{}\t{}", kind.name(), fields.join("\t"))
+    }
+
+    pub(crate) fn from_line(line: &str) -> Option<(Kind, Counts)> {
+        let mut parts = line.split('\t');
+        if parts.next()? != "C" {
+            return None;
+        }
+        let kind = Kind::parse(parts.next()?)?;
+        let mut f = [0; COUNT_FIELDS];
+        for slot in &mut f {
+            *slot = parts.next()?.parse().ok()?;
+        }
+        parts
+            .next()
+            .is_none()
+            .then(|| (kind, Counts::from_fields(f)))
+    }
+}
+
+/// Counters of one process, per kind, and what went wrong.
+#[derive(Default)]
+pub(crate) struct Stats {
+    kinds: [[AtomicU64; COUNT_FIELDS]; 7],
+    samples: Mutex<BTreeMap<Kind, Vec<String>>>,
+    violations: Mutex<Vec<String>>,
+}
+
+/// Which counter of [`Counts`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Count {
+    Acquired = 0,
+    Busy,
+    Errors,
+    ReleaseFailed,
+    Cancelled,
+    Reentered,
+    Extended,
+    Moved,
+    Special,
+}
+
+/// Error messages kept per kind for the summary.
+const ERROR_SAMPLES: usize = 4;
+
+impl Stats {
+    pub(crate) fn bump(&self, kind: Kind, count: Count) {
+        self.kinds[kind.index()][count as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn error(&self, kind: Kind, message: &str) {
+        self.bump(kind, Count::Errors);
+        let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+        let samples = samples.entry(kind).or_default();
+        let message = one_line(message);
+        if samples.len() < ERROR_SAMPLES && !samples.contains(&message) {
+            samples.push(message);
+        }
+    }
+
+    /// Something the library must never do, seen by a task.
+    pub(crate) fn violation(&self, what: &str) {
+        self.violations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(one_line(what));
+    }
+
+    pub(crate) fn counts(&self, kind: Kind) -> Counts {
+        let k = &self.kinds[kind.index()];
+        let mut f = [0; COUNT_FIELDS];
+        for (slot, a) in f.iter_mut().zip(k) {
+            *slot = a.load(Ordering::Relaxed);
+        }
+        Counts::from_fields(f)
+    }
+
+    pub(crate) fn samples(&self, kind: Kind) -> Vec<String> {
+        self.samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&kind)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn violations(&self) -> Vec<String> {
+        self.violations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+fn one_line(message: &str) -> String {
+    message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect()
+}
+
+/// What a task shows the outside while it runs: its open sections (so a
+/// hung or panicked task's sections still reach the checker) and its step.
+#[derive(Default)]
+pub(crate) struct TaskState {
+    open: Mutex<BTreeMap<u64, Section>>,
+    next_id: AtomicU64,
+    /// What the current step does and since when (µs).
+    step: Mutex<(String, u64)>,
+    /// Set when the task returned normally.
+    pub(crate) done: AtomicBool,
+}
+
+impl TaskState {
+    /// The sections still open (a task that did not finish).
+    pub(crate) fn open_sections(&self) -> Vec<Section> {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The current step and since when.
+    pub(crate) fn step(&self) -> (String, u64) {
+        self.step
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_step(&self, what: String) {
+        *self.step.lock().unwrap_or_else(PoisonError::into_inner) = (what, now_us());
+    }
+}
+
+/// Everything a task's step needs.
+pub(crate) struct Ctx {
+    pub(crate) client: String,
+    pub(crate) settings: Settings,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) sink: mpsc::UnboundedSender<Section>,
+    pub(crate) state: Arc<TaskState>,
+    pub(crate) rng: Rng,
+}
+
+/// One section being recorded.
+struct Rec {
+    id: u64,
+    section: Section,
+    looked: bool,
+}
+
+impl Ctx {
+    /// Opens a section; its first look sets its start.
+    fn open(
+        &self,
+        kind: Kind,
+        name: &str,
+        access: Access,
+        token: u64,
+        requested_us: u64,
+        lease: Duration,
+    ) -> Rec {
+        let id = self.state.next_id.fetch_add(1, Ordering::Relaxed);
+        let now = now_us();
+        Rec {
+            id,
+            section: Section {
+                lock: lock_id(kind, name),
+                kind,
+                access,
+                client: self.client.clone(),
+                guards: 1,
+                lease_us: micros(lease),
+                token,
+                requested_us,
+                start_us: now,
+                end_us: now,
+                valid_until_us: None,
+                valid_at_end: false,
+                lost_at_us: None,
+            },
+            looked: false,
+        }
+    }
+
+    /// Looks at a section's guards (`valid` asks them) at the time read
+    /// before asking: a look and the fenced write with it are one step.
+    fn look(&self, rec: &mut Rec, valid: impl FnOnce() -> bool) -> bool {
+        let at = now_us();
+        let ok = rec.section.lost_at_us.is_none() && valid();
+        if !rec.looked {
+            rec.looked = true;
+            rec.section.start_us = at;
+        }
+        rec.section.end_us = at;
+        rec.section.valid_at_end = ok;
+        if ok {
+            rec.section.valid_until_us = Some(at);
+        } else if rec.section.lost_at_us.is_none() {
+            rec.section.lost_at_us = Some(at);
+        }
+        self.state
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(rec.id, rec.section.clone());
+        ok
+    }
+
+    /// Ends a section with a last look (its end write).
+    fn close(&self, mut rec: Rec, valid: impl FnOnce() -> bool) {
+        self.look(&mut rec, valid);
+        self.state
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&rec.id);
+        let _ = self.sink.send(rec.section);
+    }
+
+    /// Holds for `d`, looking every few milliseconds (`valid` per section).
+    /// Code that is running does not stop when its lease is lost: the
+    /// holder carries on until its planned end.
+    async fn hold(
+        &self,
+        recs: &mut [&mut Rec],
+        d: Duration,
+        valid: &(dyn Fn(usize) -> bool + Sync),
+    ) {
+        let until = Instant::now() + d;
+        for (i, r) in recs.iter_mut().enumerate() {
+            self.look(r, || valid(i));
+        }
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(LOOK_EVERY)).await;
+            for (i, r) in recs.iter_mut().enumerate() {
+                self.look(r, || valid(i));
+            }
+        }
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.rng.below(100) < percent
+    }
+
+    /// Mostly short holds, some long ones beyond the lease.
+    fn hold_time(&mut self) -> Duration {
+        let roll = self.rng.below(100);
+        if roll < 65 {
+            Duration::from_millis(2 + self.rng.below(48))
+        } else if roll < 90 {
+            Duration::from_millis(50 + self.rng.below(200))
+        } else {
+            self.settings.lease.mul_f64(0.8 + 1.2 * self.rng.unit())
+        }
+    }
+
+    /// 30 % fixed leases of 0.4 to 1 watchdog lease; else the watchdog.
+    fn lease(&mut self) -> Option<Duration> {
+        self.chance(30)
+            .then(|| self.settings.lease.mul_f64(0.4 + 0.6 * self.rng.unit()))
+    }
+
+    /// The lease a guard believes in at most: `lease` or the watchdog's.
+    fn belief(&self, lease: Option<Duration>) -> Duration {
+        lease.unwrap_or(self.settings.lease)
+    }
+
+    /// A lease for `extend`: short (below the watchdog's) or long (up to
+    /// 2.5 leases), at most `cap`.
+    fn extend_lease(&mut self, cap: Duration) -> Duration {
+        let l = self.settings.lease;
+        let d = if self.chance(50) {
+            l.mul_f64(0.2 + 0.3 * self.rng.unit())
+        } else {
+            l.mul_f64(1.5 + self.rng.unit())
+        };
+        d.min(cap)
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A held guard of any kind.
+pub(crate) enum Guard {
+    Lock(LockGuard),
+    Fair(FairLockGuard),
+    Rw(RwLockGuard),
+    Semaphore(SemaphorePermit),
+    Multi(MultiLockGuard),
+    Redlock(RedlockGuard),
+}
+
+impl Guard {
+    fn token(&self) -> u64 {
+        match self {
+            Guard::Lock(g) => g.fencing_token(),
+            Guard::Fair(g) => g.fencing_token(),
+            Guard::Rw(g) => g.fencing_token(),
+            Guard::Semaphore(p) => p.fencing_token(),
+            Guard::Multi(g) => g.fencing_tokens().first().copied().unwrap_or(0),
+            Guard::Redlock(g) => g.fencing_token(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Guard::Lock(g) => g.is_lost(),
+            Guard::Fair(g) => g.is_lost(),
+            Guard::Rw(g) => g.is_lost(),
+            Guard::Semaphore(p) => p.is_lost(),
+            Guard::Multi(g) => g.is_lost(),
+            Guard::Redlock(g) => g.is_lost(),
+        }
+    }
+
+    /// `None` when the kind has no `extend`.
+    async fn extend(&self, lease: Duration) -> Option<Result<(), String>> {
+        let r = match self {
+            Guard::Lock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Fair(g) => g.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Rw(g) => g.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Redlock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Semaphore(_) | Guard::Multi(_) => return None,
+        };
+        Some(r)
+    }
+
+    async fn release(self) -> Result<(), String> {
+        match self {
+            Guard::Lock(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Fair(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Rw(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Semaphore(p) => p.release().await.map_err(|e| e.to_string()),
+            Guard::Multi(g) => g.unlock().await.map_err(|e| e.to_string()),
+            Guard::Redlock(g) => g.unlock().await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A lock to acquire.
+#[derive(Clone)]
+pub(crate) enum Target {
+    Lock(Lock),
+    Fair(FairLock),
+    Read(ReadLock),
+    Write(WriteLock),
+    Semaphore(Semaphore, u32),
+    Multi(MultiLock),
+    Redlock(Redlock),
+}
+
+/// Why an acquisition failed.
+struct Failed {
+    text: String,
+    upgrade_refused: bool,
+    not_initialized: bool,
+}
+
+impl Failed {
+    fn of(e: &redisync::Error) -> Failed {
+        Failed {
+            text: e.to_string(),
+            upgrade_refused: matches!(e, redisync::Error::UpgradeNotSupported { .. }),
+            not_initialized: matches!(e, redisync::Error::NotInitialized { .. }),
+        }
+    }
+
+    fn text(e: &dyn std::fmt::Display) -> Failed {
+        Failed {
+            text: e.to_string(),
+            upgrade_refused: false,
+            not_initialized: false,
+        }
+    }
+}
+
+impl Target {
+    async fn acquire(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>, Failed> {
+        match self {
+            Target::Lock(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Lock))
+                .map_err(|e| Failed::of(&e)),
+            Target::Fair(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Fair))
+                .map_err(|e| Failed::of(&e)),
+            Target::Read(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Rw))
+                .map_err(|e| Failed::of(&e)),
+            Target::Write(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Rw))
+                .map_err(|e| Failed::of(&e)),
+            Target::Semaphore(s, permits) => match s.try_acquire(*permits, wait).await {
+                Ok(p) => Ok(p.map(Guard::Semaphore)),
+                Err(e) => Err(Failed::of(&e)),
+            },
+            Target::Multi(m) => m
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Multi))
+                .map_err(|e| Failed::text(&e)),
+            Target::Redlock(r) => r
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Redlock))
+                .map_err(|e| Failed::text(&e)),
+        }
+    }
+}
+
+/// How an acquisition went.
+enum Got {
+    Guard(Guard),
+    Busy,
+    Cancelled,
+    Failed(Failed),
+}
+
+/// Polls `fut` at most `polls` times, with short pauses between (spurious
+/// polls included), then drops it.
+async fn poll_then_drop<F: Future>(fut: F, polls: u64, rng: &mut Rng) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..polls {
+        let ready = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+        if let Poll::Ready(v) = ready {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(6))).await;
+    }
+    None
+}
+
+/// The handles of one task: one target set per name.
+pub(crate) struct Handles {
+    locks: Vec<Lock>,
+    fair: Vec<FairLock>,
+    rw: Vec<(ReadLock, WriteLock)>,
+    semaphores: Vec<Semaphore>,
+    redlocks: Vec<Redlock>,
+}
+
+impl Handles {
+    pub(crate) fn new(
+        main: &Client,
+        nodes: &[Client],
+        settings: Settings,
+    ) -> Result<Handles, String> {
+        let mut redlocks = Vec::new();
+        for name in NAMES {
+            redlocks.push(
+                Redlock::builder(nodes.iter().map(|c| c.lock(name)).collect())
+                    .max_lease(settings.max_lease())
+                    .node_timeout(settings.node_timeout)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Handles {
+            locks: NAMES.iter().map(|n| main.lock(n)).collect(),
+            fair: NAMES
+                .iter()
+                .map(|n| main.fair_lock(n).with_queue_lease(settings.queue_lease))
+                .collect(),
+            rw: NAMES
+                .iter()
+                .map(|n| {
+                    let rw = main.rw_lock(n);
+                    (rw.read(), rw.write())
+                })
+                .collect(),
+            semaphores: NAMES.iter().map(|n| main.semaphore(n)).collect(),
+            redlocks,
+        })
+    }
+
+    /// Sets every semaphore's permits where none are set (first use, or a
+    /// server restarted empty).
+    pub(crate) async fn init_semaphores(&self) {
+        for (s, n) in self.semaphores.iter().zip(SEMAPHORE_PERMITS) {
+            let _ = s.try_set_permits(n).await;
+        }
+    }
+}
+
+/// One step of a task of `family`.
+pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
+    let i = usize::try_from(ctx.rng.below(NAMES.len() as u64)).unwrap_or(0);
+    match family {
+        Family::Lock => {
+            let t = Target::Lock(h.locks[i].clone());
+            reentrant(ctx, Kind::Lock, NAMES[i], &t, true).await;
+        }
+        Family::Fair => {
+            let t = Target::Fair(h.fair[i].clone());
+            reentrant(ctx, Kind::FairLock, NAMES[i], &t, true).await;
+        }
+        Family::Rw => Box::pin(rw(ctx, NAMES[i], &h.rw[i])).await,
+        Family::Semaphore => semaphore(ctx, i, &h.semaphores[i]).await,
+        Family::Multi => multi(ctx, h).await,
+        Family::Redlock => {
+            let t = Target::Redlock(h.redlocks[i].clone());
+            reentrant(ctx, Kind::Redlock, NAMES[i], &t, false).await;
+        }
+    }
+}
+
+/// Acquires `target`: awaited (70 %), under a tiny `timeout` (15 %), or
+/// polled a few times and dropped (15 %).
+///
+/// ```text
+/// roll:  0 .. cancel/2: timeout | .. cancel: polls, then dropped | .. 100: awaited
+/// ```
+async fn acquire(ctx: &mut Ctx, kind: Kind, target: &Target, lease: Option<Duration>) -> Got {
+    acquire_within(ctx, kind, target, lease, WAIT, 30).await
+}
+
+/// [`acquire`] with another wait.
+async fn acquire_within(
+    ctx: &mut Ctx,
+    kind: Kind,
+    target: &Target,
+    lease: Option<Duration>,
+    wait: Duration,
+    cancel_percent: u64,
+) -> Got {
+    let roll = ctx.rng.below(100);
+    let outcome = if roll >= cancel_percent {
+        Some(target.acquire(wait, lease).await)
+    } else if roll < cancel_percent / 2 {
+        let budget = Duration::from_millis(ctx.rng.below(30));
+        tokio::time::timeout(budget, target.acquire(wait, lease))
+            .await
+            .ok()
+    } else {
+        let polls = 1 + ctx.rng.below(6);
+        poll_then_drop(target.acquire(wait, lease), polls, &mut ctx.rng).await
+    };
+    match outcome {
+        None => {
+            ctx.stats.bump(kind, Count::Cancelled);
+            Got::Cancelled
+        }
+        Some(Ok(Some(g))) => {
+            ctx.stats.bump(kind, Count::Acquired);
+            Got::Guard(g)
+        }
+        Some(Ok(None)) => {
+            ctx.stats.bump(kind, Count::Busy);
+            Got::Busy
+        }
+        Some(Err(f)) => Got::Failed(f),
+    }
+}
+
+/// After a failed acquisition: counts it and pauses a little.
+async fn failed(ctx: &mut Ctx, kind: Kind, f: &Failed) {
+    ctx.stats.error(kind, &f.text);
+    let pause = 20 + ctx.rng.below(100);
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+}
+
+/// Releases `guards` in order: awaited, dropped, or moved to another task.
+/// Returns whether every awaited release succeeded.
+async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
+    match how {
+        LetGo::Drop => drop(guards),
+        LetGo::Unlock => {
+            for g in guards {
+                if g.release().await.is_err() {
+                    ctx.stats.bump(kind, Count::ReleaseFailed);
+                }
+            }
+        }
+        LetGo::Move => {
+            ctx.stats.bump(kind, Count::Moved);
+            let other = tokio::spawn(async move {
+                let mut failed = 0;
+                for g in guards {
+                    failed += u64::from(g.release().await.is_err());
+                }
+                failed
+            });
+            match other.await {
+                Ok(n) => {
+                    for _ in 0..n {
+                        ctx.stats.bump(kind, Count::ReleaseFailed);
+                    }
+                }
+                Err(e) => ctx.stats.violation(&format!(
+                    "{}: a task releasing moved guards failed: {e}",
+                    ctx.client
+                )),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LetGo {
+    Unlock,
+    Drop,
+    Move,
+}
+
+fn let_go_how(ctx: &mut Ctx) -> LetGo {
+    if ctx.chance(ctx.settings.drop_percent) {
+        LetGo::Drop
+    } else if ctx.chance(15) {
+        LetGo::Move
+    } else {
+        LetGo::Unlock
+    }
+}
+
+/// A section of a re-entrant kind (and Redlock, without re-entry): hold,
+/// maybe re-enter (nested guards on the same token) and extend at random
+/// moments, release the nested guards in a random order, the last one as
+/// [`let_go_how`] says.
+///
+/// A re-entry whose outer hold was gone from the server is granted afresh
+/// with a new token: a section of its own (same holder), which later
+/// re-entries join.
+async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, reenter: bool) {
+    let lease = ctx.lease();
+    let requested_us = now_us();
+    let first = match acquire(ctx, kind, target, lease).await {
+        Got::Guard(g) => g,
+        Got::Busy | Got::Cancelled => return,
+        Got::Failed(f) => return failed(ctx, kind, &f).await,
+    };
+    let mut tokens = vec![first.token()];
+    let mut recs = vec![ctx.open(
+        kind,
+        name,
+        Access::Exclusive,
+        tokens[0],
+        requested_us,
+        ctx.belief(lease),
+    )];
+    // guards[k]: the guards of section recs[k].
+    let mut guards = vec![vec![first]];
+    let phases = 1 + ctx.rng.below(3);
+    for _ in 0..phases {
+        let d = ctx.hold_time() / u32::try_from(phases).unwrap_or(1);
+        hold_all(ctx, &mut recs, &guards, d).await;
+        if reenter && ctx.chance(30) {
+            let lease2 = ctx.lease();
+            let requested = now_us();
+            match target.acquire(WAIT, lease2).await {
+                Ok(Some(g)) => {
+                    let t = g.token();
+                    if let Some(k) = tokens.iter().position(|&x| x == t) {
+                        ctx.stats.bump(kind, Count::Reentered);
+                        recs[k].section.guards += 1;
+                        let belief = micros(ctx.belief(lease2));
+                        recs[k].section.lease_us = recs[k].section.lease_us.max(belief);
+                        guards[k].push(g);
+                    } else {
+                        ctx.stats.bump(kind, Count::Acquired);
+                        let mut r = ctx.open(
+                            kind,
+                            name,
+                            Access::Exclusive,
+                            t,
+                            requested,
+                            ctx.belief(lease2),
+                        );
+                        ctx.look(&mut r, || !g.is_lost());
+                        tokens.push(t);
+                        recs.push(r);
+                        guards.push(vec![g]);
+                    }
+                }
+                // Busy: the outer hold is gone from the server and someone
+                // else has the lock (after a lost lease, or a restart that
+                // lost it); if the outer guard still believes, the checker
+                // sees the two holders.
+                Ok(None) => ctx
+                    .stats
+                    .error(kind, "re-entry busy: the outer hold was gone"),
+                Err(f) => ctx.stats.error(kind, &f.text),
+            }
+        }
+        if ctx.chance(25) {
+            let cap = if kind == Kind::Redlock {
+                ctx.settings.max_lease()
+            } else {
+                Duration::MAX
+            };
+            let ext = ctx.extend_lease(cap);
+            let last = recs.len() - 1;
+            recs[last].section.lease_us = recs[last].section.lease_us.max(micros(ext));
+            if let Some(Ok(())) = guards[last][0].extend(ext).await {
+                ctx.stats.bump(kind, Count::Extended);
+            }
+        }
+    }
+    // Release the nested guards in a random order; each section goes on
+    // while one of its guards is left.
+    loop {
+        let nested: Vec<usize> = (0..guards.len()).filter(|&k| guards[k].len() > 1).collect();
+        if nested.is_empty() {
+            break;
+        }
+        let k = nested[usize::try_from(ctx.rng.below(nested.len() as u64)).unwrap_or(0)];
+        let i = usize::try_from(ctx.rng.below(guards[k].len() as u64)).unwrap_or(0);
+        let g = guards[k].swap_remove(i);
+        if g.release().await.is_err() {
+            ctx.stats.bump(kind, Count::ReleaseFailed);
+        }
+        let d = Duration::from_millis(ctx.rng.below(20));
+        hold_all(ctx, &mut recs, &guards, d).await;
+    }
+    for (k, (r, gs)) in recs.into_iter().zip(guards).enumerate() {
+        ctx.close(r, || gs.iter().all(|g| !g.is_lost()));
+        let how = if k == 0 {
+            let_go_how(ctx)
+        } else {
+            LetGo::Unlock
+        };
+        let_go(ctx, kind, gs, how).await;
+    }
+}
+
+/// Holds every section for `d`; section `k` is valid while all of
+/// `guards[k]` are.
+async fn hold_all(ctx: &Ctx, recs: &mut [Rec], guards: &[Vec<Guard>], d: Duration) {
+    let mut all: Vec<&mut Rec> = recs.iter_mut().collect();
+    ctx.hold(&mut all, d, &|k| guards[k].iter().all(|g| !g.is_lost()))
+        .await;
+}
+
+/// A read-write lock section: read (45 %), write (40 %), or write then
+/// downgrade (15 %); readers sometimes ask for the write side, which must
+/// be refused at once.
+async fn rw(ctx: &mut Ctx, name: &str, (read, write): &(ReadLock, WriteLock)) {
+    let roll = ctx.rng.below(100);
+    if roll < 45 {
+        return reader(ctx, name, read, write).await;
+    }
+    if roll < 85 {
+        let t = Target::Write(write.clone());
+        return reentrant(ctx, Kind::RwWrite, name, &t, true).await;
+    }
+    // Downgrade: write, take the read side, release the write side, read on.
+    let lease = ctx.lease();
+    let requested_us = now_us();
+    let w = match acquire(ctx, Kind::RwWrite, &Target::Write(write.clone()), lease).await {
+        Got::Guard(g) => g,
+        Got::Busy | Got::Cancelled => return,
+        Got::Failed(f) => return failed(ctx, Kind::RwWrite, &f).await,
+    };
+    let mut wrec = ctx.open(
+        Kind::RwWrite,
+        name,
+        Access::Exclusive,
+        w.token(),
+        requested_us,
+        ctx.belief(lease),
+    );
+    let d = ctx.hold_time();
+    ctx.hold(&mut [&mut wrec], d, &|_| !w.is_lost()).await;
+    let read_lease = ctx.lease();
+    let requested = now_us();
+    let r = read.try_lock(WAIT, read_lease).await;
+    ctx.close(wrec, || !w.is_lost());
+    let was_lost = w.is_lost();
+    let how = let_go_how(ctx);
+    let_go(ctx, Kind::RwWrite, vec![w], how).await;
+    let r = match r {
+        Ok(Some(g)) => g,
+        // The write hold was gone from the server (as for a busy re-entry).
+        Ok(None) => {
+            return ctx.stats.error(
+                Kind::RwRead,
+                &format!("downgrade busy: the write hold was gone (lost: {was_lost})"),
+            )
+        }
+        Err(e) => return ctx.stats.error(Kind::RwRead, &e.to_string()),
+    };
+    ctx.stats.bump(Kind::RwRead, Count::Acquired);
+    ctx.stats.bump(Kind::RwRead, Count::Special);
+    let g = Guard::Rw(r);
+    let mut rrec = ctx.open(
+        Kind::RwRead,
+        name,
+        Access::Shared,
+        g.token(),
+        requested,
+        ctx.belief(read_lease),
+    );
+    let d = ctx.hold_time();
+    ctx.hold(&mut [&mut rrec], d, &|_| !g.is_lost()).await;
+    ctx.close(rrec, || !g.is_lost());
+    let how = let_go_how(ctx);
+    let_go(ctx, Kind::RwRead, vec![g], how).await;
+}
+
+/// A read section, re-entered sometimes; sometimes asks for the write side
+/// meanwhile (an upgrade: refused at once, or a violation).
+async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
+    let lease = ctx.lease();
+    let requested_us = now_us();
+    let kind = Kind::RwRead;
+    let first = match acquire(ctx, kind, &Target::Read(read.clone()), lease).await {
+        Got::Guard(g) => g,
+        Got::Busy | Got::Cancelled => return,
+        Got::Failed(f) => return failed(ctx, kind, &f).await,
+    };
+    let token = first.token();
+    let mut rec = ctx.open(
+        kind,
+        name,
+        Access::Shared,
+        token,
+        requested_us,
+        ctx.belief(lease),
+    );
+    let mut guards = vec![first];
+    let d = ctx.hold_time();
+    ctx.hold(&mut [&mut rec], d / 2, &|_| {
+        guards.iter().all(|g| !g.is_lost())
+    })
+    .await;
+    if ctx.chance(25) {
+        match read.try_lock(WAIT, lease).await {
+            Ok(Some(g)) if g.fencing_token() == token => {
+                ctx.stats.bump(kind, Count::Reentered);
+                guards.push(Guard::Rw(g));
+            }
+            // The read hold was gone from the server: a fresh one, taken
+            // by the same holder; its own section would overlap this one
+            // harmlessly. Keep it simple: let it go at once.
+            Ok(Some(g)) => {
+                let _ = g.unlock().await;
+            }
+            Ok(None) => {}
+            Err(e) => ctx.stats.error(kind, &e.to_string()),
+        }
+    }
+    if ctx.chance(15) {
+        match write.try_lock(Duration::from_millis(50), None).await {
+            Err(e) if Failed::of(&e).upgrade_refused => {
+                ctx.stats.bump(Kind::RwWrite, Count::Special);
+            }
+            Err(e) => ctx.stats.error(Kind::RwWrite, &e.to_string()),
+            // A lost read hold holds nothing: asking for the write side is
+            // then an ordinary acquisition.
+            Ok(granted) if guards.iter().any(Guard::is_lost) => {
+                if let Some(g) = granted {
+                    let _ = g.unlock().await;
+                }
+            }
+            Ok(granted) => {
+                ctx.stats.violation(&format!(
+                    "{}: an upgrade of {name:?} (read held, token {token}) was not refused: {}",
+                    ctx.client,
+                    if granted.is_some() { "granted" } else { "busy" }
+                ));
+                if let Some(g) = granted {
+                    let _ = g.unlock().await;
+                }
+            }
+        }
+    }
+    if ctx.chance(20) {
+        let ext = ctx.extend_lease(Duration::MAX);
+        rec.section.lease_us = rec.section.lease_us.max(micros(ext));
+        if let Some(Ok(())) = guards[0].extend(ext).await {
+            ctx.stats.bump(kind, Count::Extended);
+        }
+    }
+    ctx.hold(&mut [&mut rec], d / 2, &|_| {
+        guards.iter().all(|g| !g.is_lost())
+    })
+    .await;
+    while guards.len() > 1 {
+        if let Some(g) = guards.pop() {
+            let _ = g.release().await;
+        }
+    }
+    ctx.close(rec, || guards.iter().all(|g| !g.is_lost()));
+    let how = let_go_how(ctx);
+    let_go(ctx, kind, guards, how).await;
+}
+
+/// A semaphore section: 1 or 2 of its permits.
+async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
+    let of = SEMAPHORE_PERMITS[i];
+    let held = u32::try_from(1 + ctx.rng.below(u64::from(of.min(2)))).unwrap_or(1);
+    let kind = Kind::Semaphore;
+    let requested_us = now_us();
+    let g = match acquire(ctx, kind, &Target::Semaphore(s.clone(), held), None).await {
+        Got::Guard(g) => g,
+        Got::Busy | Got::Cancelled => return,
+        Got::Failed(f) => {
+            if f.not_initialized {
+                // First use, or the server restarted empty.
+                let _ = s.try_set_permits(of).await;
+            }
+            return failed(ctx, kind, &f).await;
+        }
+    };
+    let mut rec = ctx.open(
+        kind,
+        NAMES[i],
+        Access::Permits { held, of },
+        g.token(),
+        requested_us,
+        ctx.settings.lease,
+    );
+    let d = ctx.hold_time();
+    ctx.hold(&mut [&mut rec], d, &|_| !g.is_lost()).await;
+    ctx.close(rec, || !g.is_lost());
+    let how = let_go_how(ctx);
+    let_go(ctx, kind, vec![g], how).await;
+}
+
+/// A `MultiLock` over 2 or 3 of the `Lock` names, in random order: one
+/// section per member, on that member's lock.
+async fn multi(ctx: &mut Ctx, h: &Handles) {
+    let mut order: Vec<usize> = (0..NAMES.len()).collect();
+    for k in (1..order.len()).rev() {
+        let j = usize::try_from(ctx.rng.below(k as u64 + 1)).unwrap_or(0);
+        order.swap(k, j);
+    }
+    order.truncate(2 + usize::from(ctx.chance(15)));
+    let kind = Kind::MultiLock;
+    let m = match MultiLock::new(order.iter().map(|&i| h.locks[i].clone()).collect()) {
+        Ok(m) => m,
+        Err(e) => return ctx.stats.error(kind, &e.to_string()),
+    };
+    let lease = ctx.lease();
+    let requested_us = now_us();
+    // All members at once are harder to get than one lock: a longer wait.
+    let g = match acquire_within(ctx, kind, &Target::Multi(m), lease, WAIT * 2, 10).await {
+        Got::Guard(Guard::Multi(g)) => g,
+        Got::Guard(_) | Got::Busy | Got::Cancelled => return,
+        Got::Failed(f) => return failed(ctx, kind, &f).await,
+    };
+    let tokens = g.fencing_tokens();
+    let mut recs: Vec<Rec> = order
+        .iter()
+        .zip(&tokens)
+        .map(|(&i, &t)| {
+            ctx.open(
+                kind,
+                NAMES[i],
+                Access::Exclusive,
+                t,
+                requested_us,
+                ctx.belief(lease),
+            )
+        })
+        .collect();
+    let d = ctx.hold_time();
+    {
+        let mut members: Vec<&mut Rec> = recs.iter_mut().collect();
+        ctx.hold(&mut members, d, &|k| !g.guards()[k].is_lost())
+            .await;
+    }
+    for (k, r) in recs.into_iter().enumerate() {
+        ctx.close(r, || !g.guards()[k].is_lost());
+    }
+    let how = let_go_how(ctx);
+    let_go(ctx, kind, vec![Guard::Multi(g)], how).await;
+}
