@@ -199,10 +199,12 @@ async fn stale_holder_gets_not_held_and_does_not_release_the_new_owner() {
         stale.extend(Duration::from_secs(5)).await,
         Err(redisync::Error::NotHeld { .. })
     ));
-    assert!(matches!(
-        stale.unlock().await,
-        Err(redisync::Error::NotHeld { .. })
-    ));
+    let err = stale.unlock().await.unwrap_err();
+    assert!(matches!(err, redisync::Error::NotHeld { .. }), "{err}");
+    assert!(
+        err.is_not_held() && !err.is_retryable(),
+        "told apart without a match: {err}"
+    );
     assert!(
         b.lock("stale").is_locked().await.unwrap(),
         "the new owner still holds it"

@@ -78,6 +78,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// True for [`Error::NotHeld`]: an unlock, extend or release of an
+    /// acquisition that no longer holds its lock (its lease ran out, it was
+    /// force-unlocked, Redis lost it). Routine after a loss; nothing was
+    /// written, and trying again cannot help.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
     /// True for a command that timed out (its outcome on the server is unknown).
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Redis(e) if *e.kind() == ErrorKind::Timeout)
