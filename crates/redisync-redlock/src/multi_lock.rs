@@ -39,8 +39,10 @@ const BACKOFF_CAP: Duration = Duration::from_millis(100);
 /// Each member's lease starts when that member is granted: `lease: None`
 /// means every member is renewed by its own client's watchdog; a fixed lease
 /// applies to each member from its own grant, all of which happen within one
-/// round of tries. Members are reentrant like [`Lock`]: a task that holds
-/// some of them already holds them once more.
+/// round of tries. Members are reentrant like [`Lock`]: an owner (a task,
+/// or an [`Owner`](redisync::Owner) scope) that holds some of them already
+/// holds them once more; built from [`Lock::non_reentrant`] handles, it
+/// re-enters nothing.
 ///
 /// The guard is a [`MultiLockGuard`]. Cloning a `MultiLock` is cheap and
 /// gives a handle on the same locks.

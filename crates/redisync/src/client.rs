@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::hub::Hub;
-use crate::keys;
+use crate::owner::Owner;
 
 /// Default watchdog lease.
 const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
@@ -339,7 +339,7 @@ impl Client {
     }
 
     /// The UUID that prefixes every owner id this client writes
-    /// (`"<uuid>:<task id>"`).
+    /// (`"<uuid>:<owner tag>"`, see [`Owner`](crate::Owner)).
     pub fn id(&self) -> uuid::Uuid {
         self.inner.id
     }
@@ -470,9 +470,20 @@ impl ClientInner {
         }
     }
 
-    /// Owner id of the calling task: `"<client uuid>:<task id>"`.
+    /// Owner id of the running code: `"<client uuid>:<owner tag>"` (see
+    /// `Owner::current`).
     pub(crate) fn owner_id(&self) -> Arc<str> {
-        Arc::from(format!("{}:{}", self.id_str, keys::task_tag()))
+        Arc::from(format!("{}:{}", self.id_str, Owner::current().tag()))
+    }
+
+    /// An owner id for one acquisition of a non-reentrant handle: unique,
+    /// so that acquisition re-enters nothing and nothing re-enters it.
+    pub(crate) fn acquisition_owner_id(&self) -> Arc<str> {
+        Arc::from(format!(
+            "{}:{}",
+            self.id_str,
+            Owner::current().acquisition_tag()
+        ))
     }
 
     /// `Err(Shutdown)` once a shutdown began: no new acquisition or query.

@@ -177,6 +177,31 @@ impl FairLock {
         &self.inner.named.name
     }
 
+    /// The same fair lock through a handle without re-entry: every acquisition
+    /// through it is an owner of its own, so a second acquisition by the
+    /// same task or flow waits until the first is released, like tokio's
+    /// `Mutex` (and like it, waits forever if the first guard is kept
+    /// alive by the waiting flow itself). Holds taken through it are not the
+    /// task's: `is_held_by_current_task` and `hold_count` do not count them.
+    /// See [`Owner`](crate::Owner) for the re-entry rule of ordinary handles.
+    #[must_use]
+    pub fn non_reentrant(&self) -> FairLock {
+        FairLock {
+            inner: Arc::new(FairLockInner {
+                named: self.inner.named.non_reentrant(),
+                queue: self.inner.queue.clone(),
+                deadlines: self.inner.deadlines.clone(),
+            }),
+            queue_lease: self.queue_lease,
+        }
+    }
+
+    /// Whether acquisitions through this handle re-enter holds of the same
+    /// owner (false for a [`non_reentrant`](FairLock::non_reentrant) handle).
+    pub fn is_reentrant(&self) -> bool {
+        self.inner.named.reentrant
+    }
+
     /// The same lock with another queue lease: how long a waiter that
     /// stopped refreshing its place (it crashed) keeps it before the others
     /// skip it. Live waiters refresh every `queue_lease / 3`, so it bounds

@@ -85,6 +85,11 @@ pub(crate) struct Hold {
     released: AtomicBool,
     /// The local gate permit: the next local waiter goes when the hold ends.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Whether the final release is queued on the connection. Held through
+    /// a count-down's round trip and until the final release is queued, so
+    /// a count-down never runs after the final release in Redis (a NOSCRIPT
+    /// fallback or a cluster retry would re-send it out of order).
+    final_queued: tokio::sync::Mutex<bool>,
 }
 
 impl Hold {
@@ -111,6 +116,7 @@ impl Hold {
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             permit: Mutex::new(None),
+            final_queued: tokio::sync::Mutex::new(false),
         }
     }
 
@@ -134,6 +140,12 @@ impl Hold {
     /// exclusive lock): the next local waiter goes when it ends.
     pub(crate) fn keep_turn(&self, permit: Option<OwnedSemaphorePermit>) {
         *lock_unpoisoned(&self.permit) = permit;
+    }
+
+    /// The order of this hold's releases: `true` once the final release is
+    /// queued (see the field).
+    pub(crate) async fn release_order(&self) -> tokio::sync::MutexGuard<'_, bool> {
+        self.final_queued.lock().await
     }
 
     /// Whether the hold keeps its slot's local turn (an exclusive lock).

@@ -1,11 +1,10 @@
 //! Redis key and channel names of every primitive (the key layout, format
-//! [`KEY_LAYOUT`]), and owner ids.
+//! [`KEY_LAYOUT`]).
 //!
 //! Every key and the channel of one primitive share one hash tag, so its
 //! scripts and its SPUBLISH stay in one cluster slot.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The hash tag Redis Cluster uses for `key`: the bytes between the first `{`
 /// and the first `}` after it, when that is not empty.
@@ -130,27 +129,6 @@ pub(crate) fn sibling_key(key: &str, role: Role) -> fred::types::Key {
     fred::types::Key::from(sibling(key, role).unwrap_or_else(|| key.to_owned()))
 }
 
-/// The part of an owner id after the client uuid: the tokio task id, or a
-/// per-thread id when not called from inside a task.
-///
-/// Owner ids rely on tokio task ids being unique for the life of the process;
-/// tokio only promises uniqueness among running tasks, but allocates them from
-/// a 64-bit counter that is never reused. Outside a task (in `block_on`, e.g.
-/// the body of `#[tokio::main]`) each OS thread gets its own id, so two
-/// `block_on` calls on one thread count as one owner.
-pub(crate) fn task_tag() -> String {
-    match tokio::task::try_id() {
-        Some(id) => id.to_string(),
-        None => THREAD_TAG.with(Clone::clone),
-    }
-}
-
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD_TAG: String = format!("thread-{}", NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,14 +240,5 @@ mod tests {
             Some("42")
         );
         assert_eq!(PREFIX, format!("redisync:{KEY_LAYOUT}:"));
-    }
-
-    #[test]
-    fn thread_fallback_is_stable_per_thread() {
-        let a = task_tag();
-        assert_eq!(a, task_tag());
-        let b = std::thread::spawn(task_tag).join().unwrap();
-        assert_ne!(a, b);
-        assert!(a.starts_with("thread-"));
     }
 }

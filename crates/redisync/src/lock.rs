@@ -64,8 +64,12 @@ const NO_TTL_POLL: Duration = Duration::from_secs(1);
 ///
 /// Every acquisition returns a [fencing token](LockGuard::fencing_token).
 ///
-/// Outside a tokio task (in `block_on`, e.g. directly in `#[tokio::main]`)
-/// the owner is the OS thread.
+/// The owner is the tokio task, unless an [`Owner`](crate::Owner) scope says
+/// otherwise (give sibling flows of one task, `join!` or
+/// `for_each_concurrent`, a scope each, or they share their holds); outside
+/// a tokio task (in `block_on`, e.g. directly in `#[tokio::main]`) it is the
+/// OS thread. A [`non_reentrant`](Lock::non_reentrant) handle re-enters
+/// nothing.
 #[derive(Clone)]
 pub struct Lock {
     inner: Arc<Named>,
@@ -97,6 +101,26 @@ impl Lock {
     /// The lock's name as given to [`Client::lock`].
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The same lock through a handle without re-entry: every acquisition
+    /// through it is an owner of its own, so a second acquisition by the
+    /// same task or flow waits until the first is released, like tokio's
+    /// `Mutex` (and like it, waits forever if the first guard is kept
+    /// alive by the waiting flow itself). Holds taken through it are not the
+    /// task's: `is_held_by_current_task` and `hold_count` do not count them.
+    /// See [`Owner`](crate::Owner) for the re-entry rule of ordinary handles.
+    #[must_use]
+    pub fn non_reentrant(&self) -> Lock {
+        Lock {
+            inner: Arc::new(self.inner.non_reentrant()),
+        }
+    }
+
+    /// Whether acquisitions through this handle re-enter holds of the same
+    /// owner (false for a [`non_reentrant`](Lock::non_reentrant) handle).
+    pub fn is_reentrant(&self) -> bool {
+        self.inner.reentrant
     }
 
     /// Waits until the lock is acquired; the watchdog renews the lease until

@@ -155,7 +155,7 @@ impl RwRelease<'_> {
 
 /// A distributed read-write lock: many readers or one writer.
 ///
-/// Both sides are re-entrant per owner (`"<client uuid>:<task id>"`), leased
+/// Both sides are re-entrant per [owner](crate::Owner) (`"<client uuid>:<task id>"`), leased
 /// and renewed like [`Lock`](crate::Lock). A writer may also take the read
 /// side (a downgrade: release the write side afterwards and keep reading;
 /// the downgrade wakes waiting readers everywhere). A reader asking for the
@@ -203,6 +203,30 @@ impl RwLock {
     /// The lock's name as given to [`Client::rw_lock`].
     pub fn name(&self) -> &str {
         &self.inner.named.name
+    }
+
+    /// The same read-write lock through a handle without re-entry: every acquisition
+    /// through it is an owner of its own, so a second acquisition by the
+    /// same task or flow waits until the first is released (a writer taking
+    /// the read side too: no downgrade), like tokio's
+    /// `RwLock` (and like it, waits forever if the first guard is kept
+    /// alive by the waiting flow itself). Holds taken through it are not the
+    /// task's: `is_held_by_current_task` and `hold_count` do not count them.
+    /// See [`Owner`](crate::Owner) for the re-entry rule of ordinary handles.
+    #[must_use]
+    pub fn non_reentrant(&self) -> RwLock {
+        RwLock {
+            inner: Arc::new(RwInner {
+                named: self.inner.named.non_reentrant(),
+                readers: self.inner.readers.clone(),
+            }),
+        }
+    }
+
+    /// Whether acquisitions through this handle re-enter holds of the same
+    /// owner (false for a [`non_reentrant`](RwLock::non_reentrant) handle).
+    pub fn is_reentrant(&self) -> bool {
+        self.inner.named.reentrant
     }
 
     /// The read side: shared with other readers.

@@ -41,7 +41,7 @@ pub(crate) async fn acquire<S: Spec>(
     }
     let lease = lease.unwrap_or(client.settings.watchdog_timeout);
     let lease_ms = checked_ms("lease", lease)?;
-    let owner = client.owner_id();
+    let owner = named.owner_id();
     let holder = spec.holder(&owner, ask);
     let slot = client.hub.slot(&named.key, &named.channel);
     let grant = Grant {
@@ -52,7 +52,7 @@ pub(crate) async fn acquire<S: Spec>(
         lease,
     };
 
-    if S::REENTRANT {
+    if spec.reentrant() {
         if let Some(hold) = slot.holder(&holder) {
             if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
                 return grant.synced(held).await.map(Some);
@@ -264,7 +264,7 @@ async fn settle_pending<S: Spec>(
     gate: Gate,
     have_turn: bool,
 ) -> Result<()> {
-    if !S::REENTRANT || !slot.has_pending_undo(holder) {
+    if !spec.reentrant() || !slot.has_pending_undo(holder) {
         return Ok(());
     }
     let _turn = if have_turn || gate == Gate::Bypass {

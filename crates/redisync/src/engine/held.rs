@@ -176,9 +176,24 @@ async fn release_hold(
     let hands_off = last && hold.keeps_turn();
     let yield_turn = hands_off && slot.should_yield(LOCAL_STREAK_CAP);
     let sent_at = Instant::now();
+    // Guards of one hold may go in several flows at once. A count-down
+    // runs its round trip under the order lock, and the final release is
+    // queued under it: a count-down never runs after the final release. One
+    // that comes after the final release has nothing left to count down
+    // (the final release removes the whole acquisition).
+    let mut order = hold.release_order().await;
+    if last {
+        *order = true;
+    } else if *order {
+        return Ok(Released::default());
+    }
     let release = (hold.ops.release)(&client.redis, client.hub.publish_command(), hold, last);
     tokio::pin!(release);
+    // The first poll queues the script on the connection; commands of one
+    // connection run in order.
     let first = futures::poll!(release.as_mut());
+    // A count-down keeps it until its reply is back.
+    let order = (!last).then_some(order);
     if hands_off && !yield_turn {
         hold.open_gate();
     }
@@ -186,6 +201,7 @@ async fn release_hold(
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => release.await,
     };
+    drop(order);
     if let Ok(released) = &result {
         if hands_off {
             slot.record_release(released.contended);

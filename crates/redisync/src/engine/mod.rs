@@ -101,6 +101,9 @@ pub(crate) struct Named {
     pub(crate) client: Client,
     pub(crate) name: Arc<str>,
     kind: Kind,
+    /// Whether acquisitions through this handle belong to the running
+    /// [`Owner`](crate::Owner) (re-entrant) or each to itself.
+    pub(crate) reentrant: bool,
     /// The hold key, as a string: also the key of the client's local slot.
     pub(crate) key: Arc<str>,
     /// The hold key.
@@ -116,11 +119,36 @@ impl Named {
         Named {
             client,
             kind,
+            reentrant: true,
             hold: Key::from(key.as_str()),
             fence: Key::from(keys::key(kind, Role::Fence, name)),
             channel: Key::from(keys::key(kind, Role::Channel, name)),
             key: Arc::from(key),
             name: Arc::from(name),
+        }
+    }
+
+    /// The same name, for a handle whose every acquisition is its own owner.
+    pub(crate) fn non_reentrant(&self) -> Named {
+        Named {
+            client: self.client.clone(),
+            name: self.name.clone(),
+            kind: self.kind,
+            reentrant: false,
+            key: self.key.clone(),
+            hold: self.hold.clone(),
+            fence: self.fence.clone(),
+            channel: self.channel.clone(),
+        }
+    }
+
+    /// The owner id an acquisition through this handle runs as.
+    pub(crate) fn owner_id(&self) -> Arc<str> {
+        let client = self.client_inner();
+        if self.reentrant {
+            client.owner_id()
+        } else {
+            client.acquisition_owner_id()
         }
     }
 
@@ -193,6 +221,11 @@ pub(crate) trait Spec: Clone + Send + Sync + 'static {
     const WAKE: Wake;
 
     fn named(&self) -> &Named;
+    /// Whether this handle's acquisitions re-enter: the kind is re-entrant
+    /// and the handle is not a `non_reentrant()` one.
+    fn reentrant(&self) -> bool {
+        Self::REENTRANT && self.named().reentrant
+    }
     /// Checks of the ask and the handle before anything is sent.
     fn check(&self, _ask: Self::Ask) -> Result<()> {
         Ok(())

@@ -98,7 +98,7 @@ fn spawn_undo<S: Spec>(
         tracing::warn!(lock_key = %slot.key, "acquisition cancelled outside a tokio runtime; what it won expires with its lease");
         return;
     };
-    let ordered = S::REENTRANT;
+    let ordered = spec.reentrant();
     if ordered {
         slot.add_pending_undo(&holder);
     }
