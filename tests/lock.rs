@@ -555,6 +555,33 @@ async fn advancing_the_fence_raises_later_tokens_and_uptime_is_read() {
     assert_eq!(lock.client().watchdog_timeout(), Duration::from_secs(30));
 }
 
+/// Tokens stay below 2^53 (exact in Lua's doubles, in an `i64`, in JSON):
+/// the fence cannot be advanced past 2^52 (room for 2^52 more tokens), and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_cannot_be_advanced_past_2_pow_52() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("adv-max");
+    let max = 1u64 << 52;
+    let e = lock.advance_fencing_token(max + 1).await.unwrap_err();
+    assert!(matches!(e, redisync::Error::InvalidArgument(_)), "{e:?}");
+    let fence: Option<String> = env
+        .admin
+        .get(common::key("lock", "fence", "adv-max"))
+        .await
+        .unwrap();
+    assert_eq!(fence, None, "nothing written");
+    assert_eq!(
+        lock.advance_fencing_token(max - 10).await.unwrap(),
+        max - 10
+    );
+    let g = lock.lock().await.unwrap();
+    assert_eq!(g.fencing_token(), max - 9);
+    assert_eq!(g.fencing_token_i64(), i64::try_from(max - 9).unwrap());
+    g.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_validity_follows_extend_renewal_and_loss() {
     let env = Env::start().await;

@@ -161,6 +161,8 @@ impl Hold {
         let last = self.holds.fetch_sub(1, Ordering::AcqRel) == 1;
         if last {
             self.released.store(true, Ordering::Release);
+            // Owned lost signals fire: the acquisition is no longer held.
+            self.lost_notify.notify_waiters();
         }
         last
     }
@@ -227,13 +229,20 @@ impl Hold {
         drop(lock_unpoisoned(&self.permit).take());
     }
 
-    /// Resolves once the hold is lost (see [`Hold::is_lost`]).
+    /// Whether the last guard is gone (the acquisition is released or
+    /// being released).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the hold is lost (see [`Hold::is_lost`]) or its last
+    /// guard is gone.
     pub(crate) async fn lost(&self) {
         loop {
             let notified = self.lost_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_lost() {
+            if self.is_released() || self.is_lost() {
                 return;
             }
             let _ = tokio::time::timeout_at(self.valid_until(), notified).await;

@@ -41,6 +41,12 @@ pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
     )
 }
 
+/// The highest value [`Lock::advance_fencing_token`] takes: tokens are
+/// computed in Lua (doubles, exact below 2^53), and this leaves room for
+/// 2^52 more of them (counters start near the server clock in
+/// microseconds, about 2^51 today).
+const MAX_ADVANCE: u64 = 1 << 52;
+
 /// Poll bound while the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
@@ -268,11 +274,13 @@ impl Lock {
     }
 
     /// Raises the lock's fencing counter on this server to at least `token`
-    /// and returns the counter's value afterwards. Later acquisitions get
+    /// (at most 2^52, so tokens stay below 2^53) and returns the counter's
+    /// value afterwards. Later acquisitions get
     /// larger tokens. Redlock uses it to carry the highest token of a
     /// majority to the other nodes; tokens of single-node locks never need it.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for a token above 2^52 (nothing written);
     /// [`Error::WrongType`] when the counter key holds something else;
     /// [`Error::Redis`].
     ///
@@ -280,6 +288,11 @@ impl Lock {
     /// Cancel safe: one script, done or not done.
     pub async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
         self.named().check_usable(Self::WHAT)?;
+        if token > MAX_ADVANCE {
+            return Err(Error::InvalidArgument(format!(
+                "fencing token {token} is above 2^52: tokens must stay exact below 2^53"
+            )));
+        }
         let client = self.named().client_inner();
         let fence = self.inner.fence.as_str().unwrap_or_default().to_owned();
         let value: i64 = ADVANCE_FENCE

@@ -367,6 +367,19 @@ impl SemaphorePermit {
         self.permits
     }
 
+    /// Makes the remaining lease of these permits at least `lease` if this
+    /// acquisition still holds them (a lease is never cut).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if they were lost; [`Error::InvalidArgument`] for
+    /// a zero or absurd lease; [`Error::Redis`]; [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease).await
+    }
+
     /// Gives the permits back and wakes waiters.
     ///
     /// # Errors

@@ -302,9 +302,41 @@ where
 }
 
 /// The methods every guard type shares, over its `held: Held` field:
-/// `fencing_token()`, `lost()`, `is_lost()`, `validity()`.
+/// `fencing_token()`, `fencing_token_i64()`, `lost()`, `lost_signal()`,
+/// `is_lost()`, `validity()`, and the [`Guard`](crate::Guard) trait.
 macro_rules! guard_accessors {
     ($guard:ty) => {
+        impl crate::guard::Guard for $guard {
+            type Error = crate::Error;
+
+            fn fencing_token(&self) -> u64 {
+                self.held.hold().token
+            }
+
+            fn is_lost(&self) -> bool {
+                self.held.hold().is_lost()
+            }
+
+            fn lost_signal(&self) -> crate::guard::LostSignal {
+                crate::guard::LostSignal::of_hold(self.held.hold())
+            }
+
+            fn validity(&self) -> std::time::Duration {
+                self.held.validity()
+            }
+
+            fn extend(
+                &self,
+                lease: std::time::Duration,
+            ) -> impl std::future::Future<Output = crate::Result<()>> + Send {
+                self.held.extend(lease)
+            }
+
+            fn release(self) -> impl std::future::Future<Output = crate::Result<()>> + Send {
+                self.held.release()
+            }
+        }
+
         impl $guard {
             /// The fencing token of this acquisition: strictly increasing per
             /// name across all clients for every new acquisition (a
@@ -312,6 +344,21 @@ macro_rules! guard_accessors {
             /// protected resource and have it reject writes with an older token.
             pub fn fencing_token(&self) -> u64 {
                 self.held.hold().token
+            }
+
+            /// The fencing token as an `i64`, for stores without unsigned
+            /// integers (SQL `BIGINT`): tokens are always below 2^53, so
+            /// it is exact.
+            pub fn fencing_token_i64(&self) -> i64 {
+                i64::try_from(self.held.hold().token).unwrap_or(i64::MAX)
+            }
+
+            /// An owned signal, for another task, that fires when this
+            /// acquisition no longer holds its lock: lost (as
+            /// [`lost`](Self::lost)) or released. See
+            /// [`LostSignal`](crate::LostSignal).
+            pub fn lost_signal(&self) -> crate::guard::LostSignal {
+                crate::guard::LostSignal::of_hold(self.held.hold())
             }
 
             /// Resolves when the client learns the hold was lost: its lease

@@ -1,0 +1,244 @@
+//! The one guard trait, the owned lost signal and `run_locked`, for every
+//! guard and permit, against a real redis-server.
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::Env;
+use fred::prelude::*;
+use redisync::{run_locked, Client, Guard, GuardError, Outcome};
+
+/// Bound on every wait for an event; only reached when the code is wrong.
+const EVENT_LIMIT: Duration = Duration::from_secs(20);
+/// Watchdog lease of the clients here: a key deleted behind a guard's back
+/// is found gone by the next renewal (every lease/3).
+const LEASE: Duration = Duration::from_millis(900);
+
+async fn within<F: Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(EVENT_LIMIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no progress within {EVENT_LIMIT:?}"))
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Lock,
+    Fair,
+    Read,
+    Write,
+    Semaphore,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Lock,
+    Kind::Fair,
+    Kind::Read,
+    Kind::Write,
+    Kind::Semaphore,
+];
+
+impl Kind {
+    /// The keys that hold a guard of this kind (deleting them loses it).
+    fn hold_keys(self, name: &str) -> Vec<String> {
+        match self {
+            Kind::Lock => vec![common::key("lock", "hold", name)],
+            Kind::Fair => vec![common::key("fair", "hold", name)],
+            Kind::Read | Kind::Write => vec![common::key("rw", "hold", name)],
+            Kind::Semaphore => vec![
+                common::key("sem", "hold", name),
+                common::key("sem", "leases", name),
+            ],
+        }
+    }
+}
+
+/// Runs `check` with a fresh watchdog guard of `kind` on `name`, through the
+/// `Guard` trait only.
+macro_rules! with_guard {
+    ($client:expr, $kind:expr, $name:expr, $check:ident $(, $arg:expr)*) => {{
+        let (client, name): (&Client, &str) = (&$client, &$name);
+        match $kind {
+            Kind::Lock => $check(client.lock(name).lock() $(, $arg)*).await,
+            Kind::Fair => $check(client.fair_lock(name).lock() $(, $arg)*).await,
+            Kind::Read => $check(client.rw_lock(name).read().lock() $(, $arg)*).await,
+            Kind::Write => $check(client.rw_lock(name).write().lock() $(, $arg)*).await,
+            Kind::Semaphore => {
+                let sem = client.semaphore(name);
+                sem.try_set_permits(1).await.unwrap();
+                $check(Box::pin(async move { sem.acquire(1).await }) $(, $arg)*).await
+            }
+        }
+    }};
+}
+
+async fn trait_methods<G: Guard<Error = redisync::Error>>(
+    acquire: impl Future<Output = redisync::Result<G>>,
+) {
+    let g = acquire.await.unwrap();
+    assert_eq!(
+        g.fencing_token_i64(),
+        i64::try_from(g.fencing_token()).unwrap()
+    );
+    assert!(g.fencing_token() < 1 << 53);
+    assert!(!g.is_lost());
+    assert!(g.validity() > Duration::ZERO && g.validity() <= LEASE);
+    g.extend(LEASE * 2).await.unwrap();
+    assert!(g.validity() > LEASE);
+    let signal = g.lost_signal();
+    assert!(!signal.is_lost());
+    g.release().await.unwrap();
+    // Released: the owned signal fires (the acquisition is no longer held).
+    within("signal after release", signal.clone()).await;
+    assert!(signal.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_guard_has_the_trait_methods() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(LEASE).await;
+    for kind in KINDS {
+        with_guard!(client, kind, format!("trait-{kind:?}"), trait_methods);
+    }
+    client.shutdown().await.unwrap();
+}
+
+/// The owned signal moves into another task and fires there when the lock
+/// is lost behind the guard's back (its key deleted: the watchdog's next
+/// renewal finds it gone); the guard's release then says "not held".
+async fn signal_in_another_task<G: Guard<Error = redisync::Error>>(
+    acquire: impl Future<Output = redisync::Result<G>>,
+    admin: &fred::clients::Client,
+    key: Vec<String>,
+) {
+    let g = acquire.await.unwrap();
+    let signal = g.lost_signal();
+    let watcher = tokio::spawn(async move {
+        signal.await;
+        "fired"
+    });
+    let _: i64 = admin.del(key).await.unwrap();
+    assert_eq!(within("signal in a task", watcher).await.unwrap(), "fired");
+    assert!(g.is_lost());
+    let e = g.release().await.unwrap_err();
+    assert!(GuardError::is_not_held(&e), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_signal_fires_in_another_task() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(LEASE).await;
+    for kind in KINDS {
+        let name = format!("signal-{kind:?}");
+        let key = kind.hold_keys(&name);
+        with_guard!(client, kind, name, signal_in_another_task, &env.admin, key);
+    }
+    client.shutdown().await.unwrap();
+}
+
+/// `run_locked` ends each of the three ways for every kind: work that runs
+/// to its end, work cancelled by a loss while it waits, and work that ends
+/// right after learning of the loss.
+async fn three_outcomes<G, A>(
+    acquire: impl Fn() -> A,
+    admin: &fred::clients::Client,
+    key: Vec<String>,
+) where
+    G: Guard<Error = redisync::Error>,
+    A: Future<Output = redisync::Result<G>>,
+{
+    let outcome = run_locked(acquire(), async |g: &G| g.fencing_token())
+        .await
+        .unwrap();
+    assert!(outcome.held_throughout());
+    let first = outcome.into_value().unwrap();
+
+    let outcome = run_locked(acquire(), async |g: &G| {
+        assert!(g.fencing_token() > first);
+        let _: i64 = admin.del(key.clone()).await.unwrap();
+        // Waits for ever: only the loss ends it.
+        std::future::pending::<()>().await;
+    });
+    assert_eq!(
+        within("cancelled", outcome).await.unwrap(),
+        Outcome::Cancelled
+    );
+
+    let outcome = run_locked(acquire(), async |g: &G| {
+        let _: i64 = admin.del(key.clone()).await.unwrap();
+        // Learns of the loss and returns in the same step.
+        g.extend(LEASE).await.is_err()
+    });
+    assert_eq!(
+        within("lost at end", outcome).await.unwrap(),
+        Outcome::LostAtEnd(true)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_completes_cancels_or_reports_a_late_loss() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(LEASE).await;
+    for kind in KINDS {
+        let name = format!("outcome-{kind:?}");
+        let key = kind.hold_keys(&name);
+        let c = &client;
+        let n = name.as_str();
+        match kind {
+            Kind::Lock => {
+                let h = c.lock(n);
+                Box::pin(three_outcomes(|| h.lock(), &env.admin, key)).await;
+            }
+            Kind::Fair => {
+                let h = c.fair_lock(n);
+                Box::pin(three_outcomes(|| h.lock(), &env.admin, key)).await;
+            }
+            Kind::Read => {
+                let h = c.rw_lock(n).read();
+                Box::pin(three_outcomes(|| h.lock(), &env.admin, key)).await;
+            }
+            Kind::Write => {
+                let h = c.rw_lock(n).write();
+                Box::pin(three_outcomes(|| h.lock(), &env.admin, key)).await;
+            }
+            Kind::Semaphore => {
+                let sem = c.semaphore(n);
+                let acquire = || {
+                    let sem = sem.clone();
+                    async move {
+                        // The delete also removed the permits: set them again.
+                        sem.try_set_permits(1).await?;
+                        sem.acquire(1).await
+                    }
+                };
+                Box::pin(three_outcomes(acquire, &env.admin, key)).await;
+            }
+        }
+    }
+    client.shutdown().await.unwrap();
+}
+
+/// Work that panics inside `run_locked` still lets the lock go: another
+/// client gets it (no wait for the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_releases_when_the_work_panics() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("panics");
+    let task = tokio::spawn(async move {
+        run_locked(lock.lock(), async |_: &redisync::LockGuard| -> u32 {
+            panic!("work failed")
+        })
+        .await
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    let other = env.client().await;
+    let g = within("lock after a panic", other.lock("panics").lock())
+        .await
+        .unwrap();
+    // Well within the 30 s watchdog lease: released, not expired.
+    g.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
