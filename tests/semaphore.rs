@@ -395,6 +395,54 @@ async fn add_permits_adds_wakes_removes_and_refuses_bad_deltas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_permit_of_a_crashed_holder_comes_back_after_its_lease() {
+    let env = Env::start().await;
+    let crashing = env.client().await;
+    let other = env.client().await;
+    let sem = crashing.semaphore("leased");
+    sem.try_set_permits(2).await.unwrap();
+    let lease = Duration::from_millis(300);
+    for bad in [Duration::ZERO, Duration::from_secs(u64::MAX / 2)] {
+        assert!(matches!(
+            sem.try_acquire_with_lease(1, Duration::ZERO, bad).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            sem.acquire_with_lease(1, bad).await,
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(sem.available_permits().await.unwrap(), 2, "nothing taken");
+
+    let asked_at = tokio::time::Instant::now();
+    let permit = sem
+        .try_acquire_with_lease(2, Duration::from_secs(5), lease)
+        .await
+        .unwrap()
+        .expect("free");
+    let validity = permit.validity();
+    assert!(
+        validity <= lease && validity > Duration::ZERO,
+        "{validity:?}"
+    );
+    // The holder crashes: no release, no renewal.
+    std::mem::forget(permit);
+
+    let back = tokio::time::timeout(
+        Duration::from_secs(5),
+        other.semaphore("leased").acquire_with_lease(2, lease),
+    )
+    .await
+    .expect("the crashed holder's permits came back")
+    .unwrap();
+    let waited = asked_at.elapsed();
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(back.validity() <= lease);
+    back.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_and_add_permits_on_a_wrong_type_key_write_nothing() {
     let env = Env::start().await;
     let client = env.client().await;

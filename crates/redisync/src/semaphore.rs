@@ -34,6 +34,9 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// A counting semaphore whose permits are leased like locks: the watchdog
 /// renews them while the [`SemaphorePermit`] lives, and a crashed holder's
 /// permits come back when its lease (the client's watchdog timeout) ends.
+/// [`acquire_with_lease`](Semaphore::acquire_with_lease) and
+/// [`try_acquire_with_lease`](Semaphore::try_acquire_with_lease) take a
+/// fixed lease nobody renews instead.
 ///
 /// Permits are set with [`try_set_permits`](Semaphore::try_set_permits)
 /// (first total only), [`set_permits`](Semaphore::set_permits) or changed
@@ -258,7 +261,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit> {
-        self.acquire_until(permits, None)
+        self.acquire_until(permits, None, None)
             .await?
             .ok_or_else(|| self.unreachable_wait())
     }
@@ -284,7 +287,59 @@ impl Semaphore {
         permits: u32,
         wait: Duration,
     ) -> Result<Option<SemaphorePermit>> {
-        self.acquire_until(permits, Instant::now().checked_add(wait))
+        self.acquire_until(permits, Instant::now().checked_add(wait), None)
+            .await
+    }
+
+    /// Waits until `permits` permits are acquired, with a fixed lease nobody
+    /// renews (Redisson's `RPermitExpirableSemaphore`): the permits come back
+    /// after `lease` even if the [`SemaphorePermit`] is still alive (it then
+    /// reports [`lost`](SemaphorePermit::lost)), and a crashed holder's
+    /// permits come back after it.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], plus [`Error::InvalidArgument`] for a zero
+    /// or absurd (over a year) lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use std::time::Duration;
+    /// let sem = client.semaphore("exports");
+    /// let permit = sem.acquire_with_lease(1, Duration::from_secs(10)).await?;
+    /// // ... done within 10 s, or the permit is given back anyway ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with_lease(
+        &self,
+        permits: u32,
+        lease: Duration,
+    ) -> Result<SemaphorePermit> {
+        self.acquire_until(permits, None, Some(lease))
+            .await?
+            .ok_or_else(|| self.unreachable_wait())
+    }
+
+    /// Waits at most `wait` (zero: one attempt) for `permits` permits with a
+    /// fixed lease nobody renews, as [`Semaphore::acquire_with_lease`].
+    /// `Ok(None)` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire_with_lease`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire_with_lease(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.acquire_until(permits, Instant::now().checked_add(wait), Some(lease))
             .await
     }
 
@@ -293,8 +348,9 @@ impl Semaphore {
         &self,
         permits: u32,
         deadline: Option<Instant>,
+        lease: Option<Duration>,
     ) -> Result<Option<SemaphorePermit>> {
-        let held = engine::acquire::acquire(self, permits, deadline, None).await?;
+        let held = engine::acquire::acquire(self, permits, deadline, lease).await?;
         Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 
