@@ -251,3 +251,232 @@ async fn shutdown_gives_permits_and_read_holds_back() {
     );
     drop((permit, read));
 }
+
+/// Waits until a client subscribed to semaphore `name`'s channel: some
+/// waiter found it busy and parks.
+async fn someone_waits_on(env: &Env, name: &str) {
+    let channel = common::key("sem", "ch", name);
+    let subscribed = common::eventually(Duration::from_secs(5), || async {
+        common::our_shard_channels(env).await.contains(&channel)
+    })
+    .await;
+    assert!(subscribed, "no waiter subscribed to {channel}");
+}
+
+/// A field of semaphore `name`'s hash, as Redis has it.
+async fn sem_field(env: &Env, name: &str, field: &str) -> Option<String> {
+    env.admin.hget(sem_key(name), field).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_permits_raises_the_total_and_wakes_a_waiter() {
+    let env = Env::start().await;
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let sem = holder.semaphore("raise");
+    sem.set_permits(2).await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2, "set when unset");
+    let held = sem.acquire(1).await.unwrap();
+    let w = waiter.semaphore("raise");
+    let task = tokio::spawn(async move { w.acquire(2).await });
+    someone_waits_on(&env, "raise").await;
+    assert!(!task.is_finished(), "1 free, 2 asked");
+    sem.set_permits(3).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("woken by the raise, without any release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.permits(), 2);
+    assert!(!held.is_lost());
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    assert_eq!(
+        sem_field(&env, "raise", "~permits").await.as_deref(),
+        Some("3")
+    );
+    got.release().await.unwrap();
+    held.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+    assert!(matches!(
+        sem.set_permits(0).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        sem_field(&env, "raise", "~permits").await.as_deref(),
+        Some("3")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_permits_below_use_keeps_holders_and_new_acquisitions_wait() {
+    let env = Env::start().await;
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let sem = holder.semaphore("lower");
+    sem.try_set_permits(3).await.unwrap();
+    let two = sem.acquire(2).await.unwrap();
+    let one = sem.acquire(1).await.unwrap();
+    sem.set_permits(1).await.unwrap();
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        0,
+        "3 in use of 1: none free, no underflow"
+    );
+    assert!(!two.is_lost() && !one.is_lost());
+    assert_eq!(
+        sem_field(&env, "lower", "~used").await.as_deref(),
+        Some("3")
+    );
+    let w = waiter.semaphore("lower");
+    let task = tokio::spawn(async move { w.acquire(1).await });
+    someone_waits_on(&env, "lower").await;
+    two.release().await.unwrap();
+    // 1 in use of 1: a new acquisition still waits.
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    assert!(sem.try_acquire(1, Duration::ZERO).await.unwrap().is_none());
+    assert!(!task.is_finished(), "granted while 1 of 1 was in use");
+    one.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("woken by the release that made room")
+        .unwrap()
+        .unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    got.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_permits_adds_wakes_removes_and_refuses_bad_deltas() {
+    let env = Env::start().await;
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let sem = holder.semaphore("add");
+    assert!(matches!(
+        sem.add_permits(1).await,
+        Err(Error::NotInitialized { .. })
+    ));
+    let exists: i64 = env.admin.exists(sem_key("add")).await.unwrap();
+    assert_eq!(exists, 0, "nothing written to an unset semaphore");
+
+    sem.try_set_permits(2).await.unwrap();
+    let held = sem.acquire(1).await.unwrap();
+    let w = waiter.semaphore("add");
+    let task = tokio::spawn(async move { w.acquire(2).await });
+    someone_waits_on(&env, "add").await;
+    assert_eq!(sem.add_permits(2).await.unwrap(), 4);
+    let got = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("woken by add_permits")
+        .unwrap()
+        .unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    assert_eq!(sem.add_permits(-1).await.unwrap(), 3);
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+
+    for bad in [0, -3, -4, i64::MIN, i64::from(u32::MAX), i64::MAX] {
+        assert!(
+            matches!(sem.add_permits(bad).await, Err(Error::InvalidArgument(_))),
+            "add_permits({bad})"
+        );
+    }
+    assert_eq!(
+        sem_field(&env, "add", "~permits").await.as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        sem.add_permits(i64::from(u32::MAX) - 3).await.unwrap(),
+        u32::MAX
+    );
+    assert_eq!(sem.add_permits(3 - i64::from(u32::MAX)).await.unwrap(), 3);
+    got.release().await.unwrap();
+    held.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_permit_of_a_crashed_holder_comes_back_after_its_lease() {
+    let env = Env::start().await;
+    let crashing = env.client().await;
+    let other = env.client().await;
+    let sem = crashing.semaphore("leased");
+    sem.try_set_permits(2).await.unwrap();
+    let lease = Duration::from_millis(300);
+    for bad in [Duration::ZERO, Duration::from_secs(u64::MAX / 2)] {
+        assert!(matches!(
+            sem.try_acquire_with_lease(1, Duration::ZERO, bad).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            sem.acquire_with_lease(1, bad).await,
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(sem.available_permits().await.unwrap(), 2, "nothing taken");
+
+    let asked_at = tokio::time::Instant::now();
+    let permit = sem
+        .try_acquire_with_lease(2, Duration::from_secs(5), lease)
+        .await
+        .unwrap()
+        .expect("free");
+    let validity = permit.validity();
+    assert!(
+        validity <= lease && validity > Duration::ZERO,
+        "{validity:?}"
+    );
+    // The holder crashes: no release, no renewal.
+    std::mem::forget(permit);
+
+    let back = tokio::time::timeout(
+        Duration::from_secs(5),
+        other.semaphore("leased").acquire_with_lease(2, lease),
+    )
+    .await
+    .expect("the crashed holder's permits came back")
+    .unwrap();
+    let waited = asked_at.elapsed();
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(back.validity() <= lease);
+    back.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_and_add_permits_on_a_wrong_type_key_write_nothing() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let _: () = env
+        .admin
+        .set(sem_key("w"), "x", None, None, false)
+        .await
+        .unwrap();
+    let w = client.semaphore("w");
+    assert!(matches!(
+        w.set_permits(2).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        w.add_permits(1).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        w.add_permits(-1).await,
+        Err(Error::WrongType { .. })
+    ));
+    let v: String = env.admin.get(sem_key("w")).await.unwrap();
+    assert_eq!(v, "x");
+    let keys: Vec<String> = env
+        .admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "KEYS",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            vec!["*"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(keys, vec![sem_key("w")], "nothing else written");
+}

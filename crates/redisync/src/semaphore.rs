@@ -18,6 +18,8 @@ use crate::script::lua_script;
 use fred::clients::Client as RedisClient;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
+lua_script!(RESET_PERMITS, "semaphore_reset_permits.lua");
+lua_script!(ADD_PERMITS, "semaphore_add_permits.lua");
 lua_script!(ACQUIRE, "semaphore_acquire.lua");
 lua_script!(RELEASE, "semaphore_release.lua");
 lua_script!(RENEW, "semaphore_renew.lua");
@@ -32,14 +34,19 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// A counting semaphore whose permits are leased like locks: the watchdog
 /// renews them while the [`SemaphorePermit`] lives, and a crashed holder's
 /// permits come back when its lease (the client's watchdog timeout) ends.
+/// [`acquire_with_lease`](Semaphore::acquire_with_lease) and
+/// [`try_acquire_with_lease`](Semaphore::try_acquire_with_lease) take a
+/// fixed lease nobody renews instead.
 ///
-/// Permits are set once with [`try_set_permits`](Semaphore::try_set_permits);
-/// acquiring from a semaphore that has none set is
-/// [`Error::NotInitialized`]. Waiting never polls: a release publishes on the
-/// semaphore's channel; tasks of one client queue in FIFO order and only the
-/// first of them asks Redis, so each release lets in as many local waiters as
-/// permits became free, one after the other. Every acquisition gets a
-/// fencing token, strictly increasing per semaphore.
+/// Permits are set with [`try_set_permits`](Semaphore::try_set_permits)
+/// (first total only), [`set_permits`](Semaphore::set_permits) or changed
+/// with [`add_permits`](Semaphore::add_permits); acquiring from a semaphore
+/// that has none set is [`Error::NotInitialized`]. Waiting never polls: a
+/// release (or a raised total) publishes on the semaphore's channel; tasks
+/// of one client queue in FIFO order and only the first of them asks Redis,
+/// so each release lets in as many local waiters as permits became free,
+/// one after the other. Every acquisition gets a fencing token, strictly
+/// increasing per semaphore.
 #[derive(Clone)]
 pub struct Semaphore {
     inner: Arc<SemaphoreInner>,
@@ -120,6 +127,118 @@ impl Semaphore {
         Ok(set == 1)
     }
 
+    /// Sets the number of permits whether or not some were set (Redisson's
+    /// `setPermits`; [`try_set_permits`](Semaphore::try_set_permits) only
+    /// sets a first total). Raising the total wakes waiters. Lowering it
+    /// below what is in use is allowed: holders keep their permits and new
+    /// acquisitions wait until enough are given back; a waiter asking for
+    /// more than the new total fails with [`Error::InvalidArgument`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits or an empty name,
+    /// [`Error::WrongType`] when the key holds something else (nothing is
+    /// written), [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let sem = client.semaphore("exports");
+    /// sem.set_permits(5).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        self.named().check_usable(Self::WHAT)?;
+        if permits == 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore needs at least one permit".into(),
+            ));
+        }
+        let client = self.named().client_inner();
+        let _previous: i64 = RESET_PERMITS
+            .run_idempotent(
+                &client.redis,
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone()],
+                vec![
+                    Value::Integer(i64::from(permits)),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.named.channel.clone()),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds `delta` permits to the total, or removes them for a negative
+    /// `delta` (Redisson's `addPermits` and `reducePermits` in one), and
+    /// returns the new total. Adding wakes waiters. Removing below what is
+    /// in use is allowed: holders keep their permits and new acquisitions
+    /// wait until enough are given back; a waiter asking for more than the
+    /// new total fails with [`Error::InvalidArgument`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero `delta`, an empty name, or a
+    /// new total below 1 or above `u32::MAX` (nothing is written);
+    /// [`Error::NotInitialized`] when no total is set;
+    /// [`Error::WrongType`] when the key holds something else (nothing is
+    /// written); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done. Not idempotent: it is
+    /// sent once, so a connection lost in flight leaves it unknown whether
+    /// the total changed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let sem = client.semaphore("exports");
+    /// let total = sem.add_permits(2).await?;
+    /// let total_after = sem.add_permits(-1).await?;
+    /// assert_eq!(total_after + 1, total);
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_permits(&self, delta: i64) -> Result<u32> {
+        self.named().check_usable(Self::WHAT)?;
+        if delta == 0 {
+            return Err(Error::InvalidArgument(
+                "add or remove at least one permit".into(),
+            ));
+        }
+        let client = self.named().client_inner();
+        let reply: Vec<i64> = ADD_PERMITS
+            .run(
+                &client.redis,
+                &self.inner.named.key,
+                vec![self.inner.named.hold.clone()],
+                vec![
+                    Value::Integer(delta),
+                    Value::Integer(i64::from(u32::MAX)),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.named.channel.clone()),
+                ],
+            )
+            .await?;
+        match reply[..] {
+            [1, total] => u32::try_from(total).map_err(|_| Error::Script {
+                name: "semaphore_add_permits.lua",
+                message: format!("total {total} out of range"),
+            }),
+            [-1, _] => Err(self.not_initialized()),
+            [-2, total] => Err(Error::InvalidArgument(format!(
+                "semaphore {:?} has {total} permits; adding {delta} would leave fewer than 1 or more than {}",
+                self.inner.named.name,
+                u32::MAX
+            ))),
+            _ => Err(Error::Script {
+                name: "semaphore_add_permits.lua",
+                message: format!("unexpected reply {reply:?}"),
+            }),
+        }
+    }
+
     /// Waits until `permits` permits are acquired.
     ///
     /// # Errors
@@ -142,12 +261,17 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit> {
-        self.acquire_until(permits, None).await?.ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "wait for semaphore {:?} ended without a deadline",
-                self.inner.named.name
-            ))
-        })
+        self.acquire_until(permits, None, None)
+            .await?
+            .ok_or_else(|| self.unreachable_wait())
+    }
+
+    /// The error of a wait without a deadline that ended (never happens).
+    fn unreachable_wait(&self) -> Error {
+        Error::InvalidArgument(format!(
+            "wait for semaphore {:?} ended without a deadline",
+            self.inner.named.name
+        ))
     }
 
     /// Waits at most `wait` for `permits` permits (zero: one attempt).
@@ -163,7 +287,59 @@ impl Semaphore {
         permits: u32,
         wait: Duration,
     ) -> Result<Option<SemaphorePermit>> {
-        self.acquire_until(permits, Instant::now().checked_add(wait))
+        self.acquire_until(permits, Instant::now().checked_add(wait), None)
+            .await
+    }
+
+    /// Waits until `permits` permits are acquired, with a fixed lease nobody
+    /// renews (Redisson's `RPermitExpirableSemaphore`): the permits come back
+    /// after `lease` even if the [`SemaphorePermit`] is still alive (it then
+    /// reports [`lost`](SemaphorePermit::lost)), and a crashed holder's
+    /// permits come back after it.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`], plus [`Error::InvalidArgument`] for a zero
+    /// or absurd (over a year) lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use std::time::Duration;
+    /// let sem = client.semaphore("exports");
+    /// let permit = sem.acquire_with_lease(1, Duration::from_secs(10)).await?;
+    /// // ... done within 10 s, or the permit is given back anyway ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with_lease(
+        &self,
+        permits: u32,
+        lease: Duration,
+    ) -> Result<SemaphorePermit> {
+        self.acquire_until(permits, None, Some(lease))
+            .await?
+            .ok_or_else(|| self.unreachable_wait())
+    }
+
+    /// Waits at most `wait` (zero: one attempt) for `permits` permits with a
+    /// fixed lease nobody renews, as [`Semaphore::acquire_with_lease`].
+    /// `Ok(None)` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire_with_lease`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire_with_lease(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.acquire_until(permits, Instant::now().checked_add(wait), Some(lease))
             .await
     }
 
@@ -172,8 +348,9 @@ impl Semaphore {
         &self,
         permits: u32,
         deadline: Option<Instant>,
+        lease: Option<Duration>,
     ) -> Result<Option<SemaphorePermit>> {
-        let held = engine::acquire::acquire(self, permits, deadline, None).await?;
+        let held = engine::acquire::acquire(self, permits, deadline, lease).await?;
         Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 
@@ -200,7 +377,8 @@ impl Semaphore {
             )
             .await?;
         match reply[..] {
-            [1, free] => Ok(u32::try_from(free).unwrap_or(0)),
+            // Below zero while the total is lower than what is in use.
+            [1, free] => Ok(u32::try_from(free.max(0)).unwrap_or(u32::MAX)),
             _ => Err(self.not_initialized()),
         }
     }
