@@ -2,7 +2,7 @@
 -- KEYS[i]   lease zset of acquisition i
 -- ARGV[1]   lease, milliseconds
 -- ARGV[i+1] permit id of acquisition i
--- Returns a list: 1 renewed (lease end = now + lease), 0 gone (expired and
+-- Returns a list: 1 renewed (lease end = max(its end, now + lease)), 0 gone (expired and
 -- reclaimed, or released). Never re-creates an acquisition.
 local t = redis.call('time')
 local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
@@ -10,7 +10,9 @@ local result = {}
 for i, leases in ipairs(KEYS) do
   local ok = 0
   if redis.call('zscore', leases, ARGV[i + 1]) then
-    redis.call('zadd', leases, 'XX', until_ms, ARGV[i + 1])
+    -- GT: a renewal or an extend only ever raises a lease (a permit with a
+    -- longer fixed lease keeps it).
+    redis.call('zadd', leases, 'XX', 'GT', until_ms, ARGV[i + 1])
     ok = 1
   end
   result[i] = ok

@@ -76,11 +76,6 @@ impl Kind {
         self != Kind::Semaphore
     }
 
-    /// Whether the kind has `extend` (a `SemaphorePermit` has not).
-    fn has_extend(self) -> bool {
-        self != Kind::Semaphore
-    }
-
     /// The side another client takes to tell whether the name is free: the
     /// write side for readers, the same kind otherwise.
     fn exclusive(self) -> Kind {
@@ -89,12 +84,6 @@ impl Kind {
         } else {
             self
         }
-    }
-
-    /// `Some(lease)` where the kind has fixed leases; `None` (the watchdog)
-    /// for the semaphore, whose permits are always watchdog-renewed.
-    fn fixed_lease_if_any(self, lease: Duration) -> Option<Duration> {
-        (self != Kind::Semaphore).then_some(lease)
     }
 
     /// What a name needs before it can be acquired: permits for a semaphore.
@@ -110,7 +99,7 @@ impl Kind {
 
     /// One acquisition: `wait` = [`FOREVER`] uses `lock()` / `lock_with_lease()`
     /// / `acquire(1)`, anything else `try_lock(wait, lease)` /
-    /// `try_acquire(1, wait)`. `lease: Some` is not available for the semaphore.
+    /// `try_acquire(1, wait)`; `lease: Some` takes the `_with_lease` variants.
     async fn acquire(
         self,
         client: &Client,
@@ -138,15 +127,14 @@ impl Kind {
             Kind::Read => side!(client.rw_lock(name).read(), AnyGuard::Rw),
             Kind::Write => side!(client.rw_lock(name).write(), AnyGuard::Rw),
             Kind::Semaphore => {
-                assert!(lease.is_none(), "a semaphore has no fixed lease");
                 let s = client.semaphore(name);
-                if wait == FOREVER {
-                    s.acquire(1).await.map(|p| Some(AnyGuard::Permit(p)))
-                } else {
-                    s.try_acquire(1, wait)
-                        .await
-                        .map(|p| p.map(AnyGuard::Permit))
+                match (wait == FOREVER, lease) {
+                    (true, None) => s.acquire(1).await.map(Some),
+                    (true, Some(d)) => s.acquire_with_lease(1, d).await.map(Some),
+                    (false, None) => s.try_acquire(1, wait).await,
+                    (false, Some(d)) => s.try_acquire_with_lease(1, wait, d).await,
                 }
+                .map(|p| p.map(AnyGuard::Permit))
             }
         }
     }
@@ -200,13 +188,13 @@ impl AnyGuard {
         }
     }
 
-    /// `extend(d)`; callers check [`Kind::has_extend`] first.
+    /// `extend(d)`.
     async fn extend(&self, lease: Duration) -> redisync::Result<()> {
         match self {
             AnyGuard::Lock(g) => g.extend(lease).await,
             AnyGuard::Fair(g) => g.extend(lease).await,
             AnyGuard::Rw(g) => g.extend(lease).await,
-            AnyGuard::Permit(_) => unreachable!("a SemaphorePermit has no extend"),
+            AnyGuard::Permit(p) => p.extend(lease).await,
         }
     }
 
@@ -764,10 +752,8 @@ async fn script_flush_changes_nothing(kind: Kind) {
     } else {
         None
     };
-    if kind.has_extend() {
-        g.extend(Duration::from_secs(10)).await.expect("extend");
-        script_flush(&env).await;
-    }
+    g.extend(Duration::from_secs(10)).await.expect("extend");
+    script_flush(&env).await;
     if let Some(inner) = inner {
         inner.unlock().await.expect("inner unlock");
         script_flush(&env).await;
@@ -860,7 +846,7 @@ async fn names_are_a_namespace(kind: Kind) {
     let mut held = Vec::new();
     let a = env.client().await;
     let take = |k: Kind, client: Client, name: String, what: String| {
-        let lease = k.fixed_lease_if_any(Duration::from_secs(5));
+        let lease = Some(Duration::from_secs(5));
         async move {
             if k == Kind::Semaphore {
                 if let Err(e) = client.semaphore(&name).try_set_permits(1).await {
@@ -1146,11 +1132,10 @@ conformance! {
         cancel_at_every_await_point: ok,
         // Permits are not re-entrant.
         cancelled_reentry_never_undoes_the_next_acquisition: na,
-        // Permits have no fixed lease to lose.
-        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: na,
-        // A SemaphorePermit has no extend (and is not re-entrant).
+        reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard: ok,
+        // Permits are not re-entrant.
         extend_and_renew_never_leave_local_validity_above_redis_reentered: na,
-        extend_and_renew_never_leave_local_validity_above_redis_watchdog: na,
+        extend_and_renew_never_leave_local_validity_above_redis_watchdog: ok,
         up_and_downgrade_with_a_local_waiter_downgrade: na,
         up_and_downgrade_with_a_local_waiter_upgrade: na,
         // A Semaphore has no force_unlock.

@@ -480,3 +480,35 @@ async fn set_and_add_permits_on_a_wrong_type_key_write_nothing() {
         .unwrap();
     assert_eq!(keys, vec![sem_key("w")], "nothing else written");
 }
+
+/// `extend` never cuts a permit's lease (as locks): a 10 s permit extended
+/// to 200 ms keeps its 10 s in Redis, and its local validity stays below
+/// what Redis has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_never_cuts_a_permit_lease() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let sem = client.semaphore("no-cut");
+    sem.try_set_permits(1).await.unwrap();
+    let permit = sem
+        .acquire_with_lease(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    permit.extend(Duration::from_millis(200)).await.unwrap();
+    // The lease end in the zset, minus the server's time: ms left.
+    let left: i64 = env
+        .admin
+        .eval(
+            "local t = redis.call('time') \
+             local e = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES') \
+             return tonumber(e[2]) - (t[1] * 1000 + math.floor(t[2] / 1000))",
+            vec![common::key("sem", "leases", "no-cut")],
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    assert!(left > 8_000, "the lease was cut to {left} ms");
+    assert!(permit.validity() > Duration::from_secs(8));
+    permit.release().await.unwrap();
+    client.shutdown().await.unwrap();
+}
