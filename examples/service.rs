@@ -68,8 +68,10 @@ struct Report {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    if std::env::var_os(WORKER_ENV).is_some() {
-        return worker_main().await;
+    if let Some(worker) = std::env::var_os(WORKER_ENV) {
+        return worker_main().await.inspect_err(|e| {
+            eprintln!("worker {}: {e}", worker.to_string_lossy());
+        });
     }
     let Some((url, _server)) = support::find_redis().await else {
         std::process::exit(1);
@@ -299,6 +301,29 @@ fn check_db(db: &Path, report: &mut Report) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Runs `op` again (up to 5 tries) while it fails with a redisync error
+/// that may pass (`is_retryable`: timeouts, connection trouble).
+async fn retry<T, F, Fut>(mut op: F) -> Result<T, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BoxError>>,
+{
+    let mut tries = 1;
+    loop {
+        match op().await {
+            Err(e)
+                if tries < 5
+                    && e.downcast_ref::<redisync::Error>()
+                        .is_some_and(redisync::Error::is_retryable) =>
+            {
+                eprintln!("retrying after: {e}");
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -374,9 +399,16 @@ async fn worker_main() -> Result<(), BoxError> {
 }
 
 impl Worker {
+    /// One message, tried again after errors that may pass (a command
+    /// that timed out while this process was paused, Redis restarting):
+    /// what was done is fenced, so a second try cannot apply it twice.
+    async fn handle(&self, order: u32) -> Result<Outcome<Handled>, BoxError> {
+        retry(|| self.handle_once(order)).await
+    }
+
     /// One message: under the order's lock, skip it if done, else call the
     /// payment API (capped) and write the effect, fenced.
-    async fn handle(&self, order: u32) -> Result<Outcome<Handled>, BoxError> {
+    async fn handle_once(&self, order: u32) -> Result<Outcome<Handled>, BoxError> {
         let lock = self
             .client
             .lock(&format!("service:{}:order:{order}", self.run));
@@ -475,9 +507,14 @@ impl Worker {
         Ok(handled)
     }
 
+    /// The settlement step, tried again after errors that may pass.
+    async fn settle(&self) -> Result<(), BoxError> {
+        retry(|| self.settle_once()).await
+    }
+
     /// The settlement step, in the order the workers asked (a fair lock),
     /// fenced by its token.
-    async fn settle(&self) -> Result<(), BoxError> {
+    async fn settle_once(&self) -> Result<(), BoxError> {
         let fair = self
             .client
             .fair_lock(&format!("service:{}:settlement", self.run));
