@@ -70,11 +70,22 @@ pub enum Error {
     /// The connection or a command failed (Redis down, timed out, ...).
     /// After a timeout the outcome of a write is unknown; redisync has then
     /// already sent a compensating, owner-checked release for acquisitions.
+    ///
+    /// The Redis message is part of this error's message and `source()` is
+    /// `None`, so a printer that walks the error chain shows it once.
     #[error("redis: {0}")]
-    Redis(#[from] RedisError),
+    Redis(RedisError),
     /// [`Client::shutdown`](crate::Client::shutdown) was called.
     #[error("the redisync client was shut down")]
     Shutdown,
+}
+
+impl From<RedisError> for Error {
+    /// [`Error::Redis`]. Written out: a derived `From` would also make the
+    /// Redis error the `source()`, and its message would print twice.
+    fn from(e: RedisError) -> Self {
+        Error::Redis(e)
+    }
 }
 
 impl Error {
@@ -171,4 +182,75 @@ pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
     e.details().contains("Too many failed write attempts")
         || e.details().starts_with("TRYAGAIN")
         || (*e.kind() == ErrorKind::Routing && e.details().contains("Max attempts reached"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// The error as an error-chain printer shows it: each error's
+    /// `Display`, then its `source()`'s, and so on.
+    fn chain(e: &Error) -> String {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    }
+
+    fn redis(kind: ErrorKind, details: &'static str) -> Error {
+        Error::from(RedisError::new(kind, details))
+    }
+
+    #[test]
+    fn the_redis_message_is_printed_once_in_an_error_chain() {
+        let e = redis(ErrorKind::IO, "connection reset by peer");
+        assert!(matches!(e, Error::Redis(_)));
+        let text = chain(&e);
+        assert_eq!(
+            text.matches("connection reset by peer").count(),
+            1,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_variant_repeats_its_source() {
+        let all = [
+            Error::NotHeld { name: "n".into() },
+            Error::UpgradeNotSupported { name: "n".into() },
+            Error::ReplicaSync {
+                name: "n".into(),
+                acked: 0,
+                required: 1,
+            },
+            Error::NotInitialized { name: "n".into() },
+            Error::InvalidArgument("bad".into()),
+            Error::WrongType { key: "k".into() },
+            Error::Script {
+                name: "lock_acquire.lua",
+                message: "ERR boom".into(),
+            },
+            redis(ErrorKind::Timeout, "Request timed out."),
+            Error::Shutdown,
+        ];
+        for e in &all {
+            let mut outer = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                let inner = s.to_string();
+                assert!(
+                    !outer.contains(&inner),
+                    "{outer:?} repeats its source {inner:?}"
+                );
+                outer = inner;
+                source = s.source();
+            }
+        }
+    }
 }
