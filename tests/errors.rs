@@ -8,7 +8,7 @@
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use redisync::Client;
+use redisync::{Client, RedisErrorKind};
 use redisync_testkit::RedisServer;
 
 /// One record at warn level or above: (level, target, message).
@@ -181,4 +181,50 @@ async fn a_guard_dropped_just_before_shutdown_logs_nothing_at_warn_or_above() {
     let other = Client::connect(&server.url()).await.expect("connect");
     assert!(!other.lock("dropped").is_locked().await.expect("is_locked"));
     other.shutdown().await.expect("shutdown");
+}
+
+/// The error as an error-chain printer shows it.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_gives_a_retryable_connection_error() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let client = Client::builder(&server.url())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    let lock = client.lock("gone");
+    server.kill().await;
+    let err = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .expect_err("the server is gone");
+    // Seen: Io ("Connection closed." while the command was out) and Timeout
+    // (sent while fred reconnects); Canceled is the third way a command
+    // is cut off.
+    let kind = err.redis_kind();
+    assert!(
+        matches!(
+            kind,
+            Some(RedisErrorKind::Io | RedisErrorKind::Timeout | RedisErrorKind::Canceled)
+        ),
+        "{kind:?}: {err}"
+    );
+    assert!(err.is_retryable(), "{err}");
+    let message = err.redis_message().expect("a Redis error has a message");
+    assert!(!message.is_empty());
+    let printed = chain(&err);
+    assert_eq!(printed.matches(message).count(), 1, "{printed}");
+    client.shutdown().await.expect("shutdown");
 }

@@ -22,7 +22,7 @@ mod script;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
-pub use error::{Error, Result};
+pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use keys::KEY_LAYOUT;
 pub use lock::{Lock, LockGuard};
