@@ -441,13 +441,16 @@ impl Client {
     /// guard [`lost`](crate::LockGuard::lost) *before* releasing its hold,
     /// stops the watchdog, lets releases of guards dropped before it finish
     /// (for up to the command timeout) and closes the connections.
-    /// Afterwards every call
-    /// on this client, its handles and its guards returns
-    /// [`Error::Shutdown`] at once (`unlock` and `release` included).
+    /// Afterwards every call on this client, its handles and its guards
+    /// returns [`Error::Shutdown`] at once (`unlock` and `release` included).
     ///
     /// Code still running under a guard is told only through `lost()`
     /// (`is_lost()`): drain your tasks (release their guards) before calling
     /// it to let them finish. Calling it again does nothing.
+    ///
+    /// A shutdown without live guards logs nothing at warn level or above
+    /// (through `tracing`, or fred's `log` records); each live guard is
+    /// reported lost (`redisync.lease.lost`, warn).
     ///
     /// # Errors
     /// Never fails today; release failures are logged (the leases expire).
