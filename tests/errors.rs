@@ -9,7 +9,7 @@ use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use redisync::{Client, RedisErrorKind};
-use redisync_testkit::RedisServer;
+use redisync_testkit::{Direction, FaultProxy, RedisServer};
 
 /// One record at warn level or above: (level, target, message).
 type Record = (String, String, String);
@@ -227,4 +227,30 @@ async fn a_killed_server_gives_a_retryable_connection_error() {
     let printed = chain(&err);
     assert_eq!(printed.matches(message).count(), 1, "{printed}");
     client.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connect_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let url = server.url();
+    server.kill().await;
+    let err = Client::connect(&url).await.expect_err("nothing listens");
+    assert_eq!(err.redis_kind(), Some(RedisErrorKind::Io), "{err}");
+    assert_quiet("a refused connect").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    proxy.blackhole(Direction::Both);
+    let err = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect_err("nothing answers");
+    assert!(err.is_timeout(), "{err}");
+    assert_quiet("a connect that timed out").await;
 }

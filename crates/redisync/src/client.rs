@@ -306,25 +306,33 @@ impl Client {
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2000, 2));
         let redis = builder.build()?;
         let subscriber = builder.build_subscriber_client()?;
-        let connected = tokio::time::timeout(timeout, async {
-            redis.init().await?;
-            subscriber.init().await
-        })
-        .await;
-        match connected {
+        // Only connections still running are told to quit: a failed `init`
+        // stopped its own, and one never started was not running (fred warns
+        // about quitting either).
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out = || {
+            Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                format!("could not connect to {url} within {timeout:?}"),
+            ))
+        };
+        match tokio::time::timeout_at(deadline, redis.init()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Error::Redis(e)),
+            Err(_) => {
+                let _ = redis.quit().await;
+                return Err(timed_out());
+            }
+        }
+        match tokio::time::timeout_at(deadline, subscriber.init()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 let _ = redis.quit().await;
-                let _ = subscriber.quit().await;
                 return Err(Error::Redis(e));
             }
             Err(_) => {
-                let _ = redis.quit().await;
-                let _ = subscriber.quit().await;
-                return Err(Error::Redis(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
-                    format!("could not connect to {url} within {timeout:?}"),
-                )));
+                let _ = futures::join!(redis.quit(), subscriber.quit());
+                return Err(timed_out());
             }
         }
         let sharded = redis.server_version().is_some_and(|v| v.major >= 7);
