@@ -93,16 +93,26 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// Waits until every node says `cluster_state:ok`.
+    /// Waits until every running node says `cluster_state:ok` and knows
+    /// every node (the state can turn ok before the last MEET spreads).
     ///
     /// # Errors
     /// When `within` passes first.
     pub async fn wait_ok(&self, within: Duration) -> Result<(), TestkitError> {
         let deadline = tokio::time::Instant::now() + within;
+        let known = self.nodes.len().to_string();
         loop {
             let mut all_ok = true;
             for n in self.nodes.iter().filter(|n| n.is_running()) {
-                if !cluster_info(n.port()).await.contains("cluster_state:ok") {
+                let info = cluster_info(n.port()).await;
+                let field = |name: &str| {
+                    info.lines()
+                        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                        .map(str::to_owned)
+                };
+                if field("cluster_state").as_deref() != Some("ok")
+                    || field("cluster_known_nodes").as_deref() != Some(known.as_str())
+                {
                     all_ok = false;
                     break;
                 }

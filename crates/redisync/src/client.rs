@@ -1,6 +1,6 @@
 //! `Client`: one command connection, one subscriber connection, the watchdog.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 use fred::types::{Builder, Value};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
@@ -203,6 +204,13 @@ pub(crate) struct ClientInner {
     pub(crate) hub: Arc<Hub>,
     pub(crate) settings: Settings,
     closed: AtomicBool,
+    /// Set once both connections were told to quit (by the shutdown or by
+    /// the drop, whichever comes first: fred warns about a second quit).
+    connections_closed: AtomicBool,
+    /// Background releases and undos in flight (see [`BackgroundTask`]).
+    background: AtomicUsize,
+    /// Notified when the last background task ends.
+    background_idle: Notify,
     /// Set when the watchdog task started (with the first renewed hold).
     pub(crate) watchdog_started: AtomicBool,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -213,13 +221,29 @@ impl Drop for ClientInner {
         for t in crate::hold::lock_unpoisoned(&self.tasks).drain(..) {
             t.abort();
         }
+        if self.connections_closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let redis = self.redis.clone();
             let sub = self.hub.subscriber.clone();
             rt.spawn(async move {
-                let _ = redis.quit().await;
-                let _ = sub.quit().await;
+                let _ = futures::join!(sub.quit(), redis.quit());
             });
+        }
+    }
+}
+
+/// A background release or undo of a client in flight: the client's
+/// shutdown waits for it (for up to the command timeout) before it closes the
+/// connections, so a guard dropped just before the shutdown is still
+/// released, and the task's command is not cut off by the closing connection.
+pub(crate) struct BackgroundTask(Arc<ClientInner>);
+
+impl Drop for BackgroundTask {
+    fn drop(&mut self) {
+        if self.0.background.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.background_idle.notify_waiters();
         }
     }
 }
@@ -282,25 +306,33 @@ impl Client {
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2000, 2));
         let redis = builder.build()?;
         let subscriber = builder.build_subscriber_client()?;
-        let connected = tokio::time::timeout(timeout, async {
-            redis.init().await?;
-            subscriber.init().await
-        })
-        .await;
-        match connected {
+        // Only connections still running are told to quit: a failed `init`
+        // stopped its own, and one never started was not running (fred warns
+        // about quitting either).
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out = || {
+            Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                format!("could not connect to {url} within {timeout:?}"),
+            ))
+        };
+        match tokio::time::timeout_at(deadline, redis.init()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Error::Redis(e)),
+            Err(_) => {
+                let _ = redis.quit().await;
+                return Err(timed_out());
+            }
+        }
+        match tokio::time::timeout_at(deadline, subscriber.init()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 let _ = redis.quit().await;
-                let _ = subscriber.quit().await;
                 return Err(Error::Redis(e));
             }
             Err(_) => {
-                let _ = redis.quit().await;
-                let _ = subscriber.quit().await;
-                return Err(Error::Redis(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
-                    format!("could not connect to {url} within {timeout:?}"),
-                )));
+                let _ = futures::join!(redis.quit(), subscriber.quit());
+                return Err(timed_out());
             }
         }
         let sharded = redis.server_version().is_some_and(|v| v.major >= 7);
@@ -312,6 +344,9 @@ impl Client {
             hub: Arc::new(Hub::new(subscriber, sharded)),
             settings,
             closed: AtomicBool::new(false),
+            connections_closed: AtomicBool::new(false),
+            background: AtomicUsize::new(0),
+            background_idle: Notify::new(),
             watchdog_started: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
@@ -412,13 +447,18 @@ impl Client {
     /// Shuts the client down now: refuses new acquisitions, fails every
     /// waiting acquisition with [`Error::Shutdown`] at once, marks every live
     /// guard [`lost`](crate::LockGuard::lost) *before* releasing its hold,
-    /// stops the watchdog and closes the connections. Afterwards every call
-    /// on this client, its handles and its guards returns
-    /// [`Error::Shutdown`] at once (`unlock` and `release` included).
+    /// stops the watchdog, lets releases of guards dropped before it finish
+    /// (for up to the command timeout) and closes the connections.
+    /// Afterwards every call on this client, its handles and its guards
+    /// returns [`Error::Shutdown`] at once (`unlock` and `release` included).
     ///
     /// Code still running under a guard is told only through `lost()`
     /// (`is_lost()`): drain your tasks (release their guards) before calling
     /// it to let them finish. Calling it again does nothing.
+    ///
+    /// A shutdown without live guards logs nothing at warn level or above
+    /// (through `tracing`, or fred's `log` records); each live guard is
+    /// reported lost (`redisync.lease.lost`, warn).
     ///
     /// # Errors
     /// Never fails today; release failures are logged (the leases expire).
@@ -429,7 +469,8 @@ impl Client {
     /// being released.
     pub async fn shutdown(&self) -> Result<()> {
         self.inner.hub.close();
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
+        // SeqCst: pairs with `ClientInner::start_background`.
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         let tasks = std::mem::take(&mut *crate::hold::lock_unpoisoned(&self.inner.tasks));
@@ -452,8 +493,10 @@ impl Client {
                 }
             }
         }
-        let _ = self.inner.hub.subscriber.quit().await;
-        let _ = self.inner.redis.quit().await;
+        self.inner
+            .background_finished(self.inner.settings.command_timeout)
+            .await;
+        self.inner.close_connections().await;
         Ok(())
     }
 }
@@ -468,6 +511,48 @@ impl ClientInner {
         } else {
             tasks.push(task);
         }
+    }
+
+    /// Registers a background release or undo, unless the client was shut
+    /// down (`None`: the shutdown released what it could, leases end the
+    /// rest). Keep the returned value in the task until it ends.
+    pub(crate) fn start_background(self: &Arc<Self>) -> Option<BackgroundTask> {
+        // Counted before the check (both SeqCst), so a shutdown that sets
+        // `closed` and then reads the count either sees this task or this
+        // task sees `closed`.
+        self.background.fetch_add(1, Ordering::SeqCst);
+        let task = BackgroundTask(self.clone());
+        if self.closed.load(Ordering::SeqCst) {
+            return None; // dropping `task` takes it off the count
+        }
+        Some(task)
+    }
+
+    /// Resolves once no background task is in flight, or after `within`.
+    async fn background_finished(&self, within: Duration) {
+        let idle = async {
+            loop {
+                let notified = self.background_idle.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.background.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(within, idle).await.is_err() {
+            tracing::debug!("background releases still running at shutdown; closing anyway");
+        }
+    }
+
+    /// Tells both connections to quit, once. Both quits are sent at the
+    /// first poll, so a dropped shutdown future leaves no connection open.
+    async fn close_connections(&self) {
+        if self.connections_closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = futures::join!(self.hub.subscriber.quit(), self.redis.quit());
     }
 
     /// Owner id of the running code: `"<client uuid>:<owner tag>"` (see

@@ -70,14 +70,129 @@ pub enum Error {
     /// The connection or a command failed (Redis down, timed out, ...).
     /// After a timeout the outcome of a write is unknown; redisync has then
     /// already sent a compensating, owner-checked release for acquisitions.
+    ///
+    /// [`Error::redis_kind`] and [`Error::redis_message`] tell what happened
+    /// without naming the Redis client's types. The Redis message is part of
+    /// this error's message and `source()` is `None`, so a printer that
+    /// walks the error chain shows it once.
     #[error("redis: {0}")]
-    Redis(#[from] RedisError),
+    Redis(RedisError),
     /// [`Client::shutdown`](crate::Client::shutdown) was called.
     #[error("the redisync client was shut down")]
     Shutdown,
 }
 
+impl From<RedisError> for Error {
+    /// [`Error::Redis`]. Written out: a derived `From` would also make the
+    /// Redis error the `source()`, and its message would print twice.
+    fn from(e: RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+/// What kind of failure an [`Error::Redis`] is (see [`Error::redis_kind`]).
+///
+/// More kinds may be added; match with a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RedisErrorKind {
+    /// A command (or connecting) timed out: the outcome of a write is unknown.
+    Timeout,
+    /// The connection failed, or there was none to send the command on
+    /// (refused, reset, closed; reconnecting).
+    Io,
+    /// Authentication or authorization failed (`NOAUTH`, `WRONGPASS`,
+    /// `NOPERM`).
+    Auth,
+    /// The cluster refused or could not route the command: its slot is
+    /// moving (`MOVED`/`ASK` redirections used up, `TRYAGAIN`), the cluster
+    /// is down (`CLUSTERDOWN`), or its slot map is changing.
+    Cluster,
+    /// A reply was malformed or not of the expected shape.
+    Protocol,
+    /// The server answered with an error reply (`ERR ...`, `BUSY`,
+    /// `LOADING`, `READONLY`, `OOM`, ...): [`Error::redis_message`] has it.
+    Server,
+    /// The command was cancelled before its reply came (its connection
+    /// closed while it was out).
+    Canceled,
+    /// Anything else (client-side configuration, back-pressure, ...).
+    Other,
+}
+
+impl RedisErrorKind {
+    /// The kind of a Redis client error.
+    fn of(e: &RedisError) -> RedisErrorKind {
+        if refused_unrun(e) {
+            return RedisErrorKind::Cluster;
+        }
+        match e.kind() {
+            ErrorKind::Timeout => RedisErrorKind::Timeout,
+            ErrorKind::IO => RedisErrorKind::Io,
+            ErrorKind::Canceled => RedisErrorKind::Canceled,
+            ErrorKind::Auth => RedisErrorKind::Auth,
+            // No connection to write the command on; the other routing
+            // failures are the cluster's redirections.
+            ErrorKind::Routing if e.details().contains("Failed to route command") => {
+                RedisErrorKind::Io
+            }
+            ErrorKind::Cluster | ErrorKind::Routing => RedisErrorKind::Cluster,
+            ErrorKind::Protocol | ErrorKind::Parse | ErrorKind::NotFound => {
+                RedisErrorKind::Protocol
+            }
+            ErrorKind::Unknown
+            | ErrorKind::InvalidArgument
+            | ErrorKind::InvalidCommand
+            | ErrorKind::Config => match server_error_code(e.details()) {
+                Some("NOAUTH" | "WRONGPASS" | "NOPERM") => RedisErrorKind::Auth,
+                Some("MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN") => RedisErrorKind::Cluster,
+                Some(_) => RedisErrorKind::Server,
+                None => RedisErrorKind::Other,
+            },
+            _ => RedisErrorKind::Other,
+        }
+    }
+}
+
+/// The error code an error reply of the server starts with (`ERR`,
+/// `WRONGTYPE`, `NOSCRIPT`, ...: one upper-case word); `None` for the
+/// client's own messages.
+fn server_error_code(details: &str) -> Option<&str> {
+    let code = details.split_whitespace().next()?;
+    (code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')).then_some(code)
+}
+
 impl Error {
+    /// The kind of an [`Error::Redis`]; `None` for every other variant.
+    ///
+    /// ```
+    /// # fn demo(e: redisync::Error) {
+    /// use redisync::RedisErrorKind;
+    /// match e.redis_kind() {
+    ///     Some(RedisErrorKind::Io | RedisErrorKind::Timeout) => { /* Redis unreachable or slow */ }
+    ///     Some(_) => { /* another Redis failure */ }
+    ///     None => { /* not a Redis failure */ }
+    /// }
+    /// # }
+    /// ```
+    pub fn redis_kind(&self) -> Option<RedisErrorKind> {
+        match self {
+            Error::Redis(e) => Some(RedisErrorKind::of(e)),
+            _ => None,
+        }
+    }
+
+    /// The detail text of an [`Error::Redis`]: the server's error reply
+    /// (`"ERR ..."`), or what the connection reported; `None` for every
+    /// other variant. Unlike `Display`, without the kind and the `redis:`
+    /// prefix.
+    pub fn redis_message(&self) -> Option<&str> {
+        match self {
+            Error::Redis(e) => Some(e.details()),
+            _ => None,
+        }
+    }
+
     /// True for [`Error::NotHeld`]: an unlock, extend or release of an
     /// acquisition that no longer holds its lock (its lease ran out, it was
     /// force-unlocked, Redis lost it). Routine after a loss; nothing was
@@ -171,4 +286,168 @@ pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
     e.details().contains("Too many failed write attempts")
         || e.details().starts_with("TRYAGAIN")
         || (*e.kind() == ErrorKind::Routing && e.details().contains("Max attempts reached"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// The error as an error-chain printer shows it: each error's
+    /// `Display`, then its `source()`'s, and so on.
+    fn chain(e: &Error) -> String {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    }
+
+    fn redis(kind: ErrorKind, details: &'static str) -> Error {
+        Error::from(RedisError::new(kind, details))
+    }
+
+    #[test]
+    fn the_redis_message_is_printed_once_in_an_error_chain() {
+        let e = redis(ErrorKind::IO, "connection reset by peer");
+        assert!(matches!(e, Error::Redis(_)));
+        let text = chain(&e);
+        assert_eq!(
+            text.matches("connection reset by peer").count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(e.redis_message(), Some("connection reset by peer"));
+    }
+
+    #[test]
+    fn no_variant_repeats_its_source() {
+        let all = [
+            Error::NotHeld { name: "n".into() },
+            Error::UpgradeNotSupported { name: "n".into() },
+            Error::ReplicaSync {
+                name: "n".into(),
+                acked: 0,
+                required: 1,
+            },
+            Error::NotInitialized { name: "n".into() },
+            Error::InvalidArgument("bad".into()),
+            Error::WrongType { key: "k".into() },
+            Error::Script {
+                name: "lock_acquire.lua",
+                message: "ERR boom".into(),
+            },
+            redis(ErrorKind::Timeout, "Request timed out."),
+            Error::Shutdown,
+        ];
+        for e in &all {
+            let mut outer = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                let inner = s.to_string();
+                assert!(
+                    !outer.contains(&inner),
+                    "{outer:?} repeats its source {inner:?}"
+                );
+                outer = inner;
+                source = s.source();
+            }
+        }
+    }
+
+    #[test]
+    fn only_redis_errors_have_a_redis_kind_and_message() {
+        let e = Error::Script {
+            name: "lock_acquire.lua",
+            message: "ERR boom".into(),
+        };
+        assert_eq!(e.redis_kind(), None);
+        assert_eq!(e.redis_message(), None);
+        assert_eq!(Error::Shutdown.redis_kind(), None);
+        assert_eq!(Error::Shutdown.redis_message(), None);
+    }
+
+    #[test]
+    fn redis_kinds_map_from_the_client_errors() {
+        use RedisErrorKind as K;
+        let cases = [
+            (ErrorKind::Timeout, "Request timed out.", K::Timeout),
+            (ErrorKind::IO, "Connection reset by peer", K::Io),
+            (ErrorKind::Canceled, "Canceled.", K::Canceled),
+            (
+                ErrorKind::Auth,
+                "WRONGPASS invalid username-password pair",
+                K::Auth,
+            ),
+            (
+                ErrorKind::Unknown,
+                "NOPERM this user has no permissions",
+                K::Auth,
+            ),
+            (ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381", K::Cluster),
+            (
+                ErrorKind::Cluster,
+                "CLUSTERDOWN The cluster is down",
+                K::Cluster,
+            ),
+            (
+                ErrorKind::Unknown,
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                K::Cluster,
+            ),
+            (
+                ErrorKind::Unknown,
+                "Too many failed write attempts.",
+                K::Cluster,
+            ),
+            (ErrorKind::Routing, "Max attempts reached.", K::Cluster),
+            (ErrorKind::Routing, "Too many redirections.", K::Cluster),
+            (ErrorKind::Routing, "Failed to route command.", K::Io),
+            (ErrorKind::Protocol, "Invalid frame", K::Protocol),
+            (
+                ErrorKind::Parse,
+                "Could not convert to string.",
+                K::Protocol,
+            ),
+            (ErrorKind::NotFound, "nil", K::Protocol),
+            (ErrorKind::Unknown, "ERR unknown command 'FOO'", K::Server),
+            (
+                ErrorKind::Unknown,
+                "BUSY Redis is busy running a script",
+                K::Server,
+            ),
+            (
+                ErrorKind::Unknown,
+                "LOADING Redis is loading the dataset in memory",
+                K::Server,
+            ),
+            (
+                ErrorKind::Unknown,
+                "READONLY You can't write against a read only replica.",
+                K::Server,
+            ),
+            (
+                ErrorKind::InvalidArgument,
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                K::Server,
+            ),
+            (ErrorKind::Unknown, "Client is not initialized.", K::Other),
+            (
+                ErrorKind::Backpressure,
+                "Max in-flight commands reached.",
+                K::Other,
+            ),
+            (ErrorKind::Config, "Invalid config", K::Other),
+            (ErrorKind::Url, "Invalid URL", K::Other),
+        ];
+        for (kind, details, expected) in cases {
+            let e = redis(kind.clone(), details);
+            assert_eq!(e.redis_kind(), Some(expected), "{kind:?} {details:?}");
+            assert_eq!(e.redis_message(), Some(details));
+        }
+    }
 }

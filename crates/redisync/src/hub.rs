@@ -393,6 +393,12 @@ impl Hub {
             return;
         }
         refs.remove(&channel);
+        if self.check_open().is_err() {
+            // The subscriber is closing (or closed: fred would hold the
+            // command until it timed out); the server forgets its
+            // subscriptions with the connection.
+            return;
+        }
         let sent = if self.sharded {
             self.subscriber.sunsubscribe(channel).await
         } else {

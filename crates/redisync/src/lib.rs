@@ -24,7 +24,7 @@ mod script;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
-pub use error::{Error, Result};
+pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use guard::{run_locked, Guard, GuardError, LostSignal, Outcome};
 pub use keys::KEY_LAYOUT;

@@ -254,17 +254,18 @@ impl Drop for FinishInBackground {
 /// background task. A final release is owner- and token-checked, so it never
 /// touches a later acquisition: it is retried while Redis is unreachable
 /// until the lease would have run out. Counting down a re-entrant hold is
-/// not idempotent: one try. After a shutdown, or outside a runtime, the
-/// lease ends it.
+/// not idempotent: one try. A shutdown waits for it a while; after a
+/// shutdown, or outside a runtime, the lease ends it.
 fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>, last: bool) {
-    if client.check_connected().is_err() {
+    let Some(task) = client.start_background() else {
         return;
-    }
+    };
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(lock_key = %hold.key, "guard dropped outside a tokio runtime; it expires with its lease");
         return;
     };
     rt.spawn(async move {
+        let _task = task;
         let result = if last {
             retry_until_deadline(hold.valid_until(), || {
                 release_hold(&client, &slot, &hold, true)

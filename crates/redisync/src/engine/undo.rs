@@ -91,9 +91,9 @@ fn spawn_undo<S: Spec>(
     expires_at: Instant,
 ) {
     let client = spec.named().client.inner.clone();
-    if client.check_connected().is_err() {
+    let Some(task) = client.start_background() else {
         return; // shut down: like a crash, the leases clean up
-    }
+    };
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(lock_key = %slot.key, "acquisition cancelled outside a tokio runtime; what it won expires with its lease");
         return;
@@ -103,6 +103,7 @@ fn spawn_undo<S: Spec>(
         slot.add_pending_undo(&holder);
     }
     rt.spawn(async move {
+        let _task = task;
         let mut pause = Duration::from_millis(50);
         loop {
             let mine = match (ordered, turn.take()) {

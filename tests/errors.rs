@@ -1,0 +1,256 @@
+//! Errors and logging against real redis-server processes.
+//!
+//! Every test here installs (once) a process-wide logger for the `log` crate
+//! and a global `tracing` subscriber that record every event at warn level or
+//! above; the tests take [`serial`] so that one test's records are not
+//! another's.
+
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+use redisync::{Client, RedisErrorKind};
+use redisync_testkit::{Direction, FaultProxy, RedisServer};
+
+/// One record at warn level or above: (level, target, message).
+type Record = (String, String, String);
+
+static RECORDS: Mutex<Vec<Record>> = Mutex::new(Vec::new());
+
+fn push(level: &str, target: &str, message: String) {
+    let mut records = RECORDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    records.push((level.to_owned(), target.to_owned(), message));
+}
+
+fn take_records() -> Vec<Record> {
+    std::mem::take(
+        &mut *RECORDS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
+/// Records `log` records at warn level or above.
+struct LogCapture;
+
+impl log::Log for LogCapture {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            push(
+                record.level().as_str(),
+                record.target(),
+                record.args().to_string(),
+            );
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: LogCapture = LogCapture;
+
+/// Records `tracing` events at warn level or above.
+struct TracingCapture;
+
+fn warn_or_worse(level: tracing::Level) -> bool {
+    level == tracing::Level::WARN || level == tracing::Level::ERROR
+}
+
+/// Writes an event's fields as `name=value` pairs.
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, "{}={value:?} ", field.name());
+    }
+}
+
+impl tracing::Subscriber for TracingCapture {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        warn_or_worse(*metadata.level())
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let metadata = event.metadata();
+        if warn_or_worse(*metadata.level()) {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            push(metadata.level().as_str(), metadata.target(), fields.0);
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Installs both captures (once per process).
+fn install_capture() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        log::set_logger(&LOGGER).expect("no other logger");
+        log::set_max_level(log::LevelFilter::Warn);
+        tracing::subscriber::set_global_default(TracingCapture).expect("no other subscriber");
+    });
+}
+
+/// Serializes the tests of this binary (the captures are process-wide) and
+/// starts each with no records.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    install_capture();
+    let guard = SERIAL.lock().await;
+    take_records();
+    guard
+}
+
+/// Waits for background tasks (fred's connection tasks, background
+/// releases, a subscription lingering after its last waiter) to finish, then
+/// asserts that nothing logged at warn or above.
+async fn assert_quiet(what: &str) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = take_records();
+    assert!(
+        records.is_empty(),
+        "{what} logged at warn level or above: {records:#?}"
+    );
+}
+
+async fn client_with_watchdog(server: &RedisServer, lease: Duration) -> Client {
+    Client::builder(&server.url())
+        .watchdog_timeout(lease)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_shutdown_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let client = client_with_watchdog(&server, Duration::from_millis(300)).await;
+    let unlocked = client.lock("unlocked").lock().await.expect("lock");
+    let dropped = client.lock("dropped").lock().await.expect("lock");
+    // A waiter in another task (subscribed to the unlock messages).
+    let waiter = tokio::spawn({
+        let lock = client.lock("unlocked");
+        async move {
+            let guard = lock.lock().await.expect("lock after the unlock");
+            guard.unlock().await.expect("unlock");
+        }
+    });
+    // The watchdog renews both (every 100 ms) a few times.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(!unlocked.is_lost() && !dropped.is_lost());
+    unlocked.unlock().await.expect("unlock");
+    drop(dropped);
+    waiter.await.expect("waiter");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client.shutdown().await.expect("shutdown");
+    drop(client);
+    assert_quiet("a clean shutdown").await;
+}
+
+// One thread: the background release of the dropped guard runs only once
+// the shutdown yields.
+#[tokio::test(flavor = "current_thread")]
+async fn a_guard_dropped_just_before_shutdown_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let client = client_with_watchdog(&server, Duration::from_millis(300)).await;
+    let guard = client.lock("dropped").lock().await.expect("lock");
+    drop(guard);
+    client.shutdown().await.expect("shutdown");
+    drop(client);
+    assert_quiet("a shutdown right after a guard was dropped").await;
+    // The shutdown let the dropped guard's release finish.
+    let other = Client::connect(&server.url()).await.expect("connect");
+    assert!(!other.lock("dropped").is_locked().await.expect("is_locked"));
+    other.shutdown().await.expect("shutdown");
+}
+
+/// The error as an error-chain printer shows it.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_gives_a_retryable_connection_error() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let client = Client::builder(&server.url())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    let lock = client.lock("gone");
+    server.kill().await;
+    let err = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .expect_err("the server is gone");
+    // Seen: Io ("Connection closed." while the command was out) and Timeout
+    // (sent while fred reconnects); Canceled is the third way a command
+    // is cut off.
+    let kind = err.redis_kind();
+    assert!(
+        matches!(
+            kind,
+            Some(RedisErrorKind::Io | RedisErrorKind::Timeout | RedisErrorKind::Canceled)
+        ),
+        "{kind:?}: {err}"
+    );
+    assert!(err.is_retryable(), "{err}");
+    let message = err.redis_message().expect("a Redis error has a message");
+    assert!(!message.is_empty());
+    let printed = chain(&err);
+    assert_eq!(printed.matches(message).count(), 1, "{printed}");
+    client.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connect_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let url = server.url();
+    server.kill().await;
+    let err = Client::connect(&url).await.expect_err("nothing listens");
+    assert_eq!(err.redis_kind(), Some(RedisErrorKind::Io), "{err}");
+    assert_quiet("a refused connect").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    proxy.blackhole(Direction::Both);
+    let err = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect_err("nothing answers");
+    assert!(err.is_timeout(), "{err}");
+    assert_quiet("a connect that timed out").await;
+}
