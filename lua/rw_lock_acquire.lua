@@ -3,6 +3,9 @@
 --          writer's token; 'r:<owner>' read holds, 't:<owner>' that reader's token
 -- KEYS[2]  readers zset: <owner> -> end of that reader's lease (server ms)
 -- KEYS[3]  fencing counter (TTL ARGV[5]; see next_token in prelude.lua)
+-- KEYS[4]  waiting writers zset: <owner> -> end of that writer's mark
+--          (server ms); while a live mark of another owner is there, new
+--          readers wait (writer preference)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  'r' read or 'w' write
@@ -11,13 +14,20 @@
 --          left by a release that never arrived and is replaced, with a new
 --          token, so nothing carrying the old token matches it any more
 -- ARGV[5]  fencing counter TTL, milliseconds
+-- ARGV[6]  '1': a busy writer marks itself waiting (a zero wait does not)
+-- ARGV[7]  how long a writer's mark lives unless the writer refreshes it
+--          (each attempt does), milliseconds
 -- Returns {1, token} acquired, {2, token} re-entered, {0, ms} busy (ms to
 -- wait at most), {-3, 0} write asked by an owner holding only a read lock
 -- (an upgrade would deadlock: refused). Readers whose lease ended (crashed)
--- are dropped first, whoever else keeps renewing.
-local h, readers, fence = KEYS[1], KEYS[2], KEYS[3]
+-- and writers' marks that ran out are dropped first.
+-- New readers wait behind a waiting writer, so a stream of readers cannot
+-- starve writers; an owner that reads already re-enters (it would wait for
+-- itself otherwise), and a writer reads at once (a downgrade).
+local h, readers, fence, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease, side, reentry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local err = wrong_type({h, 'hash', readers, 'zset'})
+local enqueue, mark_ms = ARGV[6] == '1', tonumber(ARGV[7])
+local err = wrong_type({h, 'hash', readers, 'zset', writers, 'zset'})
 if err then
   return err
 end
@@ -36,6 +46,7 @@ end
 if #expired > 0 then
   redis.call('zremrangebyscore', readers, '-inf', now)
 end
+redis.call('zremrangebyscore', writers, '-inf', now)
 local mode = redis.call('hget', h, '~mode')
 if mode == 'read' and redis.call('zcard', readers) == 0 then
   redis.call('del', h)
@@ -56,10 +67,22 @@ local function cover()
   end
 end
 
+-- Busy for a writer: mark it waiting (refreshed by each attempt).
+local function writer_waits(ms)
+  if enqueue then
+    redis.call('zadd', writers, now + mark_ms, owner)
+    if redis.call('pttl', writers) < mark_ms then
+      redis.call('pexpire', writers, mark_ms)
+    end
+  end
+  return {0, ms}
+end
+
 if side == 'w' then
   if not mode then
     local n = token()
     redis.call('hset', h, '~mode', 'write', 'w:' .. owner, 1, '~t', string.format('%.0f', n))
+    redis.call('zrem', writers, owner)
     cover()
     return {1, n}
   end
@@ -75,13 +98,13 @@ if side == 'w' then
       cover()
       return {2, tonumber(redis.call('hget', h, '~t'))}
     end
-    return {0, redis.call('pttl', h)}
+    return writer_waits(redis.call('pttl', h))
   end
   if redis.call('hexists', h, 'r:' .. owner) == 1 then
     return {-3, 0}
   end
   local first = redis.call('zrange', readers, 0, 0, 'WITHSCORES')
-  return {0, math.max(0, tonumber(first[2]) - now)}
+  return writer_waits(math.max(0, tonumber(first[2]) - now))
 end
 
 -- Read side: free, read mode, or write mode held by this owner (downgrade).
@@ -89,7 +112,17 @@ if mode == 'write' and redis.call('hexists', h, 'w:' .. owner) == 0 then
   return {0, redis.call('pttl', h)}
 end
 local until_ms = now + lease
-if redis.call('hexists', h, 'r:' .. owner) == 1 and redis.call('hget', h, 't:' .. owner) == reentry then
+local reenters = redis.call('hexists', h, 'r:' .. owner) == 1 and redis.call('hget', h, 't:' .. owner) == reentry
+if not reenters and mode ~= 'write' then
+  -- A new reader: behind any writer (another owner) still waiting. Retry
+  -- when the first mark would run out (its writer may have crashed).
+  local marks = redis.call('zcard', writers)
+  if marks > 0 and not (marks == 1 and redis.call('zscore', writers, owner)) then
+    local first = redis.call('zrange', writers, 0, 0, 'WITHSCORES')
+    return {0, math.max(0, tonumber(first[2]) - now)}
+  end
+end
+if reenters then
   redis.call('hincrby', h, 'r:' .. owner, 1)
   if tonumber(redis.call('zscore', readers, owner) or '0') < until_ms then
     redis.call('zadd', readers, until_ms, owner)

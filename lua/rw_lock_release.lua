@@ -1,6 +1,7 @@
 -- Release one hold of a read-write lock, or undo a lost acquisition.
 -- KEYS[1]  hash (see rw_lock_acquire.lua)
 -- KEYS[2]  readers zset
+-- KEYS[3]  waiting writers zset (an undo of the write side drops the mark)
 -- ARGV[1]  owner id
 -- ARGV[2]  fencing token
 -- ARGV[3]  '1' = last local hold: drop the owner's side whatever its count
@@ -9,14 +10,19 @@
 -- ARGV[6]  channel
 -- ARGV[7]  '=' release the acquisition with this token; '!' undo any
 --          acquisition of this owner and side except this token ('' = none)
--- Returns 0 not held (nothing written or published), 1 still held, 2 released.
+-- Returns 0 not held (nothing written or published, but an undo of a
+-- waiting writer's mark), 1 still held, 2 released.
 -- A release that frees the lock or turns it to read mode publishes, so
 -- waiting writers, or all waiting readers, try again.
-local h, readers, channel = KEYS[1], KEYS[2], ARGV[6]
+local h, readers, writers, channel = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
 local owner, token, last, side, publish, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[7]
-local err = wrong_type({h, 'hash', readers, 'zset'})
+local err = wrong_type({h, 'hash', readers, 'zset', writers, 'zset'})
 if err then
   return err
+end
+if match == '!' and side == 'w' and redis.call('zrem', writers, owner) == 1 then
+  -- A writer that stopped waiting: readers it held back try again.
+  redis.call(publish, channel, 'released')
 end
 local count_field, token_field = 'w:' .. owner, '~t'
 if side == 'r' then

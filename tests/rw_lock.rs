@@ -360,3 +360,249 @@ async fn wrong_type_flush_non_owner_and_cancellation() {
     let exists: i64 = env.admin.exists(rw_key("ok")).await.unwrap();
     assert_eq!(exists, 0, "a cancelled acquisition left the lock held");
 }
+
+fn writers_key(name: &str) -> String {
+    common::key("rw", "writers", name)
+}
+
+/// Waits until a writer of `name` has marked itself waiting in Redis.
+async fn writer_waits(env: &Env, name: &str) {
+    let key = writers_key(name);
+    assert!(
+        common::eventually(Duration::from_secs(10), || {
+            let admin = env.admin.clone();
+            let key = key.clone();
+            async move { admin.zcard::<i64, _>(&key).await.unwrap_or(0) > 0 }
+        })
+        .await,
+        "the writer never marked itself waiting"
+    );
+}
+
+/// A relay of readers on two clients, each new reader in before the last
+/// leaves, never leaves the lock free. A writer waiting on a third client
+/// gets in anyway: once it waits, new readers wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_holds_back_new_readers_across_clients() {
+    let env = Env::start().await;
+    let readers = [env.client().await, env.client().await];
+    let writer = env.client().await;
+    let first = readers[0].rw_lock("relay").read().lock().await.unwrap();
+    let writer_in = Arc::new(tokio::sync::Notify::new());
+    let w = writer.rw_lock("relay").write();
+    let in_at = writer_in.clone();
+    let wtask = tokio::spawn(async move {
+        let g = w.lock().await.unwrap();
+        in_at.notify_one();
+        g
+    });
+    // Each step: the next reader tries (a fresh owner: its own task), and
+    // only then the previous one leaves. Without writer preference every
+    // try succeeds and the lock is never free for 200 steps.
+    let mut held = first;
+    let mut steps = 0;
+    let mut blocked = false;
+    while steps < 200 {
+        steps += 1;
+        let rw = readers[steps % 2].rw_lock("relay");
+        let next = tokio::spawn(async move {
+            rw.read()
+                .try_lock(Duration::from_millis(50), None)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let Some(next) = next else {
+            blocked = true;
+            break;
+        };
+        held.unlock().await.unwrap();
+        held = next;
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        blocked,
+        "readers kept the lock for {steps} hand-overs past a waiting writer"
+    );
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), writer_in.notified())
+        .await
+        .expect("the writer got in once the readers inside left");
+    let g = wtask.await.unwrap();
+    // Readers come back after the writer.
+    let rw = readers[0].rw_lock("relay");
+    let reader = tokio::spawn(async move { rw.read().lock().await.unwrap() });
+    g.unlock().await.unwrap();
+    reader.await.unwrap().unlock().await.unwrap();
+    let marks: i64 = env.admin.exists(writers_key("relay")).await.unwrap();
+    assert_eq!(marks, 0, "no writer mark is left behind");
+}
+
+/// The owner that reads already re-enters past a waiting writer (it would
+/// deadlock otherwise), a child handed the owner too, and a writer's read
+/// (downgrade) is never held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_and_downgrade_pass_a_waiting_writer() {
+    let env = Env::start().await;
+    let reader_client = env.client().await;
+    let writer_client = env.client().await;
+    let rw = reader_client.rw_lock("pass");
+    let held = rw.read().lock().await.unwrap();
+    let writer_owner = redisync::Owner::new();
+    let w = writer_client.rw_lock("pass").write();
+    let first_writer = tokio::spawn(
+        writer_owner
+            .clone()
+            .scope(async move { w.lock().await.unwrap() }),
+    );
+    writer_waits(&env, "pass").await;
+    // Another owner of the same client waits behind the writer.
+    let other = reader_client.rw_lock("pass");
+    let fresh = tokio::spawn(async move {
+        other
+            .read()
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_some()
+    });
+    assert!(
+        !fresh.await.unwrap(),
+        "reader_client new reader passed reader_client waiting writer"
+    );
+    let again = rw
+        .read()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("the reading owner re-enters");
+    let owner = redisync::Owner::current();
+    let child_rw = rw.clone();
+    let child = tokio::spawn(owner.scope(async move {
+        child_rw
+            .read()
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .map(|g| g.fencing_token())
+    }));
+    assert_eq!(child.await.unwrap(), Some(again.fencing_token()));
+    again.unlock().await.unwrap();
+    held.unlock().await.unwrap();
+    let wg = first_writer.await.unwrap();
+    // While another writer waits, the writer still takes the read side (reader_client
+    // downgrade), and reader_client new reader of its client does not.
+    let third_client = env.client().await;
+    let w_other = third_client.rw_lock("pass").write();
+    let second_writer = tokio::spawn(async move { w_other.lock().await.unwrap() });
+    writer_waits(&env, "pass").await;
+    let rw_b = writer_client.rw_lock("pass");
+    let read_b = rw_b.clone();
+    let downgrade = writer_owner
+        .scope(async move { read_b.read().try_lock(Duration::ZERO, None).await })
+        .await
+        .unwrap()
+        .expect("the writer reads at once");
+    let fresh = tokio::spawn(async move {
+        rw_b.read()
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_some()
+    });
+    assert!(
+        !fresh.await.unwrap(),
+        "reader_client new reader passed reader_client waiting writer"
+    );
+    wg.unlock().await.unwrap();
+    assert!(
+        !second_writer.is_finished(),
+        "reader_client writer got in beside the downgraded reader"
+    );
+    downgrade.unlock().await.unwrap();
+    second_writer.await.unwrap().unlock().await.unwrap();
+}
+
+/// A writer that stops waiting (timeout, cancelled future, crashed process)
+/// stops holding readers back: at once, or after its mark's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_stops_waiting_lets_readers_in() {
+    let env = Env::start().await;
+    let reader_client = env.client().await;
+    let writer_client = env.client().await;
+    let other_client = env.client().await;
+    let held = reader_client.rw_lock("gone").read().lock().await.unwrap();
+    // Timeout: its undo removes the mark before try_lock returns.
+    let timed_out = writer_client
+        .rw_lock("gone")
+        .write()
+        .try_lock(Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    assert!(timed_out.is_none());
+    let marks: i64 = env.admin.exists(writers_key("gone")).await.unwrap();
+    assert_eq!(marks, 0, "reader_client timed-out writer left its mark");
+    other_client
+        .rw_lock("gone")
+        .read()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("readers share again")
+        .unlock()
+        .await
+        .unwrap();
+    // Cancelled: the background undo removes the mark, and waiting readers wake.
+    let write = writer_client.rw_lock("gone").write();
+    let wtask = tokio::spawn(async move { write.lock().await });
+    writer_waits(&env, "gone").await;
+    let rc = other_client.rw_lock("gone");
+    let reader = tokio::spawn(async move { rc.read().lock().await.unwrap() });
+    tokio::task::yield_now().await;
+    wtask.abort();
+    let got = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("reader_client reader waiting behind reader_client cancelled writer got in")
+        .unwrap();
+    got.unlock().await.unwrap();
+    // Crashed: reader_client mark nobody refreshes holds readers back for its lease only.
+    let now_ms = common::server_ms(&env.admin).await;
+    common::zadd_ms(&env.admin, &writers_key("gone"), now_ms + 400, "dead:1").await;
+    let rc = other_client.rw_lock("gone");
+    assert!(rc
+        .read()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    rc.read()
+        .try_lock(Duration::from_secs(10), None)
+        .await
+        .unwrap()
+        .expect("in once the dead writer's mark ran out")
+        .unlock()
+        .await
+        .unwrap();
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_key_of_another_type_is_an_error_and_nothing_is_written() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let _: () = env
+        .admin
+        .set(writers_key("wt"), "x", None, None, false)
+        .await
+        .unwrap();
+    let rw = client.rw_lock("wt");
+    for res in [
+        rw.read().try_lock(Duration::ZERO, None).await,
+        rw.write().try_lock(Duration::ZERO, None).await,
+    ] {
+        assert!(matches!(res, Err(Error::WrongType { .. })), "{res:?}");
+    }
+    let hold: i64 = env.admin.exists(rw_key("wt")).await.unwrap();
+    assert_eq!(hold, 0, "a failed script wrote the hold");
+}

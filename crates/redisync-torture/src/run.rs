@@ -27,7 +27,8 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(45);
 /// Whether `key` (layout `redisync:v1:<kind>:<role>:<name>`) is bookkeeping
 /// that legitimately outlives the locks: fencing counters (their TTL is
 /// long), a semaphore's permits (checked through `available_permits`) and
-/// its lease table, fair-lock queues, read-write reader tables.
+/// its lease table, fair-lock queues, read-write reader and waiting-writer
+/// tables.
 fn is_bookkeeping(key: &str) -> bool {
     let mut parts = key.splitn(5, ':');
     let (Some("redisync"), Some(_), Some(kind), Some(role)) =
@@ -37,7 +38,10 @@ fn is_bookkeeping(key: &str) -> bool {
     };
     matches!(
         (kind, role),
-        (_, "fence" | "leases" | "queue" | "deadlines" | "readers") | ("sem", "hold")
+        (
+            _,
+            "fence" | "leases" | "queue" | "deadlines" | "readers" | "writers"
+        ) | ("sem", "hold")
     )
 }
 

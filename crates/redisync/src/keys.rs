@@ -61,6 +61,8 @@ pub(crate) enum Role {
     Deadlines,
     /// Read-write lock: the readers' lease ends.
     Readers,
+    /// Read-write lock: the waiting writers' mark ends.
+    Writers,
     /// Semaphore: the acquisitions' lease ends.
     Leases,
 }
@@ -74,6 +76,7 @@ impl Role {
             Role::Queue => "queue",
             Role::Deadlines => "deadlines",
             Role::Readers => "readers",
+            Role::Writers => "writers",
             Role::Leases => "leases",
         }
     }
@@ -151,13 +154,14 @@ mod tests {
         "redisync:v1:lock:hold:{x}",
     ];
     const KINDS: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
-    const ROLES: [Role; 7] = [
+    const ROLES: [Role; 8] = [
         Role::Hold,
         Role::Fence,
         Role::Channel,
         Role::Queue,
         Role::Deadlines,
         Role::Readers,
+        Role::Writers,
         Role::Leases,
     ];
 

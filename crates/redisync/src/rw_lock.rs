@@ -25,6 +25,11 @@ lua_script!(FORCE_UNLOCK, "rw_lock_force_unlock.lua");
 /// Poll bound when the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
+/// How long a waiting writer's mark holds new readers back unless the
+/// writer refreshes it (every third of it while it waits): what a crashed
+/// waiting writer costs readers at most.
+const WRITER_MARK_LEASE: Duration = Duration::from_secs(5);
+
 /// Which side of the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -89,6 +94,10 @@ static WRITE_HOLD: HoldOps = HoldOps {
     },
 };
 
+fn mark_ms() -> i64 {
+    i64::try_from(WRITER_MARK_LEASE.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Releases one hold of `hold` on one side (`last`: the acquisition).
 async fn release_side(
     redis: &RedisClient,
@@ -137,6 +146,7 @@ impl RwRelease<'_> {
                 vec![
                     Key::from(self.key),
                     keys::sibling_key(self.key, Role::Readers),
+                    keys::sibling_key(self.key, Role::Writers),
                 ],
                 vec![
                     Value::String(self.owner.into()),
@@ -164,9 +174,22 @@ impl RwRelease<'_> {
 /// its own, so a crashed reader's share ends after its lease even while other
 /// readers keep renewing theirs. A writer's release wakes every waiting reader.
 ///
-/// Fairness: tasks of one client queue in FIFO order (a waiting writer holds
-/// back later local readers); across clients readers are admitted whenever
-/// the lock is in read mode, so a steady stream of readers can starve writers.
+/// Writer preference, across clients: once a writer waits, new readers wait
+/// behind it, as with tokio's `RwLock`, so a steady stream of readers cannot
+/// starve writers (without it a writer waits until readers happen to leave
+/// the lock free at once). A waiting writer marks itself in Redis and
+/// refreshes the mark while it waits; a writer that stops waiting removes
+/// it (a timed-out `try_lock` before it returns, a dropped future in the
+/// background) and the readers it held back wake; a crashed one holds them
+/// back for at most the mark's lease, 5 s. Readers already in keep their
+/// hold until they release it. Exempt, so they never wait for themselves:
+/// an owner that already reads re-enters, and a writer takes the read side
+/// (a downgrade). As with tokio's `RwLock`, a reader that waits for another
+/// owner's read (a spawned child without [`Owner::current`](crate::Owner::current),
+/// a second flow in its own [`Owner`](crate::Owner) scope, a
+/// [`non_reentrant`](RwLock::non_reentrant) handle read twice) deadlocks
+/// once a writer waits: hand the owner down, or read once. Within one client
+/// tasks queue in FIFO order.
 #[derive(Clone)]
 pub struct RwLock {
     inner: Arc<RwInner>,
@@ -175,6 +198,7 @@ pub struct RwLock {
 struct RwInner {
     named: Named,
     readers: Key,
+    writers: Key,
 }
 
 impl std::fmt::Debug for RwLock {
@@ -193,6 +217,7 @@ impl Client {
         RwLock {
             inner: Arc::new(RwInner {
                 readers: named.role(Role::Readers),
+                writers: named.role(Role::Writers),
                 named,
             }),
         }
@@ -219,6 +244,7 @@ impl RwLock {
             inner: Arc::new(RwInner {
                 named: self.inner.named.non_reentrant(),
                 readers: self.inner.readers.clone(),
+                writers: self.inner.writers.clone(),
             }),
         }
     }
@@ -305,6 +331,10 @@ impl Spec for RwLock {
     fn hold_ops(&self, side: Side) -> &'static HoldOps {
         side.hold_ops()
     }
+    /// A waiting writer's mark lives its mark lease.
+    fn linger(&self, lease: Duration) -> Duration {
+        lease.max(WRITER_MARK_LEASE)
+    }
 
     /// This owner holding the other side decides before the local queue,
     /// whose head may wait for that very hold: a reader asking for the write
@@ -331,6 +361,7 @@ impl Spec for RwLock {
                     self.inner.named.hold.clone(),
                     self.inner.readers.clone(),
                     self.inner.named.fence.clone(),
+                    self.inner.writers.clone(),
                 ],
                 vec![
                     Value::String(raw_owner(t.holder).into()),
@@ -338,11 +369,22 @@ impl Spec for RwLock {
                     Value::String(t.ask.tag().into()),
                     token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
+                    Value::String(if t.enqueue { "1" } else { "0" }.into()),
+                    Value::Integer(mark_ms()),
                 ],
             )
             .await?;
         match reply[..] {
             [1 | 2, token] => Ok(Reply::granted(token)),
+            // A waiting writer left its mark: refresh it well before it
+            // runs out, and undo it if the wait ends.
+            [0, wait_ms] if t.ask == Side::Write && t.enqueue => {
+                let until = Reply::bound(wait_ms, NO_TTL_POLL);
+                Ok(Reply::Busy {
+                    until: until.min(Instant::now() + WRITER_MARK_LEASE / 3),
+                    queued: true,
+                })
+            }
             [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
             [-3, _] => Err(self.upgrade_refused()),
             _ => Err(Error::Script {

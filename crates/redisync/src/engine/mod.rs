@@ -83,14 +83,18 @@ impl Reply {
     /// A busy reply with a wait bound of `ms` milliseconds from now (negative:
     /// none given; `fallback` then).
     pub(crate) fn busy_for(ms: i64, fallback: Duration) -> Reply {
+        Reply::Busy {
+            until: Reply::bound(ms, fallback),
+            queued: false,
+        }
+    }
+
+    /// The instant `ms` milliseconds from now (negative: `fallback` from now).
+    pub(crate) fn bound(ms: i64, fallback: Duration) -> Instant {
         let now = Instant::now();
-        let until = match u64::try_from(ms) {
+        match u64::try_from(ms) {
             Ok(ms) => now + Duration::from_millis(ms.saturating_add(1)),
             Err(_) => now + fallback,
-        };
-        Reply::Busy {
-            until,
-            queued: false,
         }
     }
 }
