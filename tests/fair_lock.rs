@@ -418,7 +418,7 @@ async fn zero_wait_never_queues_nor_overtakes() {
     write_ghost(&env, "zero", "other-client:1", Duration::from_secs(30)).await;
     assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
     assert_eq!(queue_len(&env, "zero").await, (1, 1));
-    let channels: Vec<String> = env.admin.pubsub_shardchannels("redisync:*").await.unwrap();
+    let channels = common::channels(&env.admin, "redisync:*").await;
     assert!(channels.is_empty(), "a zero wait subscribed: {channels:?}");
 }
 
@@ -714,9 +714,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
 
     let sub = common::admin(&env.server.url()).await;
     let mut messages = sub.message_rx();
-    sub.ssubscribe(common::key("fair", "ch", "owner"))
-        .await
-        .unwrap();
+    common::subscribe(&sub, &common::key("fair", "ch", "owner")).await;
     let before: HashMap<String, String> = env.admin.hgetall(hash_key("owner")).await.unwrap();
     let queue_before: Vec<String> = env.admin.lrange(queue_key("owner"), 0, -1).await.unwrap();
     let calls_before = command_calls(&env).await;
@@ -859,15 +857,8 @@ async fn wakeups_are_addressed_constant_commands_per_acquisition() {
         .await
     );
     // One subscription per client, however many of its tasks wait.
-    let counts: Vec<fred::types::Value> = env
-        .admin
-        .custom(
-            CustomCommand::new_static("PUBSUB", ClusterHash::FirstKey, false),
-            vec!["SHARDNUMSUB".to_string(), common::key("fair", "ch", "herd")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(counts[1].as_i64(), Some(2), "{counts:?}");
+    let count = common::subscribers(&env.admin, &common::key("fair", "ch", "herd")).await;
+    assert_eq!(count, 2, "subscriptions: {count}");
     let before = command_calls(&env).await;
     holder.unlock().await.unwrap();
     for t in tasks {

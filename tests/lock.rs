@@ -409,41 +409,15 @@ async fn subscription_is_shared_and_released() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let counts: Vec<fred::types::Value> = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "PUBSUB",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            vec!["SHARDNUMSUB".to_owned(), common::key("lock", "ch", "subs")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        counts[1].as_i64(),
-        Some(1),
-        "one subscription for 20 waiters: {counts:?}"
-    );
+    let count = common::subscribers(&env.admin, &common::key("lock", "ch", "subs")).await;
+    assert_eq!(count, 1, "one subscription for 20 waiters: {count}");
     g.unlock().await.unwrap();
     for t in tasks {
         t.await.unwrap();
     }
     // Unsubscribed after a short linger (500 ms) once nobody waits.
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let channels: Vec<String> = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "PUBSUB",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            vec!["SHARDCHANNELS"],
-        )
-        .await
-        .unwrap();
+    let channels = common::channels(&env.admin, "*").await;
     assert!(
         channels.is_empty(),
         "subscription left behind: {channels:?}"
@@ -502,9 +476,7 @@ async fn release_publishes_only_when_another_client_tried() {
     let b = env.client().await;
     let sub = common::admin(&env.server.url()).await;
     let mut messages = sub.message_rx();
-    sub.ssubscribe(common::key("lock", "ch", "quiet"))
-        .await
-        .unwrap();
+    common::subscribe(&sub, &common::key("lock", "ch", "quiet")).await;
     // Uncontended: no message.
     a.lock("quiet")
         .lock()

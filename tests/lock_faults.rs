@@ -586,7 +586,7 @@ async fn non_owner_unlock_writes_nothing() {
     let channel = common::key("lock", "ch", "owner");
     let sub = admin(&url).await;
     let mut messages = sub.message_rx();
-    sub.ssubscribe(channel.as_str()).await.unwrap();
+    common::subscribe(&sub, &channel).await;
 
     let e = stale.unlock().await.expect_err("unlock by a non-owner");
     assert!(

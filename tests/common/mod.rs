@@ -63,12 +63,68 @@ pub fn key(kind: &str, role: &str, name: &str) -> String {
     format!("redisync:v1:{kind}:{role}:{{{name}}}")
 }
 
-/// Shard channels with subscribers that belong to redisync.
-pub async fn our_shard_channels(env: &Env) -> Vec<String> {
-    env.admin
-        .pubsub_shardchannels("redisync:*")
+/// Whether redisync uses sharded pub/sub on this server (Redis >= 7:
+/// `SSUBSCRIBE`/`SPUBLISH`; below it `SUBSCRIBE`/`PUBLISH`), so tests watch
+/// the channels through the same kind of pub/sub the client uses.
+pub fn sharded(admin: &fred::clients::Client) -> bool {
+    admin.server_version().is_some_and(|v| v.major >= 7)
+}
+
+/// `PUBSUB <sub> args..` through whichever pub/sub the client uses:
+/// `shard` is the sharded subcommand (`SHARDCHANNELS`, `SHARDNUMSUB`),
+/// `classic` the other (`CHANNELS`, `NUMSUB`).
+pub async fn pubsub<R: fred::types::FromValue>(
+    admin: &fred::clients::Client,
+    shard: &str,
+    classic: &str,
+    args: Vec<String>,
+) -> R {
+    let sub = if sharded(admin) { shard } else { classic };
+    let mut all = vec![sub.to_owned()];
+    all.extend(args);
+    admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "PUBSUB",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            all,
+        )
         .await
-        .expect("PUBSUB SHARDCHANNELS")
+        .unwrap_or_else(|e| panic!("PUBSUB {sub}: {e}"))
+}
+
+/// Channels with subscribers (of the pub/sub the client uses) that match
+/// `pattern`.
+pub async fn channels(admin: &fred::clients::Client, pattern: &str) -> Vec<String> {
+    pubsub(admin, "SHARDCHANNELS", "CHANNELS", vec![pattern.to_owned()]).await
+}
+
+/// How many subscribers `channel` has (of the pub/sub the client uses).
+pub async fn subscribers(admin: &fred::clients::Client, channel: &str) -> i64 {
+    let counts: Vec<fred::types::Value> =
+        pubsub(admin, "SHARDNUMSUB", "NUMSUB", vec![channel.to_owned()]).await;
+    counts
+        .get(1)
+        .and_then(fred::types::Value::as_i64)
+        .unwrap_or(-1)
+}
+
+/// Subscribes `sub` to `channel` through the pub/sub the client uses; its
+/// `message_rx()` then sees what redisync publishes there.
+pub async fn subscribe(sub: &fred::clients::Client, channel: &str) {
+    if sharded(sub) {
+        sub.ssubscribe(channel).await.expect("SSUBSCRIBE");
+    } else {
+        sub.subscribe(channel).await.expect("SUBSCRIBE");
+    }
+}
+
+/// Channels with subscribers that belong to redisync (sharded or not, as
+/// the client uses).
+pub async fn our_shard_channels(env: &Env) -> Vec<String> {
+    channels(&env.admin, "redisync:*").await
 }
 
 /// Every subscription of ours is gone within `within` (they linger a

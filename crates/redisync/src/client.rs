@@ -22,6 +22,10 @@ const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default [`ClientBuilder::fence_ttl`].
 const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The oldest Redis (major, minor) redisync runs on: its scripts use
+/// `ZADD GT` (6.2); below 7 it falls back to classic pub/sub.
+const MIN_SERVER: (u64, u64) = (6, 2);
+const MIN_SERVER_NAME: &str = "6.2";
 
 /// Settings of a [`Client`]; made by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -335,7 +339,17 @@ impl Client {
                 return Err(timed_out());
             }
         }
-        let sharded = redis.server_version().is_some_and(|v| v.major >= 7);
+        let version = redis.server_version();
+        if let Some(v) = version.as_ref().filter(|v| (v.major, v.minor) < MIN_SERVER) {
+            let _ = futures::join!(redis.quit(), subscriber.quit());
+            return Err(Error::UnsupportedServer {
+                version: v.to_string(),
+                minimum: MIN_SERVER_NAME,
+            });
+        }
+        // Sharded pub/sub from Redis 7 on; classic PUBLISH/SUBSCRIBE before
+        // (and when the version is unknown: INFO refused by an ACL).
+        let sharded = version.is_some_and(|v| v.major >= 7);
         let id = uuid::Uuid::new_v4();
         let inner = Arc::new(ClientInner {
             id,
@@ -382,6 +396,13 @@ impl Client {
     /// The lease of watchdog-renewed locks of this client.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.settings.watchdog_timeout
+    }
+
+    /// The Redis version the server reported at connect (`redis_version`
+    /// of `INFO server`; Valkey reports the Redis version it is compatible
+    /// with), `None` when it could not be read.
+    pub fn server_version(&self) -> Option<String> {
+        self.inner.redis.server_version().map(|v| v.to_string())
     }
 
     /// Where this client was configured to connect (no I/O, no DNS), one

@@ -77,6 +77,18 @@ pub enum Error {
     /// walks the error chain shows it once.
     #[error("redis: {0}")]
     Redis(RedisError),
+    /// The server is older than redisync supports (Redis 6.2: its scripts
+    /// use `ZADD GT`); the connection was closed. Valkey reports the Redis
+    /// version it is compatible with (7.2 for Valkey 8 and 9).
+    #[error(
+        "redis server {version} is too old: redisync needs Redis {minimum} or newer (or Valkey)"
+    )]
+    UnsupportedServer {
+        /// The `redis_version` the server reported.
+        version: String,
+        /// The oldest version redisync supports.
+        minimum: &'static str,
+    },
     /// [`Client::shutdown`](crate::Client::shutdown) was called.
     #[error("the redisync client was shut down")]
     Shutdown,
