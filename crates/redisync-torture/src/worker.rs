@@ -27,6 +27,11 @@ pub(crate) struct Urls {
     pub(crate) nodes: Vec<String>,
 }
 
+/// How long a worker keeps trying to connect at start.
+const CONNECT_FOR: Duration = Duration::from_secs(15);
+/// Pause between two connect attempts.
+const CONNECT_PAUSE: Duration = Duration::from_millis(100);
+
 /// One client for the main server and one per Redlock node.
 #[derive(Debug)]
 pub(crate) struct ClientSet {
@@ -41,13 +46,25 @@ impl ClientSet {
         urls: &Urls,
         settings: Settings,
     ) -> Result<ClientSet, String> {
+        // A client's connect is bounded by its command timeout (450 ms in
+        // the short run), which a loaded machine can miss while the worker
+        // starts: set-up is not under test, so it tries again for a while.
         let connect = |url: String| async move {
-            Client::builder(&url)
-                .watchdog_timeout(settings.lease)
-                .command_timeout(settings.command_timeout)
-                .connect()
-                .await
-                .map_err(|e| format!("{label}: cannot connect to {url}: {e}"))
+            let give_up = tokio::time::Instant::now() + CONNECT_FOR;
+            loop {
+                let attempt = Client::builder(&url)
+                    .watchdog_timeout(settings.lease)
+                    .command_timeout(settings.command_timeout)
+                    .connect()
+                    .await;
+                match attempt {
+                    Ok(client) => return Ok(client),
+                    Err(e) if e.is_retryable() && tokio::time::Instant::now() < give_up => {
+                        tokio::time::sleep(CONNECT_PAUSE).await;
+                    }
+                    Err(e) => return Err(format!("{label}: cannot connect to {url}: {e}")),
+                }
+            }
         };
         let main = connect(urls.main.clone()).await?;
         let mut nodes = Vec::with_capacity(urls.nodes.len());
