@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
-use crate::script::lua_script;
+use crate::script::{lua_script, LuaScript};
 use fred::clients::Client as RedisClient;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
@@ -105,6 +105,13 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        Ok(self.run_set_permits(&SET_PERMITS, permits).await? == 1)
+    }
+
+    /// Runs a script that sets the total (`semaphore_set_permits.lua`, only
+    /// a first total; `semaphore_reset_permits.lua`, any time) to
+    /// `permits`, after the checks both share.
+    async fn run_set_permits(&self, script: &LuaScript, permits: u32) -> Result<i64> {
         self.named().check_usable(Self::WHAT)?;
         if permits == 0 {
             return Err(Error::InvalidArgument(
@@ -112,7 +119,7 @@ impl Semaphore {
             ));
         }
         let client = self.named().client_inner();
-        let set: i64 = SET_PERMITS
+        script
             .run_idempotent(
                 &client.redis,
                 &self.inner.named.key,
@@ -123,8 +130,7 @@ impl Semaphore {
                     Value::from(self.inner.named.channel.clone()),
                 ],
             )
-            .await?;
-        Ok(set == 1)
+            .await
     }
 
     /// Sets the number of permits whether or not some were set (Redisson's
@@ -150,26 +156,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
-        self.named().check_usable(Self::WHAT)?;
-        if permits == 0 {
-            return Err(Error::InvalidArgument(
-                "a semaphore needs at least one permit".into(),
-            ));
-        }
-        let client = self.named().client_inner();
-        let _previous: i64 = RESET_PERMITS
-            .run_idempotent(
-                &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone()],
-                vec![
-                    Value::Integer(i64::from(permits)),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
-            )
-            .await?;
-        Ok(())
+        self.run_set_permits(&RESET_PERMITS, permits).await.map(drop)
     }
 
     /// Adds `delta` permits to the total, or removes them for a negative
