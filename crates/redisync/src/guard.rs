@@ -112,9 +112,9 @@ pub trait GuardError: std::error::Error + Send + Sync + 'static {
     fn is_not_held(&self) -> bool;
 }
 
-impl GuardError for crate::Error {
+impl GuardError for crate::error::Error {
     fn is_not_held(&self) -> bool {
-        crate::Error::is_not_held(self)
+        crate::error::Error::is_not_held(self)
     }
 }
 

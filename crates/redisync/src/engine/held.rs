@@ -308,7 +308,7 @@ where
 macro_rules! guard_accessors {
     ($guard:ty) => {
         impl crate::guard::Guard for $guard {
-            type Error = crate::Error;
+            type Error = crate::error::Error;
 
             fn fencing_token(&self) -> u64 {
                 self.held.hold().token
@@ -329,11 +329,11 @@ macro_rules! guard_accessors {
             fn extend(
                 &self,
                 lease: std::time::Duration,
-            ) -> impl std::future::Future<Output = crate::Result<()>> + Send {
+            ) -> impl std::future::Future<Output = crate::error::Result<()>> + Send {
                 self.held.extend(lease)
             }
 
-            fn release(self) -> impl std::future::Future<Output = crate::Result<()>> + Send {
+            fn release(self) -> impl std::future::Future<Output = crate::error::Result<()>> + Send {
                 self.held.release()
             }
         }
