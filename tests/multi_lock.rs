@@ -371,3 +371,85 @@ async fn the_same_lock_twice_is_refused_by_new() {
         .expect("all free");
     guard.unlock().await.expect("unlock");
 }
+
+/// `MultiLockGuard` through the `Guard` trait: one token for the set (the
+/// largest member token, which rises for every later holder of the set), an
+/// owned lost signal that fires when any member is lost and on release,
+/// `extend` of every member, and `run_locked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_guard_is_a_guard_with_an_owned_lost_signal() {
+    use redisync::{run_locked, Guard, GuardError, Outcome};
+    let nodes = RedisNodes::start(2).await;
+    let p = Pair {
+        a: Client::builder(&nodes[0].url())
+            .watchdog_timeout(Duration::from_millis(600))
+            .connect()
+            .await
+            .expect("connect a"),
+        b: Client::builder(&nodes[1].url())
+            .watchdog_timeout(Duration::from_millis(600))
+            .connect()
+            .await
+            .expect("connect b"),
+    };
+    let other = pair(&nodes).await;
+    let multi = xyz(&p);
+    let limit = Duration::from_secs(20);
+
+    let first = multi.lock().await.expect("lock");
+    let token = Guard::fencing_token(&first);
+    assert_eq!(Some(token), first.fencing_tokens().into_iter().max());
+    assert_eq!(
+        Guard::fencing_token_i64(&first),
+        i64::try_from(token).unwrap()
+    );
+    assert!(Guard::validity(&first) > Duration::ZERO);
+    Guard::extend(&first, Duration::from_secs(5))
+        .await
+        .expect("extend");
+    assert!(!Guard::is_lost(&first));
+    first.unlock().await.expect("unlock");
+    let guard = multi.lock().await.expect("lock");
+    assert!(
+        Guard::fencing_token(&guard) > token,
+        "the set's token rises"
+    );
+
+    let signal = Guard::lost_signal(&guard);
+    let watcher = tokio::spawn(signal.clone());
+    assert!(other.a.lock("y").force_unlock().await.expect("force"));
+    timeout(limit, watcher)
+        .await
+        .expect("the signal fires in another task")
+        .unwrap();
+    assert!(signal.is_lost() && guard.is_lost());
+    let late = Guard::extend(&guard, Duration::from_secs(5))
+        .await
+        .expect_err("a member is lost");
+    assert!(GuardError::is_not_held(&late), "{late:?}");
+    let late = Guard::release(guard).await.expect_err("a member is lost");
+    assert!(late.is_not_held(), "{late:?}");
+
+    let guard = multi.lock().await.expect("lock");
+    let signal = guard.lost_signal();
+    guard.unlock().await.expect("unlock");
+    timeout(limit, signal)
+        .await
+        .expect("a release fires the signal");
+
+    let done = run_locked(multi.lock(), async |g: &MultiLockGuard| {
+        g.fencing_tokens().len()
+    })
+    .await
+    .expect("run_locked");
+    assert_eq!(done, Outcome::Completed(3));
+    let forcer = other.b.clone();
+    let stopped = run_locked(multi.lock(), async move |_g: &MultiLockGuard| {
+        assert!(forcer.lock("z").force_unlock().await.expect("force"));
+        std::future::pending::<()>().await;
+    });
+    let stopped = timeout(limit, stopped)
+        .await
+        .expect("cancelled on the loss");
+    assert!(matches!(stopped, Ok(Outcome::Cancelled)), "{stopped:?}");
+}

@@ -748,3 +748,72 @@ async fn nodes_that_stalled_once_count_again_when_they_answer() {
     assert!(guard.fencing_token() > 0);
     guard.unlock().await.expect("unlock");
 }
+
+/// Generic code over the `Guard` trait, as `run_locked` is.
+async fn trait_checks<G: redisync::Guard>(guard: &G, token: u64) {
+    use redisync::Guard;
+    assert_eq!(Guard::fencing_token(guard), token);
+    assert_eq!(
+        Guard::fencing_token_i64(guard),
+        i64::try_from(token).unwrap()
+    );
+    assert!(!Guard::is_lost(guard));
+    assert!(!Guard::lost_signal(guard).is_lost());
+    assert!(Guard::validity(guard) > Duration::ZERO);
+    Guard::extend(guard, LEASE).await.expect("extend");
+}
+
+/// `RedlockGuard` through the `Guard` trait: its owned lost signal, moved
+/// into another task, fires when a majority of nodes lose the lock and when
+/// the guard is released; `run_locked` stops the work on a loss; a release
+/// after the loss is told apart with `is_not_held`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_guard_is_a_guard_with_an_owned_lost_signal() {
+    use redisync::{run_locked, Guard, GuardError, Outcome};
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients_with_watchdog(&nodes, Duration::from_millis(600)).await;
+    let other = clients(&nodes).await;
+    let rl = redlock(&cs, "owned");
+    let limit = Duration::from_secs(20);
+
+    let guard = rl.lock().await.expect("lock");
+    trait_checks(&guard, guard.fencing_token()).await;
+    let signal = Guard::lost_signal(&guard);
+    let watcher = tokio::spawn(signal.clone());
+    for i in [0, 2] {
+        assert!(other[i].lock("owned").force_unlock().await.expect("force"));
+    }
+    timeout(limit, watcher)
+        .await
+        .expect("the signal fires in another task")
+        .unwrap();
+    assert!(signal.is_lost() && guard.is_lost());
+    let late = Guard::release(guard).await.expect_err("lost on a majority");
+    assert!(GuardError::is_not_held(&late), "{late:?}");
+    assert!(late.is_not_held());
+
+    let guard = rl.lock().await.expect("lock");
+    let signal = guard.lost_signal();
+    assert!(!signal.is_lost());
+    guard.unlock().await.expect("unlock");
+    timeout(limit, signal.clone())
+        .await
+        .expect("a release fires the signal");
+    assert!(signal.is_lost());
+
+    let done = run_locked(rl.lock(), async |g: &RedlockGuard| g.fencing_token())
+        .await
+        .expect("run_locked");
+    assert!(matches!(done, Outcome::Completed(t) if t > 0), "{done:?}");
+    let others = other.clone();
+    let stopped = run_locked(rl.lock(), async move |_g: &RedlockGuard| {
+        for i in [1, 2] {
+            assert!(others[i].lock("owned").force_unlock().await.expect("force"));
+        }
+        std::future::pending::<()>().await;
+    });
+    let stopped = timeout(limit, stopped)
+        .await
+        .expect("cancelled on the loss");
+    assert!(matches!(stopped, Ok(Outcome::Cancelled)), "{stopped:?}");
+}

@@ -50,6 +50,21 @@ pub enum Error {
         /// Every release that failed.
         failures: Vec<MemberError>,
     },
+    /// Extending a [`MultiLockGuard`](crate::MultiLockGuard) did not reach
+    /// every member: the members listed failed (a lost member:
+    /// [`redisync::Error::NotHeld`]); the others were extended.
+    #[error(
+        "extension confirmed by {extended} of {required} locks{}",
+        list(failures)
+    )]
+    Extend {
+        /// Members that were extended.
+        extended: usize,
+        /// Members in all (each must be extended).
+        required: usize,
+        /// Every extension that failed.
+        failures: Vec<MemberError>,
+    },
     /// An error of a single lock operation (for example
     /// [`redisync::Error::NotHeld`] when extending a guard already lost).
     #[error(transparent)]
@@ -65,9 +80,48 @@ impl Error {
             Error::QuorumNotReached { .. } => true,
             Error::Member(m) => m.error.is_retryable(),
             Error::Lock(e) => e.is_retryable(),
-            Error::Release { failures, .. } => failures.iter().all(|f| f.error.is_retryable()),
+            Error::Release { failures, .. } | Error::Extend { failures, .. } => {
+                failures.iter().all(|f| f.error.is_retryable())
+            }
             Error::InvalidArgument(_) => false,
         }
+    }
+}
+
+impl Error {
+    /// True when the guard no longer held its lock (routine after a loss;
+    /// trying again cannot help): a single lock's
+    /// [`redisync::Error::NotHeld`]; a release or extension whose every
+    /// failure is `NotHeld` (with nothing left in flight); a `Redlock`
+    /// extension refused by nodes that no longer hold it, with no node
+    /// timed out, failed or restarted.
+    pub fn is_not_held(&self) -> bool {
+        let all_not_held =
+            |f: &[MemberError]| !f.is_empty() && f.iter().all(|m| m.error.is_not_held());
+        match self {
+            Error::Lock(e) => e.is_not_held(),
+            Error::Member(m) => m.error.is_not_held(),
+            Error::Release {
+                failures,
+                pending: 0,
+                ..
+            }
+            | Error::Extend { failures, .. } => all_not_held(failures),
+            Error::QuorumNotReached { votes, errors, .. } => {
+                errors.is_empty()
+                    && votes.refused > 0
+                    && votes.timed_out == 0
+                    && votes.failed == 0
+                    && votes.restarted == 0
+            }
+            Error::Release { .. } | Error::InvalidArgument(_) => false,
+        }
+    }
+}
+
+impl redisync::GuardError for Error {
+    fn is_not_held(&self) -> bool {
+        Error::is_not_held(self)
     }
 }
 

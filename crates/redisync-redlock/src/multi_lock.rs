@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use redisync::{Lock, LockGuard};
+use redisync::{Lock, LockGuard, LostSignal};
 use tokio::time::Instant;
 
 use crate::error::{Error, MemberError, Result};
@@ -289,8 +289,70 @@ impl MultiLockGuard {
     }
 
     /// The fencing token of every member, in the order the locks were given.
+    /// Fence each member's own resource with its own token.
     pub fn fencing_tokens(&self) -> Vec<u64> {
         self.guards.iter().map(LockGuard::fencing_token).collect()
+    }
+
+    /// One fencing token for the whole set: the largest member token. Each
+    /// member's token rises for every later holder of that member, so the
+    /// largest rises for every later holder of the same set of locks: a
+    /// resource guarded by the set as one can reject older tokens. (A
+    /// resource guarded by one member takes that member's token from
+    /// [`fencing_tokens`](MultiLockGuard::fencing_tokens).)
+    pub fn fencing_token(&self) -> u64 {
+        self.guards
+            .iter()
+            .map(LockGuard::fencing_token)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The smallest validity of the members (zero once one is lost).
+    pub fn validity(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(LockGuard::validity)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// An owned signal that fires once a member is lost or the guard is
+    /// released (see [`LostSignal`]); unlike [`lost`](MultiLockGuard::lost)
+    /// it borrows nothing.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::any(self.guards.iter().map(LockGuard::lost_signal))
+    }
+
+    /// Makes every member's remaining lease at least `lease`, all at once.
+    ///
+    /// # Errors
+    /// [`Error::Extend`] listing each member that failed
+    /// ([`redisync::Error::NotHeld`] when it was lost, Redis errors); the
+    /// others were extended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each member's extension is one script, done or not done.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let extensions = self
+            .guards
+            .iter()
+            .enumerate()
+            .map(|(i, g)| async move { (i, g.extend(lease).await) });
+        let mut failures = Vec::new();
+        for (i, result) in join_all(extensions).await {
+            if let Err(e) = result {
+                failures.push(MemberError::new(i, self.guards[i].lock(), e));
+            }
+        }
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Extend {
+            extended: self.guards.len() - failures.len(),
+            required: self.guards.len(),
+            failures,
+        })
     }
 
     /// Whether some member is known to be lost (see [`LockGuard::lost`]).
@@ -341,5 +403,33 @@ impl MultiLockGuard {
                 failures,
             })
         }
+    }
+}
+
+impl redisync::Guard for MultiLockGuard {
+    type Error = Error;
+
+    fn fencing_token(&self) -> u64 {
+        MultiLockGuard::fencing_token(self)
+    }
+
+    fn is_lost(&self) -> bool {
+        MultiLockGuard::is_lost(self)
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        MultiLockGuard::lost_signal(self)
+    }
+
+    fn validity(&self) -> Duration {
+        MultiLockGuard::validity(self)
+    }
+
+    fn extend(&self, lease: Duration) -> impl std::future::Future<Output = Result<()>> + Send {
+        MultiLockGuard::extend(self, lease)
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.unlock()
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::{join, join_all, select_all};
 use futures::stream::{FuturesUnordered, StreamExt};
-use redisync::{Lock, LockGuard};
+use redisync::{Lock, LockGuard, LostSignal};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -453,9 +453,12 @@ impl Redlock {
                             token,
                             watchdog: lease.is_none(),
                             drift,
-                            valid_until: Mutex::new(t1 + lease_len.saturating_sub(drift)),
-                            lost: AtomicBool::new(false),
-                            lost_notify: Notify::new(),
+                            loss: Arc::new(Loss {
+                                valid_until: Mutex::new(t1 + lease_len.saturating_sub(drift)),
+                                lost: AtomicBool::new(false),
+                                released: AtomicBool::new(false),
+                                notify: Notify::new(),
+                            }),
                             permit: Some(permit),
                         }));
                     }
@@ -674,13 +677,46 @@ pub struct RedlockGuard {
     token: u64,
     watchdog: bool,
     drift: Duration,
+    /// What the guard shares with its owned lost signals.
+    loss: Arc<Loss>,
+    /// The local queue's turn; handed on once the releases are sent.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// A guard's loss state, shared with its owned [`LostSignal`]s.
+struct Loss {
     /// Fixed lease: start of the winning attempt (or of the last extension)
     /// + lease - drift.
     valid_until: Mutex<Instant>,
     lost: AtomicBool,
-    lost_notify: Notify,
-    /// The local queue's turn; handed on once the releases are sent.
-    permit: Option<OwnedSemaphorePermit>,
+    /// Set when the guard is released or dropped: its signals fire.
+    released: AtomicBool,
+    /// Woken on a loss and on the release.
+    notify: Notify,
+}
+
+impl Loss {
+    fn valid_until(&self) -> Instant {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a signal of a guard whose lease is `fixed` (not renewed)
+    /// fires on what this state knows alone: lost, released, or a fixed
+    /// lease's validity gone.
+    fn over(&self, fixed: bool) -> bool {
+        self.lost.load(Ordering::Acquire)
+            || self.released.load(Ordering::Acquire)
+            || (fixed && Instant::now() >= self.valid_until())
+    }
+
+    fn release(&self) {
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
+        }
+    }
 }
 
 impl std::fmt::Debug for RedlockGuard {
@@ -727,7 +763,7 @@ impl RedlockGuard {
 
     /// When the lock stops being safely held, `None` once lost (and then for good).
     fn valid_until(&self) -> Option<Instant> {
-        if self.lost.load(Ordering::Acquire) {
+        if self.loss.lost.load(Ordering::Acquire) {
             return None;
         }
         let now = Instant::now();
@@ -744,12 +780,7 @@ impl RedlockGuard {
                 if self.watchdog {
                     by_nodes
                 } else {
-                    by_nodes.min(
-                        *self
-                            .valid_until
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner),
-                    )
+                    by_nodes.min(self.loss.valid_until())
                 }
             })
             .filter(|u| *u > now);
@@ -760,9 +791,9 @@ impl RedlockGuard {
     }
 
     fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
+        if !self.loss.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(target: "redisync.lease.lost", lock_key = %self.inner.name, token = self.token, "redlock lost: its validity ran out, an extension failed, or fewer than a majority of nodes still hold it");
-            self.lost_notify.notify_waiters();
+            self.loss.notify.notify_waiters();
         }
     }
 
@@ -781,7 +812,7 @@ impl RedlockGuard {
     /// Cancel safe.
     pub async fn lost(&self) {
         loop {
-            let notified = self.lost_notify.notified();
+            let notified = self.loss.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let Some(until) = self.valid_until() else {
@@ -802,6 +833,42 @@ impl RedlockGuard {
                 () = tokio::time::sleep_until(until) => {}
             }
         }
+    }
+
+    /// An owned signal that fires once the lock is known to be lost (as
+    /// [`is_lost`](RedlockGuard::is_lost): fewer than a majority of its
+    /// nodes still hold it, a fixed lease's validity ran out, an extension
+    /// failed) or the guard is released or dropped. Unlike
+    /// [`lost`](RedlockGuard::lost) it borrows nothing: move it into
+    /// another task to stop work there when the lock goes.
+    pub fn lost_signal(&self) -> LostSignal {
+        let members: Vec<LostSignal> = self.nodes.iter().map(|(_, g)| g.lost_signal()).collect();
+        let (quorum, fixed) = (self.inner.quorum, !self.watchdog);
+        let short =
+            move |members: &[LostSignal]| members.iter().filter(|m| !m.is_lost()).count() < quorum;
+        let (loss, check_loss, check_members) =
+            (self.loss.clone(), self.loss.clone(), members.clone());
+        LostSignal::new(
+            async move {
+                loop {
+                    let notified = loss.notify.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if loss.over(fixed) || short(&members) {
+                        return;
+                    }
+                    let alive: Vec<LostSignal> =
+                        members.iter().filter(|m| !m.is_lost()).cloned().collect();
+                    let deadline = loss.valid_until();
+                    tokio::select! {
+                        () = &mut notified => {}
+                        _ = select_all(alive) => {}
+                        () = tokio::time::sleep_until(deadline), if fixed => {}
+                    }
+                }
+            },
+            move || check_loss.over(fixed) || short(&check_members),
+        )
     }
 
     /// Sets every node's remaining lease to `lease`; succeeds when a
@@ -867,6 +934,7 @@ impl RedlockGuard {
         if votes.granted >= inner.quorum {
             if validity(lease, t1.elapsed(), drift).is_some() {
                 *self
+                    .loss
                     .valid_until
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = t1 + lease.saturating_sub(drift);
@@ -898,6 +966,7 @@ impl RedlockGuard {
     /// local queue moves on then; a dropped future leaves releases not yet
     /// confirmed to finish or to the lease expiry.
     pub async fn unlock(mut self) -> Result<()> {
+        self.loss.release();
         let nodes = std::mem::take(&mut self.nodes);
         let permit = self.permit.take();
         release(self.inner.clone(), nodes, permit).await
@@ -986,6 +1055,7 @@ async fn release(
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
+        self.loss.release();
         let nodes = std::mem::take(&mut self.nodes);
         let permit = self.permit.take();
         if nodes.is_empty() {
@@ -1014,5 +1084,33 @@ impl Drop for RedlockGuard {
             drop(nodes);
             drop(permit);
         }
+    }
+}
+
+impl redisync::Guard for RedlockGuard {
+    type Error = Error;
+
+    fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    fn is_lost(&self) -> bool {
+        RedlockGuard::is_lost(self)
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        RedlockGuard::lost_signal(self)
+    }
+
+    fn validity(&self) -> Duration {
+        RedlockGuard::validity(self)
+    }
+
+    fn extend(&self, lease: Duration) -> impl std::future::Future<Output = Result<()>> + Send {
+        RedlockGuard::extend(self, lease)
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.unlock()
     }
 }

@@ -122,8 +122,9 @@ impl GuardError for crate::error::Error {
 /// its validity, `extend`, and its release under one name. Implemented by
 /// [`LockGuard`](crate::LockGuard), [`FairLockGuard`](crate::FairLockGuard),
 /// [`RwLockGuard`](crate::RwLockGuard) and
-/// [`SemaphorePermit`](crate::SemaphorePermit), so code such as
-/// [`run_locked`] works with any.
+/// [`SemaphorePermit`](crate::SemaphorePermit), and by the `RedlockGuard`
+/// and `MultiLockGuard` of `redisync-redlock` (whose token for the set is
+/// the largest member token), so code such as [`run_locked`] works with any.
 pub trait Guard: Send + Sync + Sized + 'static {
     /// What `extend` and `release` fail with.
     type Error: GuardError;

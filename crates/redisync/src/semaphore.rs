@@ -156,7 +156,9 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
-        self.run_set_permits(&RESET_PERMITS, permits).await.map(drop)
+        self.run_set_permits(&RESET_PERMITS, permits)
+            .await
+            .map(drop)
     }
 
     /// Adds `delta` permits to the total, or removes them for a negative
