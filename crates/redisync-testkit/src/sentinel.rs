@@ -1,11 +1,13 @@
 //! A Sentinel setup on loopback: one primary, one replica and three
-//! `redis-sentinel` processes (quorum 2), torn down on drop.
+//! sentinels (the server binary run as `<server> <conf> --sentinel`, quorum
+//! 2), torn down on drop.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::resp::command_or_empty;
 use crate::{RedisServer, TestkitError};
 
 /// The name the sentinels monitor.
@@ -38,8 +40,8 @@ impl RedisSentinels {
     /// knows the primary, the replica and the other sentinels.
     ///
     /// # Panics
-    /// When it cannot (no `redis-sentinel`/`redis-cli`, or no convergence
-    /// within 20 s), with the reason.
+    /// When it cannot (no server binary, or no convergence within 20 s),
+    /// with the reason.
     pub async fn start() -> RedisSentinels {
         match RedisSentinels::try_start().await {
             Ok(s) => s,
@@ -74,7 +76,7 @@ impl RedisSentinels {
         loop {
             let mut ready = true;
             for s in &self.sentinels {
-                let info = cli(s.port, &["info", "sentinel"]).await;
+                let info = command_or_empty(s.port, &["info", "sentinel"]).await;
                 if !(info.contains("status=ok")
                     && info.contains("slaves=1")
                     && info.contains("sentinels=3"))
@@ -90,7 +92,7 @@ impl RedisSentinels {
                 return Err(TestkitError::NotReady {
                     port: self.sentinels[0].port,
                     reason: "the sentinels did not converge".into(),
-                    log_tail: cli(self.sentinels[0].port, &["info", "sentinel"]).await,
+                    log_tail: command_or_empty(self.sentinels[0].port, &["info", "sentinel"]).await,
                 });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -126,7 +128,7 @@ impl RedisSentinels {
 
     /// The port the sentinels currently name as primary.
     pub async fn current_primary_port(&self) -> Option<u16> {
-        let out = cli(
+        let out = command_or_empty(
             self.sentinels[0].port,
             &["sentinel", "get-master-addr-by-name", SENTINEL_SERVICE],
         )
@@ -163,14 +165,15 @@ fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
         context: "cannot write sentinel.conf".into(),
         source: e,
     })?;
-    let child = Command::new("redis-sentinel")
+    let child = Command::new(crate::server_binary()?)
         .arg(&conf)
+        .arg("--sentinel")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| TestkitError::Io {
-            context: "cannot run redis-sentinel (apt-get install -y redis-sentinel)".into(),
+            context: "cannot run the server binary as a sentinel".into(),
             source: e,
         })?;
     Ok(Sentinel {
@@ -178,19 +181,6 @@ fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
         port,
         _dir: dir,
     })
-}
-
-/// `redis-cli -p port args...`, stdout or empty.
-async fn cli(port: u16, args: &[&str]) -> String {
-    let port = port.to_string();
-    let mut all = vec!["-p", port.as_str()];
-    all.extend_from_slice(args);
-    let out = tokio::process::Command::new("redis-cli")
-        .args(&all)
-        .output()
-        .await;
-    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
