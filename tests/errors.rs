@@ -254,3 +254,48 @@ async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
     assert!(err.is_timeout(), "{err}");
     assert_quiet("a connect that timed out").await;
 }
+
+/// Redis 5.0 (fetched from PyPI) is below the minimum: the connect fails
+/// with a typed error naming both versions, and leaves no connection open.
+/// Redis 6.2.14, the minimum, is accepted and locks work there.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_older_than_the_minimum_is_refused_at_connect() {
+    let old = RedisServer::try_start_named("redis-5.0")
+        .await
+        .expect("Redis 5.0 from PyPI");
+    let e = Client::connect(&old.url())
+        .await
+        .expect_err("Redis 5.0 is refused");
+    match &e {
+        redisync::Error::UnsupportedServer { version, minimum } => {
+            assert!(version.starts_with("5.0."), "{version}");
+            assert_eq!(*minimum, "6.2");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains("5.0.") && text.contains("6.2"), "{text}");
+    // Only the connection asking is left.
+    let clients = redisync_testkit::command(old.port(), &["CLIENT", "LIST"])
+        .await
+        .unwrap();
+    assert_eq!(
+        clients.lines().count(),
+        1,
+        "connections left open: {clients}"
+    );
+
+    let minimum = RedisServer::try_start_named("redis-6.2")
+        .await
+        .expect("Redis 6.2 from PyPI");
+    let client = Client::connect(&minimum.url())
+        .await
+        .expect("6.2 is supported");
+    assert!(client
+        .server_version()
+        .is_some_and(|v| v.starts_with("6.2.")));
+    let guard = client.lock("on-6.2").lock().await.unwrap();
+    assert!(guard.fencing_token() > 0);
+    guard.unlock().await.unwrap();
+}

