@@ -342,7 +342,12 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
                     vec![
                         "slow-client:1".to_owned(),
                         String::new(),
-                        "spublish".to_owned(),
+                        if common::sharded(&env.admin) {
+                            "spublish"
+                        } else {
+                            "publish"
+                        }
+                        .to_owned(),
                         common::key("fair", "ch", "leave"),
                     ],
                 )
