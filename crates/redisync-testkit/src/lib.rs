@@ -229,8 +229,9 @@ pub const TEST_SERVER_ENV: &str = "REDISYNC_TEST_SERVER";
 
 /// The servers that can be named in `REDISYNC_TEST_SERVER` or
 /// [`named_server_binary`], besides `system`: `valkey-9.1` (Valkey 9.1.2),
-/// `redis-6.2` (Redis 6.2.14, the oldest supported) and `redis-5.0` (Redis
-/// 5.0.6, below the minimum); the Redis ones for Linux `x86_64` only.
+/// `valkey-8.1` (Valkey 8.1.8), `redis-8.2` (Redis 8.2.3), `redis-6.2`
+/// (Redis 6.2.14, the oldest supported) and `redis-5.0` (Redis 5.0.6, below
+/// the minimum); all but `valkey-9.1` for Linux `x86_64` only.
 pub fn known_servers() -> Vec<&'static str> {
     pypi::NAMED.iter().map(|(n, _)| *n).collect()
 }

