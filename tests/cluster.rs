@@ -435,8 +435,8 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
         Ok(got) => got,
         // Redis 6.2: riding out a half-migrated slot needs Redis 7 (the
         // README says so). There the waiter fails with a typed, retryable
-        // error instead, and that client's next calls on the slot can time
-        // out too (a fresh client gets in).
+        // error instead, and that client's later commands time out too,
+        // whatever the name (fred 10 on 6.2; a fresh client gets in).
         Err(e) if before_7 => {
             assert!(e.is_retryable(), "{e:?}");
             let fresh = redisync::Client::connect(&cluster.url()).await.unwrap();
