@@ -607,6 +607,20 @@ impl ClientInner {
         }
     }
 
+    /// `Err` (an IO error, retryable) while the connection is down and fred
+    /// reconnects.
+    pub(crate) fn check_reachable(&self) -> Result<()> {
+        match self.redis.state() {
+            fred::types::ClientState::Connected => Ok(()),
+            state => Err(Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::IO,
+                format!(
+                    "not connected to Redis ({state:?}); an earlier attempt's undo waits for it"
+                ),
+            ))),
+        }
+    }
+
     /// Whether a handle on `name` (a `what`: "lock", "semaphore") may run a
     /// command: the client is open and the name is not empty.
     pub(crate) fn check_usable(&self, name: &str, what: &str) -> Result<()> {

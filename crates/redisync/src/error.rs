@@ -143,9 +143,12 @@ impl RedisErrorKind {
             ErrorKind::IO => RedisErrorKind::Io,
             ErrorKind::Canceled => RedisErrorKind::Canceled,
             ErrorKind::Auth => RedisErrorKind::Auth,
-            // No connection to write the command on; the other routing
-            // failures are the cluster's redirections.
-            ErrorKind::Routing if e.details().contains("Failed to route command") => {
+            // No connection to write the command on (fred says `Unknown`
+            // or, for replicas, `Routing`); the other routing failures are
+            // the cluster's redirections.
+            ErrorKind::Routing | ErrorKind::Unknown
+                if e.details().contains("Failed to route command") =>
+            {
                 RedisErrorKind::Io
             }
             ErrorKind::Cluster | ErrorKind::Routing => RedisErrorKind::Cluster,
@@ -419,6 +422,9 @@ mod tests {
             (ErrorKind::Routing, "Max attempts reached.", K::Cluster),
             (ErrorKind::Routing, "Too many redirections.", K::Cluster),
             (ErrorKind::Routing, "Failed to route command.", K::Io),
+            // fred 10 without replicas: no connection to write on (seen in
+            // CI right after the server was killed).
+            (ErrorKind::Unknown, "Failed to route command.", K::Io),
             (ErrorKind::Protocol, "Invalid frame", K::Protocol),
             (
                 ErrorKind::Parse,

@@ -62,6 +62,11 @@ pub(crate) async fn acquire<S: Spec>(
 
     let gate = spec.gate(&slot, &owner, ask)?;
     let Some(turn) = gate_turn(gate, &client.hub, &slot, deadline).await? else {
+        if spec.reentrant() && slot.has_pending_undo(&holder) {
+            // The turn is kept by our own earlier attempt, whose undo waits
+            // for Redis: not "held by another", Redis is unreachable.
+            client.check_reachable()?;
+        }
         return Ok(None);
     };
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
