@@ -302,6 +302,115 @@ pub(crate) fn scaling_summary(c: &Value) -> String {
     s
 }
 
+/// The peer every ratio of the peer table is taken against.
+pub(crate) const PEER: &str = "rslock";
+
+/// The columns of the peer table: (title, key, scale); the first is the
+/// headline, shown with its min-max and its ratio to the peer.
+fn peer_columns(scenario: &str) -> &'static [(&'static str, &'static str, f64)] {
+    match scenario {
+        "S1" | "S4.1" => &[
+            ("ops/s", "ops_per_s", 1.0),
+            ("p50 µs", "lat_p50_us", 1.0),
+            ("p99 µs", "lat_p99_us", 1.0),
+            ("cmds/op", "cmds_per_acq", 1.0),
+        ],
+        _ => &[
+            ("acq/s", "acq_per_s", 1.0),
+            ("wait p99 ms", "wait_p99_us", 0.001),
+            ("per-worker min/max", FAIRNESS, 1.0),
+            ("cmds/acq", "cmds_per_acq", 1.0),
+        ],
+    }
+}
+
+/// A value for a table cell: no more digits than the noise deserves.
+fn cell(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// The markdown table of `--compare`: per scenario (S1, S2, S4.1, S4.2) and
+/// variant, the median of every column over the ok runs, the headline's
+/// min-max, and the ratio of each variant's headline median to rslock's
+/// (and of p50 / wait p99 likewise).
+pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
+    let ok: Vec<&Map<String, Value>> = rows
+        .iter()
+        .filter(|r| r.get("ok").and_then(Value::as_bool) == Some(true))
+        .collect();
+    let mut s = String::new();
+    for scenario in ["S1", "S2", "S4.1", "S4.2"] {
+        let here: Vec<&Map<String, Value>> = ok
+            .iter()
+            .copied()
+            .filter(|r| scenario_of(r) == Some(scenario))
+            .collect();
+        if here.is_empty() {
+            continue;
+        }
+        let mut variants: Vec<&str> = Vec::new();
+        for v in here.iter().filter_map(|r| variant(r)) {
+            if !variants.contains(&v) {
+                variants.push(v);
+            }
+        }
+        let of = |v: &str| -> Vec<&Map<String, Value>> {
+            here.iter()
+                .copied()
+                .filter(|r| variant(r) == Some(v))
+                .collect()
+        };
+        let peer = of(PEER);
+        let columns = peer_columns(scenario);
+        let _ = writeln!(s, "\n**{scenario}**\n");
+        let mut head = String::from("| variant | runs |");
+        let mut rule = String::from("|---|---:|");
+        for (i, (title, _, _)) in columns.iter().enumerate() {
+            let _ = write!(head, " {title} |");
+            rule.push_str("---:|");
+            if i <= 1 {
+                let _ = write!(head, " x {PEER} |");
+                rule.push_str("---:|");
+            }
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        for v in variants {
+            let mine = of(v);
+            let _ = write!(s, "| {v} | {} |", mine.len());
+            for (i, &(_, key, scale)) in columns.iter().enumerate() {
+                let values: Vec<f64> = mine.iter().filter_map(|r| value_of(r, key)).collect();
+                let med = median(&values);
+                let text = med.map_or_else(|| "-".into(), |m| cell(m * scale));
+                if i == 0 && values.len() > 1 {
+                    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let _ = write!(s, " {text} ({}-{}) |", cell(lo * scale), cell(hi * scale));
+                } else {
+                    let _ = write!(s, " {text} |");
+                }
+                if i <= 1 {
+                    let r = med
+                        .zip(median_of(&peer, key))
+                        .and_then(|(a, b)| ratio(a, b));
+                    let _ = write!(
+                        s,
+                        " {} |",
+                        r.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
+                    );
+                }
+            }
+            s.push('\n');
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +420,33 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn the_peer_table_has_medians_min_max_and_ratios_to_rslock() {
+        let s1 = |variant: &str, ops: f64, p50: f64| {
+            row(json!({"ok": true, "scenario": "S1", "variant": variant,
+                "ops_per_s": ops, "lat_p50_us": p50, "lat_p99_us": 400.0, "cmds_per_acq": 8.0}))
+        };
+        let rows = vec![
+            s1("Lock", 9000.0, 100.0),
+            s1("rslock", 8000.0, 120.0),
+            s1("Lock", 11000.0, 90.0),
+            s1("rslock", 10000.0, 100.0),
+            // Not ok: left out.
+            row(json!({"ok": false, "scenario": "S1", "variant": "Lock", "ops_per_s": 1.0})),
+        ];
+        let table = peer_table(&rows);
+        assert!(table.contains("**S1**"), "{table}");
+        assert!(
+            table.contains("| Lock | 2 | 10000 (9000-11000) | 1.11 | 95.0 | 0.86 | 400 | 8.00 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| rslock | 2 | 9000 (8000-10000) | 1.00 | 110 | 1.00 |"),
+            "{table}"
+        );
+        assert!(!table.contains("**S2**"), "{table}");
     }
 
     #[test]

@@ -20,8 +20,11 @@
 //! `"kind":"comparison"` line per (scenario, variant) with the ratios to the
 //! spin baseline (and the same as a table on stderr) and one
 //! `"kind":"scaling"` line (S5: cluster / one node); it exits with 1 if any
-//! run was not ok. `--compare` does the same for `Lock` and the baseline
-//! only (no S4, no S5). `--repeats N` runs S1, S2, S4 and S5 N times
+//! run was not ok. `--compare` runs redisync side by side with the peer
+//! rslock (see `peers.rs`): S1 with the two floors too, S2, and S4 through
+//! a `Redlock` and rslock over three servers, each 5 times (variants
+//! interleaved), then prints a markdown table of medians with min-max and
+//! ratios to rslock on stderr. `--repeats N` runs S1, S2, S4 and S5 N times
 //! (variants interleaved) and compares medians; S3 runs once.
 //!
 //! S5 (many keys): `workers` tasks loop for `duration-s`, each operation on
@@ -51,6 +54,7 @@
 //! Times come from one monotonic clock (`Instant`).
 
 mod compare;
+mod peers;
 mod redis_stats;
 mod scenarios;
 mod spin;
@@ -72,10 +76,14 @@ usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
        redisync-bench --all [--quick] [--repeats N]
        redisync-bench --compare [--quick] [--repeats N]
   --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
-               Redlock S4, S5 on one server and on a 3-primary cluster) on fresh servers,
-               then the ratios to the spin baseline and the S5 cluster / one-node ratio
-  --compare    S1-S3 with Lock and the spin baseline only, then the ratios
-  --repeats N  run S1, S2, S4 and S5 N times (interleaved) and compare medians (default 1)
+               rslock, the floors, Redlock S4, S5 on one server and on a 3-primary
+               cluster) on fresh servers, then the ratios to the spin baseline and to
+               rslock and the S5 cluster / one-node ratio
+  --compare    side by side with the peer rslock, interleaved: S1 (Lock, rslock, fred
+               floor, raw floor), S2 (Lock, rslock), S4.1/S4.2 (Redlock, rslock over 3
+               servers); a markdown table of medians (min-max) and ratios to rslock on stderr
+  --repeats N  run S1, S2, S4 and S5 N times (interleaved) and compare medians
+               (default 5 with --compare, 1 with --all)
   --quick      small workloads (smoke run; numbers not comparable)
 parameters (defaults per scenario as in BENCHMARKS.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
@@ -87,10 +95,13 @@ parameters (defaults per scenario as in BENCHMARKS.md):
                            redis-cluster://127.0.0.1:P1 (plain Lock); without it, one port
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
   --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
-  --kind lock|fair|semaphore|spin  lock: redisync::Lock (default); fair: redisync::FairLock;
+  --kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor
+                           lock: redisync::Lock (default); fair: redisync::FairLock;
                            semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
                            spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
-                           fixed lease, one port)";
+                           fixed lease, one port); rslock: the peer (fixed lease; three
+                           ports: its Redlock); fred-floor / raw-floor: S1 floors, two
+                           empty EVALSHA through fred / two hand-written PINGs";
 
 const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
@@ -161,6 +172,12 @@ enum Kind {
     Semaphore,
     /// The naive spin-lock baseline of `spin.rs`.
     Spin,
+    /// The peer rslock (`peers.rs`).
+    Rslock,
+    /// Floor: two empty `EVALSHA` through a plain fred client (S1 only).
+    FredFloor,
+    /// Floor: two hand-written `PING` round trips (S1 only).
+    RawFloor,
 }
 
 impl Kind {
@@ -170,7 +187,10 @@ impl Kind {
             "fair" => Ok(Kind::Fair),
             "semaphore" => Ok(Kind::Semaphore),
             "spin" => Ok(Kind::Spin),
-            _ => Err("--kind lock|fair|semaphore|spin".into()),
+            "rslock" => Ok(Kind::Rslock),
+            "fred-floor" => Ok(Kind::FredFloor),
+            "raw-floor" => Ok(Kind::RawFloor),
+            _ => Err("--kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor".into()),
         }
     }
 }
@@ -256,6 +276,19 @@ impl Opts {
     }
 
     fn settings(&self) -> Value {
+        let ttl_ms = self.ttl.as_millis();
+        match self.kind {
+            Kind::Rslock => return peers::Rslock::settings(ttl_ms, self.ports.len()),
+            Kind::FredFloor => {
+                return json!({"algorithm": "floor: acquire and release are one EVALSHA each \
+                    of a script that returns 0, through a plain fred client (default config)"})
+            }
+            Kind::RawFloor => {
+                return json!({"algorithm": "floor: acquire and release are one PING each, \
+                    written and read by hand on one TCP connection (TCP_NODELAY)"})
+            }
+            _ => {}
+        }
         if self.redlock() {
             return json!({
                 "algorithm": REDLOCK_ALGORITHM,
@@ -305,6 +338,9 @@ impl Opts {
                 Kind::Fair => FAIR_ALGORITHM,
                 Kind::Semaphore => SEMAPHORE_ALGORITHM,
                 Kind::Spin => SPIN_ALGORITHM,
+                Kind::Rslock | Kind::FredFloor | Kind::RawFloor => {
+                    unreachable!("the peers' settings are returned above")
+                }
             },
             "retry": if self.kind == Kind::Spin { SPIN_RETRY } else { RETRY },
             "ttl_ms": self.ttl_ms(),
@@ -355,6 +391,9 @@ impl Opts {
     /// The row name in comparisons and in `BENCHMARKS.md`.
     fn variant(&self) -> String {
         let name = match (self.kind, self.redlock()) {
+            (Kind::Rslock, _) => return "rslock".into(),
+            (Kind::FredFloor, _) => return "fred floor".into(),
+            (Kind::RawFloor, _) => return "raw floor".into(),
             (_, true) => "Redlock(3)",
             (Kind::Lock, false) => "Lock",
             (Kind::Fair, false) => "FairLock",
@@ -371,6 +410,12 @@ impl Opts {
 
     fn model(&self) -> String {
         let clients = match (self.redlock(), self.clients) {
+            _ if self.kind == Kind::Rslock => format!(
+                "one rslock LockManager over {} instance(s) (redis-rs multiplexed connections)",
+                self.ports.len()
+            ),
+            _ if self.kind == Kind::FredFloor => "one plain fred Client".to_string(),
+            _ if self.kind == Kind::RawFloor => "one tokio TcpStream".to_string(),
             (false, 1) if self.kind == Kind::Spin => "one plain fred Client".to_string(),
             (false, n) if self.kind == Kind::Spin => {
                 format!("{n} plain fred Clients (task i uses client i % {n})")
@@ -431,7 +476,8 @@ struct Suite {
 /// `--all` (`compare` false) or `--compare`, with only `--repeats N` among
 /// the options.
 fn parse_suite(compare: bool, quick: bool, pairs: &[(String, String)]) -> Result<Command, String> {
-    let mut repeats = 1;
+    // Ratios between peers need repeats (the machine is noisy).
+    let mut repeats = if compare { 5 } else { 1 };
     for (k, v) in pairs {
         if k == "repeats" {
             repeats = v
@@ -574,6 +620,14 @@ fn check(o: &Opts) -> Result<(), String> {
     if !matches!(o.ports.len(), 1 | 3) {
         return Err("--ports P1 or --ports P1,P2,P3 is required".into());
     }
+    if matches!(o.kind, Kind::FredFloor | Kind::RawFloor)
+        && (o.scenario != Scenario::S1 || o.ports.len() != 1)
+    {
+        return Err("the floors measure S1 on one server".into());
+    }
+    if o.kind == Kind::Rslock && o.lease == Lease::Watchdog {
+        return Err("--kind rslock has no watchdog: use --lease fixed".into());
+    }
     if o.kind == Kind::Spin {
         if o.redlock() {
             return Err("--kind spin runs on one server (one port)".into());
@@ -599,14 +653,18 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
         s3.requests = 20;
         s3.hold = Duration::from_millis(50);
     }
-    let mut variants = vec![(Kind::Lock, Lease::Fixed)];
+    let mut variants = vec![(Kind::Lock, Lease::Fixed), (Kind::Rslock, Lease::Fixed)];
     if !suite.compare_only {
         variants.extend([
             (Kind::Fair, Lease::Fixed),
             (Kind::Semaphore, Lease::Watchdog),
+            (Kind::Spin, Lease::Fixed),
         ]);
     }
-    variants.push((Kind::Spin, Lease::Fixed));
+    let floors = [
+        (Kind::FredFloor, Lease::Fixed),
+        (Kind::RawFloor, Lease::Fixed),
+    ];
     let with = |base: &Opts, (kind, lease): (Kind, Lease)| Opts {
         lease,
         kind,
@@ -614,7 +672,7 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
     };
     let mut runs = Vec::new();
     for _ in 0..suite.repeats {
-        runs.extend(variants.iter().map(|&v| with(&s1, v)));
+        runs.extend(variants.iter().chain(&floors).map(|&v| with(&s1, v)));
     }
     for _ in 0..suite.repeats {
         for &v in &variants {
@@ -624,16 +682,15 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
             }
         }
     }
-    runs.extend(variants.iter().map(|&v| with(&s3, v)));
+    if !suite.compare_only {
+        runs.extend(variants.iter().map(|&v| with(&s3, v)));
+    }
     runs
 }
 
-/// The S4 runs of `--all`: S1 and S2 (fixed lease) through a Redlock,
-/// `repeats` times each; none for `--compare`.
+/// The S4 runs: S1 and S2 (fixed lease) through a Redlock and through
+/// rslock over three servers, `repeats` times each, interleaved.
 fn s4_runs(suite: Suite) -> Vec<Opts> {
-    if suite.compare_only {
-        return Vec::new();
-    }
     let mut s41 = Opts::defaults(Scenario::S1);
     let mut s42 = Opts::defaults(Scenario::S2);
     if suite.quick {
@@ -642,8 +699,16 @@ fn s4_runs(suite: Suite) -> Vec<Opts> {
     }
     s41.label = Some("S4.1");
     s42.label = Some("S4.2");
-    let mut runs = vec![s41; suite.repeats];
-    runs.extend(vec![s42; suite.repeats]);
+    let peer = |o: &Opts| Opts {
+        kind: Kind::Rslock,
+        ..o.clone()
+    };
+    let mut runs = Vec::new();
+    for o in [s41, s42] {
+        for _ in 0..suite.repeats {
+            runs.extend([o.clone(), peer(&o)]);
+        }
+    }
     runs
 }
 
@@ -668,18 +733,34 @@ fn s5_runs(suite: Suite) -> Vec<Opts> {
 
 /// The fields every line starts with (`ok` stays false until the run is done).
 fn header(o: &Opts) -> Map<String, Value> {
-    let spin = o.kind == Kind::Spin;
-    let lib = if spin { "spin-baseline" } else { "redisync" };
+    let (lib, version, client) = match o.kind {
+        Kind::Spin => (
+            "spin-baseline",
+            env!("CARGO_PKG_VERSION"),
+            "fred 10.1 (plain Client, default config)",
+        ),
+        Kind::Rslock => (
+            "rslock",
+            peers::RSLOCK_VERSION,
+            "redis-rs 1.8 (multiplexed, tokio)",
+        ),
+        Kind::FredFloor => (
+            "fred-floor",
+            env!("CARGO_PKG_VERSION"),
+            "fred 10.1 (plain Client, default config)",
+        ),
+        Kind::RawFloor => ("raw-floor", env!("CARGO_PKG_VERSION"), "tokio TcpStream"),
+        Kind::Lock | Kind::Fair | Kind::Semaphore => (
+            "redisync",
+            env!("CARGO_PKG_VERSION"),
+            "fred 10.1 (redisync::Client)",
+        ),
+    };
     let mut out = Map::new();
     out.insert("ok".into(), json!(false));
     out.insert("peer".into(), json!(lib));
     out.insert("lib".into(), json!(lib));
-    out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
-    let client = if spin {
-        "fred 10.1 (plain Client, default config)"
-    } else {
-        "fred 10.1 (redisync::Client)"
-    };
+    out.insert("lib_version".into(), json!(version));
     out.insert("client".into(), json!(client));
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
@@ -731,6 +812,18 @@ async fn run_many_keys(o: &Opts, out: &mut Map<String, Value>) -> Result<(), Str
     shutdown.map_err(|e| format!("shutdown: {e}"))
 }
 
+/// The handle of a run that is not redisync's (the spin baseline, rslock, a
+/// floor), connected; `None` for redisync's kinds.
+async fn other_handle(o: &Opts, urls: &[String]) -> Result<Option<Handle>, String> {
+    Ok(Some(match o.kind {
+        Kind::Spin => Handle::Spin(SpinLock::connect(&urls[0], KEY).await?),
+        Kind::Rslock => Handle::Rslock(peers::Rslock::new(urls, KEY)),
+        Kind::FredFloor => Handle::Floor(peers::Floor::fred(&urls[0]).await?),
+        Kind::RawFloor => Handle::Floor(peers::Floor::raw(o.ports[0]).await?),
+        Kind::Lock | Kind::Fair | Kind::Semaphore => return Ok(None),
+    }))
+}
+
 /// Connects, warms up, runs the scenario and merges its fields into `out`.
 async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     if o.scenario == Scenario::S5 {
@@ -742,20 +835,23 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
     let stats = RedisStats::connect(&urls).await?;
+    out.insert(
+        "server_version".into(),
+        json!(stats.server_version().await?),
+    );
     let n_clients = if o.scenario == Scenario::S1 {
         1
     } else {
         o.clients
     };
     let mut clients = Vec::with_capacity(n_clients * urls.len());
-    let mut spins = Vec::new();
+    let mut others = Vec::new();
     let mut targets = Vec::with_capacity(n_clients);
     for _ in 0..n_clients {
-        if o.kind == Kind::Spin {
-            let spin = SpinLock::connect(&urls[0], KEY).await?;
-            spins.push(spin.clone());
+        if let Some(lock) = other_handle(o, &urls).await? {
+            others.push(lock.clone());
             targets.push(Target {
-                lock: Handle::Spin(spin),
+                lock,
                 lease: o.lease(),
             });
             continue;
@@ -778,7 +874,9 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
                     .build()
                     .map_err(|e| format!("Redlock: {e}"))?,
             ),
-            (Kind::Spin, false) => unreachable!("the spin baseline is set up above"),
+            (Kind::Spin | Kind::Rslock | Kind::FredFloor | Kind::RawFloor, _) => {
+                unreachable!("the baseline and the peers are set up above")
+            }
             (kind, true) => return Err(format!("--kind {kind:?} has no Redlock (S4) variant")),
         };
         targets.push(Target {
@@ -791,7 +889,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         let set = clients[0].semaphore(KEY).try_set_permits(1).await;
         set.map_err(|e| format!("try_set_permits: {e}"))?;
     }
-    if o.redlock() {
+    if o.redlock() && o.kind == Kind::Lock {
         let waited = wait_for_restart_guard(&clients[..urls.len()], o.max_lease()).await?;
         out.insert("restart_guard_wait_s".into(), json!(secs_f(waited)));
     }
@@ -813,8 +911,12 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
             shutdown = Err(format!("shutdown: {e}"));
         }
     }
-    for spin in &spins {
-        spin.quit().await;
+    for other in &others {
+        match other {
+            Handle::Spin(spin) => spin.quit().await,
+            Handle::Floor(floor) => floor.quit().await,
+            _ => {}
+        }
     }
     stats.quit().await;
     out.extend(result?);
@@ -938,11 +1040,17 @@ async fn run_suite(suite: Suite) -> ExitCode {
     for mut o in s5_runs(suite) {
         all_ok &= run_s5_fresh(&mut o, &mut rows).await;
     }
+    if suite.compare_only {
+        eprintln!("{}", peer_table_header(&rows, suite.repeats));
+    }
+    eprintln!("{}", compare::peer_table(&rows));
     let comparisons = compare::comparisons(&rows);
     for c in &comparisons {
         println!("{c}");
     }
-    eprint!("{}", compare::summary(&comparisons));
+    if !comparisons.is_empty() {
+        eprint!("{}", compare::summary(&comparisons));
+    }
     if let Some(scaling) = compare::scaling(&rows) {
         println!("{scaling}");
         eprint!("{}", compare::scaling_summary(&scaling));
@@ -952,6 +1060,48 @@ async fn run_suite(suite: Suite) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// What the peer table was measured on: the date, the machine's cores, the
+/// server's version and the load at the start of the runs (min-max).
+fn peer_table_header(rows: &[Map<String, Value>], repeats: usize) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let loads: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get("loadavg_start")?.get(0)?.as_str()?.parse().ok())
+        .collect();
+    let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let server = rows
+        .iter()
+        .find_map(|r| r.get("server_version")?.as_str().map(String::from))
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "redisync-bench --compare, {} (UTC): {cores} cores, server {server}, 1-min load \
+         {lo:.2}-{hi:.2} at the starts of the runs; medians of {} interleaved repeats, \
+         headline min-max in parentheses",
+        utc_date(),
+        repeats
+    )
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// One S5 run of a suite on a fresh server or a fresh 3-primary cluster;
@@ -1101,11 +1251,37 @@ mod tests {
         assert_eq!(
             names,
             [
-                "S1 Lock", "S1 spin", "S1 Lock", "S1 spin", "S2 Lock", "S2 spin", "S2 Lock",
-                "S2 spin", "S3 Lock", "S3 spin"
+                "S1 Lock",
+                "S1 rslock",
+                "S1 fred floor",
+                "S1 raw floor",
+                "S1 Lock",
+                "S1 rslock",
+                "S1 fred floor",
+                "S1 raw floor",
+                "S2 Lock",
+                "S2 rslock",
+                "S2 Lock",
+                "S2 rslock"
             ]
         );
-        assert!(s4_runs(compare).is_empty());
+        let s4: Vec<String> = s4_runs(compare)
+            .iter()
+            .map(|o| format!("{} {:?}", o.label.unwrap_or("?"), o.kind))
+            .collect();
+        assert_eq!(
+            s4,
+            [
+                "S4.1 Lock",
+                "S4.1 Rslock",
+                "S4.1 Lock",
+                "S4.1 Rslock",
+                "S4.2 Lock",
+                "S4.2 Rslock",
+                "S4.2 Lock",
+                "S4.2 Rslock"
+            ]
+        );
         let all = Suite {
             compare_only: false,
             quick: true,
@@ -1119,15 +1295,20 @@ mod tests {
             names,
             [
                 "S1 Lock",
+                "S1 rslock",
                 "S1 FairLock",
                 "S1 Semaphore(1)",
                 "S1 spin",
+                "S1 fred floor",
+                "S1 raw floor",
                 "S2 Lock",
                 "S2 Lock (watchdog)",
+                "S2 rslock",
                 "S2 FairLock",
                 "S2 Semaphore(1)",
                 "S2 spin",
                 "S3 Lock",
+                "S3 rslock",
                 "S3 FairLock",
                 "S3 Semaphore(1)",
                 "S3 spin"
@@ -1143,7 +1324,7 @@ mod tests {
         let s5: Vec<bool> = s5_runs(three).iter().map(|o| o.cluster).collect();
         assert_eq!(s5, [false, true, false, true, false, true]);
         let s4: Vec<_> = s4_runs(all).iter().map(|o| o.label).collect();
-        assert_eq!(s4, [Some("S4.1"), Some("S4.2")]);
+        assert_eq!(s4, [Some("S4.1"), Some("S4.1"), Some("S4.2"), Some("S4.2")]);
         let mut s41 = s4_runs(all).remove(0);
         s41.ports = vec![1, 2, 3]; // set by run_suite
         assert_eq!(s41.variant(), "Redlock(3)");

@@ -87,6 +87,27 @@ impl RedisStats {
         Ok(out)
     }
 
+    /// The first server's name and version ("Redis 7.0.15", "Valkey
+    /// 9.1.2"), from `INFO server` (Valkey reports a Redis version too).
+    pub(crate) async fn server_version(&self) -> Result<String, String> {
+        let client = self.clients.first().ok_or("no server")?;
+        let raw: String = client
+            .info(Some(InfoKind::Server))
+            .await
+            .map_err(|e| format!("INFO server: {e}"))?;
+        self.snapshots.fetch_add(1, Ordering::SeqCst);
+        let field = |name: &str| {
+            raw.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        Ok(match (field("valkey_version"), field("redis_version")) {
+            (Some(v), _) => format!("Valkey {v}"),
+            (None, Some(v)) => format!("Redis {v}"),
+            (None, None) => "unknown server".into(),
+        })
+    }
+
     /// Closes the admin connections (best effort).
     pub(crate) async fn quit(&self) {
         for client in &self.clients {

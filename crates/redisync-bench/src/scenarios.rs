@@ -47,6 +47,10 @@ pub(crate) enum Handle {
     Redlock(redisync_redlock::Redlock),
     /// The naive spin-lock baseline (fixed lease only).
     Spin(crate::spin::SpinLock),
+    /// The peer rslock (fixed lease only).
+    Rslock(crate::peers::Rslock),
+    /// A floor: "acquire" and "release" are one empty round trip each.
+    Floor(crate::peers::Floor),
 }
 
 /// A guard of any kind.
@@ -56,6 +60,8 @@ pub(crate) enum Guard {
     Semaphore(redisync::SemaphorePermit),
     Redlock(redisync_redlock::RedlockGuard),
     Spin(crate::spin::SpinGuard),
+    Rslock(crate::peers::Rslock, rslock::Lock),
+    Floor(crate::peers::Floor),
 }
 
 impl Handle {
@@ -91,6 +97,16 @@ impl Handle {
                     lease.ok_or("the spin baseline has no watchdog: it needs a fixed lease")?;
                 l.try_lock(wait, ttl).await?.map(Guard::Spin)
             }
+            Handle::Rslock(l) => {
+                let ttl = lease.ok_or("rslock has no watchdog: it needs a fixed lease")?;
+                l.try_lock(wait, ttl)
+                    .await?
+                    .map(|lock| Guard::Rslock(l.clone(), lock))
+            }
+            Handle::Floor(f) => {
+                f.round_trip().await?;
+                Some(Guard::Floor(f.clone()))
+            }
         })
     }
 }
@@ -103,7 +119,7 @@ impl Guard {
             Guard::Fair(g) => Some(g.fencing_token()),
             Guard::Semaphore(p) => Some(p.fencing_token()),
             Guard::Redlock(g) => Some(g.fencing_token()),
-            Guard::Spin(_) => None,
+            Guard::Spin(_) | Guard::Rslock(..) | Guard::Floor(_) => None,
         }
     }
 
@@ -114,6 +130,11 @@ impl Guard {
             Guard::Redlock(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Semaphore(p) => p.release().await.map_err(|e| e.to_string()),
             Guard::Spin(g) => g.unlock().await,
+            Guard::Rslock(l, lock) => {
+                l.unlock(&lock).await;
+                Ok(())
+            }
+            Guard::Floor(f) => f.round_trip().await,
         }
     }
 }
