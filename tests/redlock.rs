@@ -333,6 +333,86 @@ async fn restarted_node_cannot_grant_the_lock_twice() {
     drop(held);
 }
 
+/// The restart guard reads a node's uptime once per connection: a node B
+/// has already seen old, which then restarts empty, is judged again (its
+/// grants do not count until it is old again) and B cannot win while A
+/// holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_seen_old_that_restarts_is_judged_again() {
+    let mut nodes = RedisNodes::start(3).await;
+    let max_lease = Duration::from_secs(1);
+    let a = redlock_with(&clients(&nodes).await, "seen-old", max_lease);
+    let b = redlock_with(&clients(&nodes).await, "seen-old", max_lease);
+    // B sees every node old (within 3 s: 2 s of uptime as Redis rounds it).
+    let seen = b
+        .try_lock(Duration::from_secs(3), Some(max_lease))
+        .await
+        .expect("try_lock")
+        .expect("nodes come of age within 3 s");
+    assert_eq!(seen.nodes(), [0, 1, 2]);
+    seen.unlock().await.expect("unlock");
+    // A second round of B on the same connections reads no uptime.
+    let before = info_calls(&nodes).await;
+    let again = b
+        .try_lock(Duration::ZERO, Some(max_lease))
+        .await
+        .expect("try_lock")
+        .expect("free");
+    again.unlock().await.expect("unlock");
+    // The one INFO per node is the previous count's own.
+    assert_eq!(info_calls(&nodes).await, before + 3, "no INFO per attempt");
+    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
+    nodes[2].pause();
+    let held = a
+        .try_lock(Duration::from_secs(3), Some(max_lease))
+        .await
+        .expect("try_lock")
+        .expect("nodes 0 and 1");
+    let a_valid_until = Instant::now() + held.validity();
+    assert_eq!(held.nodes(), [0, 1]);
+    nodes[2].resume();
+    // Node 1 restarts empty: it forgets A's grant; B had seen it old.
+    nodes[1].restart().await;
+    let mut tries = 0;
+    let won_at = loop {
+        match b.try_lock(Duration::ZERO, Some(max_lease)).await {
+            Ok(Some(g)) => {
+                let at = Instant::now();
+                g.unlock().await.expect("unlock b");
+                break at;
+            }
+            Ok(None) | Err(Error::QuorumNotReached { .. }) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        tries += 1;
+        assert!(tries < 200, "B never won");
+        sleep(Duration::from_millis(25)).await;
+    };
+    assert!(
+        won_at >= a_valid_until,
+        "B won {:?} before A's validity ended",
+        a_valid_until - won_at
+    );
+    drop(held);
+}
+
+/// `INFO` calls so far, summed over the nodes (a count does not include its
+/// own call; the next one does).
+async fn info_calls(nodes: &RedisNodes) -> u64 {
+    let mut total = 0;
+    for node in nodes {
+        let stats = redisync_testkit::command(node.port(), &["INFO", "commandstats"])
+            .await
+            .expect("INFO commandstats");
+        total += stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
+}
+
 /// The hazard the restart guard removes: with it off, a node that restarted
 /// empty hands the lock to a second client while the first still holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

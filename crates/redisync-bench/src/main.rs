@@ -115,8 +115,9 @@ const SEMAPHORE_ALGORITHM: &str = "redisync::Semaphore(1): permits hash + lease 
      turn (one Redis contender per client), release messages over pub/sub";
 const REDLOCK_ALGORITHM: &str = "redisync_redlock::Redlock over 3 independent servers (one \
      redisync::Lock per server, each from its own Client): acquire = the Lock's acquire script \
-     on all 3 at once (try_lock with zero wait, 100 ms node timeout) plus INFO server on each \
-     in the same round trip (restart guard: a node up for less than max_lease does not count), \
+     on all 3 at once (try_lock with zero wait, 100 ms node timeout); restart guard: a node up \
+     for less than max_lease does not count, its uptime (INFO server) read in the same round \
+     trip until it is seen old, then once per connection, \
      majority 2, validity = lease - elapsed - (1% + 2 ms); fencing token = max of the \
      majority's tokens, written back to nodes behind (only when they differ); release on all \
      3 at once; per-process FIFO gate (one contender per process)";

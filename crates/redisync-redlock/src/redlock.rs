@@ -1,7 +1,7 @@
 //! `Redlock`: one lock name on N independent Redis masters, held while a
 //! majority of them grants it.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -175,6 +175,7 @@ impl RedlockBuilder {
             .map(|lock| Node {
                 lock,
                 health: AtomicU8::new(HEALTHY),
+                old_on: AtomicU64::new(0),
             })
             .collect();
         Ok(Redlock {
@@ -206,8 +207,10 @@ impl RedlockBuilder {
 /// # Acquisition
 ///
 /// 1. Try the lock on every node at once (one attempt each, no waiting),
-///    each bounded by the node timeout, and read every node's uptime in the
-///    same round trip.
+///    each bounded by the node timeout, and read the uptime of every node
+///    not yet seen old on its current connection in the same round trip (a
+///    restart closes the connection: see
+///    [`Client::connection_generation`](redisync::Client::connection_generation)).
 /// 2. Acquired when at least N/2+1 nodes that have been up for at least
 ///    `max_lease` granted it **and** `lease - elapsed - drift > 0`, where
 ///    `elapsed` runs from the start of this attempt and `drift` is
@@ -280,6 +283,11 @@ struct Inner {
 struct Node {
     lock: Lock,
     health: AtomicU8,
+    /// `g + 1` once the node was seen up for at least `max_lease` on its
+    /// client's connection generation `g` (0: not seen). A restart closes
+    /// the connection, so while the generation stays `g` the node has not
+    /// restarted since and its grants count without reading its uptime.
+    old_on: AtomicU64,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -574,23 +582,40 @@ impl Inner {
     }
 
     /// One node's attempt: the acquire script, and the node's uptime in the
-    /// same round trip when the restart guard is on or the node is not
-    /// healthy (see [`HEALTHY`]), bounded by the node timeout. Cancel safe:
+    /// same round trip when the node is not healthy (see [`HEALTHY`]) or the
+    /// restart guard is on and the node was not yet seen old on its current
+    /// connection (a grant that came over a newer one has its uptime read
+    /// after it), bounded by the node timeout. Cancel safe:
     /// the core lock undoes an acquisition whose future is dropped, and a
     /// guard dropped here is released.
     async fn vote(&self, node: &Node, lease: Option<Duration>) -> Vote {
         let acquire = node.lock.try_lock(Duration::ZERO, lease);
         let guarded = !self.max_lease.is_zero();
         let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
-        if !guarded && healthy {
-            return match tokio::time::timeout(self.node_timeout, acquire).await {
+        let client = node.lock.client();
+        let generation = client.connection_generation();
+        let proven_old = node.old_on.load(Ordering::Acquire) == generation + 1;
+        if healthy && (!guarded || proven_old) {
+            let vote = match tokio::time::timeout(self.node_timeout, acquire).await {
                 Err(_) => Vote::TimedOut,
                 Ok(Ok(Some(g))) => Vote::Granted(g),
                 Ok(Ok(None)) => Vote::Refused { answered: true },
                 Ok(Err(e)) => Vote::Failed(e, None),
             };
+            return match vote {
+                // Reconnected meanwhile: the grant may come from a restarted
+                // node; its uptime decides (read now, after the grant).
+                Vote::Granted(g) if guarded && client.connection_generation() != generation => {
+                    node.old_on.store(0, Ordering::Release);
+                    match tokio::time::timeout(self.node_timeout, client.server_uptime()).await {
+                        Ok(up) => self.judge_grant(node, g, up),
+                        Err(_) => Vote::TimedOut,
+                    }
+                }
+                vote => vote,
+            };
         }
-        let uptime = node.lock.client().server_uptime();
+        let uptime = client.server_uptime();
         match Box::pin(tokio::time::timeout(
             self.node_timeout,
             join(acquire, uptime),
@@ -604,14 +629,29 @@ impl Inner {
             Ok((Err(e), _)) => Vote::Failed(e, None),
             // The uptime was read only to learn that the node answers.
             Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
-            Ok((Ok(Some(g)), Ok(up))) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => {
-                Vote::Granted(g)
+            Ok((Ok(Some(g)), up)) => {
+                let vote = self.judge_grant(node, g, up);
+                // Old on the connection both replies came over: remembered
+                // for this connection generation.
+                if matches!(vote, Vote::Granted(_)) && client.connection_generation() == generation
+                {
+                    node.old_on.store(generation + 1, Ordering::Release);
+                }
+                vote
             }
-            Ok((Ok(Some(g)), Ok(up))) => {
+        }
+    }
+
+    /// A grant of a node whose uptime was read in the same attempt: it
+    /// counts when the node has been up for at least `max_lease`.
+    fn judge_grant(&self, node: &Node, g: LockGuard, up: redisync::Result<Duration>) -> Vote {
+        match up {
+            Ok(up) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => Vote::Granted(g),
+            Ok(up) => {
                 tracing::debug!(lock.key = %self.name, redis.node = ?node.lock.client(), ?up, "node restarted less than max_lease ago: its grant does not count");
                 Vote::Restarted(g)
             }
-            Ok((Ok(Some(g)), Err(e))) => Vote::Failed(e, Some(g)),
+            Err(e) => Vote::Failed(e, Some(g)),
         }
     }
 

@@ -218,6 +218,12 @@ pub(crate) struct ClientInner {
     /// Set when the watchdog task started (with the first renewed hold).
     pub(crate) watchdog_started: AtomicBool,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Reconnections of the command connection seen so far, and the
+    /// channel they are announced on (see [`Client::connection_generation`]).
+    reconnects: std::sync::Mutex<(
+        tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+        u64,
+    )>,
 }
 
 impl Drop for ClientInner {
@@ -351,6 +357,7 @@ impl Client {
         // (and when the version is unknown: INFO refused by an ACL).
         let sharded = version.is_some_and(|v| v.major >= 7);
         let id = uuid::Uuid::new_v4();
+        let reconnects = std::sync::Mutex::new((redis.reconnect_rx(), 0));
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),
@@ -363,6 +370,7 @@ impl Client {
             background_idle: Notify::new(),
             watchdog_started: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
+            reconnects,
         });
         let mut tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
@@ -463,6 +471,31 @@ impl Client {
                     "INFO server has no uptime_in_seconds",
                 ))
             })
+    }
+
+    /// How many times the command connection was established again since
+    /// [`Client::connect`] (a reconnection after an error or a server
+    /// restart; on a cluster, to any node).
+    ///
+    /// Exact at the moment of the call: the client announces a new
+    /// connection before it sends anything on it, so a reply read before
+    /// this call came over a connection this count includes. Equal counts
+    /// before a command and after its reply mean the reply came from the
+    /// server instance that was connected before the command (a restart
+    /// closes the connection). `redisync-redlock` uses this to read a
+    /// node's uptime once per connection instead of once per attempt.
+    pub fn connection_generation(&self) -> u64 {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut guard = crate::hold::lock_unpoisoned(&self.inner.reconnects);
+        let (rx, count) = &mut *guard;
+        loop {
+            match rx.try_recv() {
+                Ok(_) => *count += 1,
+                // Missed announcements were reconnections too.
+                Err(TryRecvError::Lagged(n)) => *count += n + 1,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return *count,
+            }
+        }
     }
 
     /// Shuts the client down now: refuses new acquisitions, fails every
