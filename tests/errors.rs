@@ -250,6 +250,47 @@ async fn a_killed_server_gives_a_retryable_connection_error() {
     client.shutdown().await.expect("shutdown");
 }
 
+/// A client shut down while its server is gone stops reconnecting: a
+/// server that comes up later at that address never sees it (it once did,
+/// and logged warnings from within the next test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_shut_down_while_its_server_is_gone_never_reconnects() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let client = Client::builder(&server.url())
+        .command_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    server.kill().await;
+    // Commands fail while fred reconnects (every 50 ms to 2 s).
+    for i in 0..5 {
+        let lock = client.lock(&format!("gone-{i}"));
+        lock.try_lock(Duration::ZERO, None)
+            .await
+            .expect_err("the server is gone");
+    }
+    client.shutdown().await.expect("shutdown");
+    drop(client);
+    take_records();
+    server.restart().await;
+    // Longer than the longest pause between two reconnection attempts.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < until {
+        let list = redisync_testkit::command(server.port(), &["CLIENT", "LIST"])
+            .await
+            .expect("CLIENT LIST");
+        // Only the connection that asks.
+        assert_eq!(
+            list.lines().count(),
+            1,
+            "a shut-down client reconnected:\n{list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_quiet("a client shut down while its server was gone").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connect_logs_nothing_at_warn_or_above() {
     let _serial = serial().await;
@@ -274,6 +315,10 @@ async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
         .expect_err("nothing answers");
     assert!(err.is_timeout(), "{err}");
     assert_quiet("a connect that timed out").await;
+    // Nothing of the failed connect lingers: closing its connection now
+    // logs nothing either (it did once, in the next test).
+    drop(proxy);
+    assert_quiet("closing the connection of a connect that timed out").await;
 }
 
 /// Redis 5.0 (fetched from PyPI) is below the minimum: the connect fails

@@ -224,6 +224,57 @@ pub(crate) struct ClientInner {
         tokio::sync::broadcast::Receiver<fred::types::config::Server>,
         u64,
     )>,
+    /// The connection tasks of both connections: stopped once they were
+    /// told to quit (see [`ClientInner::close_connections`]).
+    routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
+}
+
+/// Starts `client`'s connection task and waits until it is connected, as
+/// fred's `init` does, but keeps the task's handle: a connect that is still
+/// trying at `deadline` is stopped (`Err(None)`), not left running. A
+/// refused connect fails at once (`Err(Some(e))`: fred fails fast on the
+/// first connection).
+async fn start_connection<C: ClientLike + EventInterface>(
+    client: &C,
+    deadline: tokio::time::Instant,
+) -> std::result::Result<fred::types::ConnectHandle, Option<fred::error::Error>> {
+    let mut errors = client.error_rx();
+    let mut router = client.connect();
+    let connected = async {
+        tokio::select! {
+            connected = client.wait_for_connect() => connected,
+            error = errors.recv() => Err(error.map_or_else(
+                |_| fred::error::Error::new(fred::error::ErrorKind::IO, "connection failed"),
+                |(e, _)| e,
+            )),
+            // Ended on its own: the first connection failed.
+            ended = &mut router => Err(match ended {
+                Ok(Err(e)) => e,
+                _ => fred::error::Error::new(fred::error::ErrorKind::IO, "connection task ended"),
+            }),
+        }
+    };
+    match tokio::time::timeout_at(deadline, connected).await {
+        Ok(Ok(())) => Ok(router),
+        Ok(Err(e)) => {
+            router.abort();
+            Err(Some(e))
+        }
+        Err(_) => {
+            router.abort();
+            Err(None)
+        }
+    }
+}
+
+/// Stops connection tasks that were told to quit. A quit sent while fred
+/// reconnects (the server gone) waits in its queue, and fred's reconnection
+/// loop can miss the close notice: without this it would keep reconnecting
+/// and talk to whatever server comes up at that address later.
+fn stop_routers(routers: Vec<fred::types::ConnectHandle>) {
+    for router in routers {
+        router.abort();
+    }
 }
 
 impl Drop for ClientInner {
@@ -234,12 +285,18 @@ impl Drop for ClientInner {
         if self.connections_closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        let routers: Vec<_> = crate::hold::lock_unpoisoned(&self.routers)
+            .drain(..)
+            .collect();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let redis = self.redis.clone();
             let sub = self.hub.subscriber.clone();
             rt.spawn(async move {
                 let _ = futures::join!(sub.quit(), redis.quit());
+                stop_routers(routers);
             });
+        } else {
+            stop_routers(routers);
         }
     }
 }
@@ -326,28 +383,24 @@ impl Client {
                 format!("could not connect to {url} within {timeout:?}"),
             ))
         };
-        match tokio::time::timeout_at(deadline, redis.init()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(Error::Redis(e)),
-            Err(_) => {
+        let redis_router = match start_connection(&redis, deadline).await {
+            Ok(router) => router,
+            Err(None) => return Err(timed_out()),
+            Err(Some(e)) => return Err(Error::Redis(e)),
+        };
+        let subscriber_router = match start_connection(&subscriber, deadline).await {
+            Ok(router) => router,
+            Err(e) => {
                 let _ = redis.quit().await;
-                return Err(timed_out());
+                stop_routers(vec![redis_router]);
+                return Err(e.map_or_else(timed_out, Error::Redis));
             }
-        }
-        match tokio::time::timeout_at(deadline, subscriber.init()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                let _ = redis.quit().await;
-                return Err(Error::Redis(e));
-            }
-            Err(_) => {
-                let _ = futures::join!(redis.quit(), subscriber.quit());
-                return Err(timed_out());
-            }
-        }
+        };
+        let routers = vec![redis_router, subscriber_router];
         let version = redis.server_version();
         if let Some(v) = version.as_ref().filter(|v| (v.major, v.minor) < MIN_SERVER) {
             let _ = futures::join!(redis.quit(), subscriber.quit());
+            stop_routers(routers);
             return Err(Error::UnsupportedServer {
                 version: v.to_string(),
                 minimum: MIN_SERVER_NAME,
@@ -371,6 +424,7 @@ impl Client {
             watchdog_started: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
             reconnects,
+            routers: std::sync::Mutex::new(routers),
         });
         let mut tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
@@ -607,6 +661,11 @@ impl ClientInner {
             return;
         }
         let _ = futures::join!(self.hub.subscriber.quit(), self.redis.quit());
+        stop_routers(
+            crate::hold::lock_unpoisoned(&self.routers)
+                .drain(..)
+                .collect(),
+        );
     }
 
     /// Owner id of the running code: `"<client uuid>:<owner tag>"` (see
