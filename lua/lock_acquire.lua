@@ -6,6 +6,7 @@
 -- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
 --          for a fresh acquisition
 -- ARGV[4]  fencing counter TTL, milliseconds
+-- ARGV[5]  token floor (see next_token in prelude.lua), or '' for none
 -- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
 -- Field '~w' marks that another client tried while the lock was held.
 -- A key of another type is an error naming it, before anything is written.
@@ -22,7 +23,7 @@ if err then
 end
 
 local function grant()
-  local token = next_token(fence, ARGV[4], counter)
+  local token = next_token(fence, ARGV[4], counter, ARGV[5])
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token}

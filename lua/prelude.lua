@@ -54,9 +54,18 @@ end
 -- step back by more than what was lost. Microsecond times stay exact in Lua
 -- numbers (below 2^53) until the year 2255. `current` is the counter as
 -- read_fence returned it (scripts read it first, before any write).
-local function next_token(fence, ttl_ms, current)
+--
+-- `floor` (optional, a decimal string or nil): the caller's lower bound,
+-- honoured when it is at most one second ahead of the server clock. A
+-- Redlock passes the same floor to every node, so that their tokens agree
+-- and no write-back round trip is needed.
+local function next_token(fence, ttl_ms, current, floor)
   local _, now_us = server_time()
   local n = math.max(current + 1, now_us)
+  local wanted = tonumber(floor)
+  if wanted and wanted > n and wanted <= now_us + 1000000 then
+    n = wanted
+  end
   redis.call('set', fence, string.format('%.0f', n), 'PX', ttl_ms)
   return n
 end

@@ -678,3 +678,47 @@ async fn fencing_counters_expire_and_tokens_still_increase() {
         .unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
 }
+
+/// A token floor within a second of the server clock is the new token; a
+/// floor further ahead is ignored; tokens keep growing either way, and a
+/// re-entry keeps its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("floor");
+    let first = lock
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let base = first.fencing_token();
+    // A re-entry keeps the token, whatever floor it asks for.
+    let again = lock
+        .try_lock_with_min_token(Duration::ZERO, None, base + 500_000)
+        .await
+        .unwrap()
+        .expect("re-entry");
+    assert_eq!(again.fencing_token(), base);
+    again.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    // Half a second ahead of the last token (itself server microseconds).
+    let floor = base + 500_000;
+    let raised = lock
+        .try_lock_with_min_token(Duration::ZERO, None, floor)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(raised.fencing_token(), floor);
+    raised.unlock().await.unwrap();
+    // An hour ahead: ignored; the token still grows.
+    let absurd = floor + 3_600_000_000;
+    let ignored = lock
+        .try_lock_with_min_token(Duration::ZERO, None, absurd)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(ignored.fencing_token() > floor);
+    assert!(ignored.fencing_token() < absurd);
+    ignored.unlock().await.unwrap();
+}

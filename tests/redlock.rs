@@ -352,7 +352,7 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
     assert_eq!(seen.nodes(), [0, 1, 2]);
     seen.unlock().await.expect("unlock");
     // A second round of B on the same connections reads no uptime.
-    let before = info_calls(&nodes).await;
+    let before = calls(&nodes, "info").await;
     let again = b
         .try_lock(Duration::ZERO, Some(max_lease))
         .await
@@ -360,7 +360,11 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
         .expect("free");
     again.unlock().await.expect("unlock");
     // The one INFO per node is the previous count's own.
-    assert_eq!(info_calls(&nodes).await, before + 3, "no INFO per attempt");
+    assert_eq!(
+        calls(&nodes, "info").await,
+        before + 3,
+        "no INFO per attempt"
+    );
     // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
     nodes[2].pause();
     let held = a
@@ -396,9 +400,10 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
     drop(held);
 }
 
-/// `INFO` calls so far, summed over the nodes (a count does not include its
-/// own call; the next one does).
-async fn info_calls(nodes: &RedisNodes) -> u64 {
+/// Calls of `command` so far, summed over the nodes (an `INFO` count does
+/// not include its own call; the next one does).
+async fn calls(nodes: &RedisNodes, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     let mut total = 0;
     for node in nodes {
         let stats = redisync_testkit::command(node.port(), &["INFO", "commandstats"])
@@ -406,7 +411,7 @@ async fn info_calls(nodes: &RedisNodes) -> u64 {
             .expect("INFO commandstats");
         total += stats
             .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
             .unwrap_or(0);
     }
@@ -583,6 +588,34 @@ async fn fencing_tokens_are_carried_to_the_majority() {
         .expect("free");
     assert!(third.fencing_token() > far + 2);
     third.unlock().await.expect("unlock");
+}
+
+/// The nodes of one attempt agree on the token (every node gets the same
+/// floor), so an acquisition is one round trip: no write-back of the
+/// largest token (2 EVALSHA per node for acquire + release, nothing else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_agree_on_the_token_so_nothing_is_written_back() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    let rl = redlock(&cs, "agree");
+    let mut last = 0;
+    for _ in 0..5 {
+        let before = calls(&nodes, "evalsha").await;
+        let guard = rl
+            .try_lock(Duration::ZERO, Some(LEASE))
+            .await
+            .expect("try_lock")
+            .expect("free");
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        guard.unlock().await.expect("unlock");
+        let after = calls(&nodes, "evalsha").await;
+        assert_eq!(
+            after - before,
+            6,
+            "acquire and release on 3 nodes, no write-back"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

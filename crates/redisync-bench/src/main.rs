@@ -119,7 +119,8 @@ const REDLOCK_ALGORITHM: &str = "redisync_redlock::Redlock over 3 independent se
      for less than max_lease does not count, its uptime (INFO server) read in the same round \
      trip until it is seen old, then once per connection, \
      majority 2, validity = lease - elapsed - (1% + 2 ms); fencing token = max of the \
-     majority's tokens, written back to nodes behind (only when they differ); release on all \
+     majority's tokens, written back to nodes behind (only when they differ: every node gets \
+     the same token floor, the client clock + 10 ms, so they normally agree); release on all \
      3 at once; per-process FIFO gate (one contender per process)";
 const REDLOCK_RETRY: &str = "try_lock(wait, lease): local waiters queue in the Redlock's FIFO \
      gate; the gate holder retries a failed attempt after a random pause (full jitter below \

@@ -191,6 +191,7 @@ impl RedlockBuilder {
                 watchdog_max,
                 gate: Arc::new(Semaphore::new(1)),
                 jitter: Jitter::new(),
+                last_token: AtomicU64::new(0),
             }),
         })
     }
@@ -278,7 +279,15 @@ struct Inner {
     /// FIFO among the tasks of this process: one contender at a time.
     gate: Arc<Semaphore>,
     jitter: Jitter,
+    /// The largest fencing token this Redlock handed out (see
+    /// [`Redlock::token_floor`]).
+    last_token: AtomicU64,
 }
+
+/// How far ahead of this machine's clock the token floor of an attempt is
+/// set, so that it is also ahead of the nodes' clocks (see
+/// [`Redlock::token_floor`]).
+const TOKEN_FLOOR_LEAD: Duration = Duration::from_millis(10);
 
 struct Node {
     lock: Lock,
@@ -535,9 +544,25 @@ impl Inner {
         }
     }
 
+    /// The lower bound every node of one attempt gets for its token: this
+    /// machine's clock in microseconds plus [`TOKEN_FLOOR_LEAD`], and above
+    /// every token this Redlock handed out. Nodes whose clocks and counters
+    /// are below it all issue exactly this token, so the majority agrees and
+    /// no write-back round trip is needed; where they do not agree, the
+    /// largest is written back as before.
+    fn token_floor(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            + TOKEN_FLOOR_LEAD;
+        let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+        now_us.max(self.last_token.load(Ordering::Acquire).saturating_add(1))
+    }
+
     /// One attempt on every node at once.
     async fn fan_out(&self, lease: Option<Duration>) -> Round {
-        let votes = join_all(self.nodes.iter().map(|n| self.vote(n, lease))).await;
+        let floor = self.token_floor();
+        let votes = join_all(self.nodes.iter().map(|n| self.vote(n, lease, floor))).await;
         let mut round = Round {
             votes: Votes::new(self.nodes.len(), self.quorum),
             granted: Vec::with_capacity(self.nodes.len()),
@@ -588,8 +613,10 @@ impl Inner {
     /// after it), bounded by the node timeout. Cancel safe:
     /// the core lock undoes an acquisition whose future is dropped, and a
     /// guard dropped here is released.
-    async fn vote(&self, node: &Node, lease: Option<Duration>) -> Vote {
-        let acquire = node.lock.try_lock(Duration::ZERO, lease);
+    async fn vote(&self, node: &Node, lease: Option<Duration>, floor: u64) -> Vote {
+        let acquire = node
+            .lock
+            .try_lock_with_min_token(Duration::ZERO, lease, floor);
         let guarded = !self.max_lease.is_zero();
         let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
         let client = node.lock.client();
@@ -661,6 +688,7 @@ impl Inner {
     /// succeeded (the round's votes then say which nodes failed).
     async fn fence(&self, round: &mut Round) -> Option<u64> {
         let max = round.granted.iter().map(|(_, g)| g.fencing_token()).max()?;
+        self.last_token.fetch_max(max, Ordering::AcqRel);
         let mut at_max = round
             .granted
             .iter()

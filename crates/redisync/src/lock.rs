@@ -204,13 +204,46 @@ impl Lock {
         }
     }
 
-    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "lock"))]
     async fn acquire(
         &self,
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let held = engine::acquire::acquire(self, (), deadline, lease).await?;
+        self.acquire_above(deadline, lease, None).await
+    }
+
+    /// [`Lock::try_lock`], with a lower bound for the fencing token of a new
+    /// acquisition: the token is at least `min_token` when that is at most
+    /// one second ahead of the server's clock (tokens are microseconds of
+    /// the server clock or the counter + 1, whichever is larger; a larger
+    /// bound is ignored). A re-entry keeps the token it has.
+    ///
+    /// Used by `redisync-redlock`: the same bound on every node makes the
+    /// nodes' tokens agree, so no round trip writes the largest back.
+    ///
+    /// # Errors
+    /// As [`Lock::try_lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::lock`].
+    pub async fn try_lock_with_min_token(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        min_token: u64,
+    ) -> Result<Option<LockGuard>> {
+        let deadline = Instant::now().checked_add(wait);
+        self.acquire_above(deadline, lease, Some(min_token)).await
+    }
+
+    #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "lock"))]
+    async fn acquire_above(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+        min_token: Option<u64>,
+    ) -> Result<Option<LockGuard>> {
+        let held = engine::acquire::acquire(self, min_token, deadline, lease).await?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
             held,
@@ -334,8 +367,9 @@ fn unreachable_wait(name: &str) -> Error {
 
 /// The lock on the engine: re-entrant per owner, the local turn kept while
 /// held, every release message wakes every local waiter.
+/// Its ask is the token floor of [`Lock::try_lock_with_min_token`].
 impl Spec for Lock {
-    type Ask = ();
+    type Ask = Option<u64>;
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
     const WAKE: Wake = Wake::Broadcast;
@@ -343,14 +377,14 @@ impl Spec for Lock {
     fn named(&self) -> &Named {
         &self.inner
     }
-    fn hold_ops(&self, (): ()) -> &'static HoldOps {
+    fn hold_ops(&self, _: Option<u64>) -> &'static HoldOps {
         &LOCK_HOLD
     }
-    fn gate(&self, _: &Slot, _: &str, (): ()) -> Result<Gate> {
+    fn gate(&self, _: &Slot, _: &str, _: Option<u64>) -> Result<Gate> {
         Ok(Gate::WhileHeld)
     }
 
-    async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
+    async fn attempt(&self, t: Try<'_, Option<u64>>) -> Result<Reply> {
         let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run_idempotent(
@@ -362,6 +396,7 @@ impl Spec for Lock {
                     Value::Integer(t.lease_ms),
                     token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
+                    token_arg(t.ask),
                 ],
             )
             .await?;
