@@ -11,10 +11,16 @@
 -- Field '~w' marks that another client tried while the lock was held.
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local held = redis.pcall('hmget', lock, owner, '~t')
-local err = read_error(held, lock, 'lock')
-if err then
-  return err
+-- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
+local pttl = redis.call('pttl', lock)
+local held = {false, false}
+local err
+if pttl ~= -2 then
+  held = redis.pcall('hmget', lock, owner, '~t')
+  err = read_error(held, lock, 'lock')
+  if err then
+    return err
+  end
 end
 local counter
 counter, err = read_fence(fence)
@@ -29,7 +35,6 @@ local function grant()
   return {1, token}
 end
 
-local pttl = redis.call('pttl', lock)
 if pttl == -2 then
   return grant()
 end

@@ -206,6 +206,7 @@ pub(crate) async fn run_s1(
     let mut failures = 0u64;
     let before = stats.snapshot().await?;
     let w0 = unix_now();
+    let cpu0 = process_cpu_s();
     let t_start = now_ns();
     let deadline = t_start + nanos(duration);
     for _ in 0..iterations {
@@ -222,12 +223,15 @@ pub(crate) async fn run_s1(
         }
     }
     let elapsed = now_ns() - t_start;
+    let bench_cpu = cpu0.zip(process_cpu_s()).map(|(a, b)| b - a);
     let w1 = unix_now();
     let cmds = delta(&before, &stats.snapshot().await?);
     let n = len64(&lat);
     let mean = lat.iter().sum::<u64>().checked_div(n);
     let v = json!({
         "iterations": n,
+        // The client side's cost: CPU of this process (user + system).
+        "cpu_us_per_op": bench_cpu.map_or(Value::Null, |c| cpu_us_per(c, n)),
         "elapsed_s": secs_ms(elapsed),
         "ops_per_s": per_second(n, elapsed),
         "lat_p50_us": us(pct(&lat, 50)),

@@ -315,6 +315,13 @@ async fn wait_for_gate(
     slot: &Slot,
     deadline: Option<Instant>,
 ) -> Result<Option<OwnedSemaphorePermit>> {
+    // Free turn (nobody local holds or waits: the semaphore hands freed
+    // permits to queued waiters first, so this never jumps the queue): no
+    // timer, no select.
+    if let Ok(permit) = slot.gate.clone().try_acquire_owned() {
+        hub.check_open()?;
+        return Ok(Some(permit));
+    }
     let acquire = slot.gate.clone().acquire_owned();
     tokio::pin!(acquire);
     loop {
