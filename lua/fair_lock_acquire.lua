@@ -26,7 +26,20 @@
 -- A key of another type is an error naming it, before anything is written.
 local lock, queue, deadlines, fence, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6]
 local owner, lease, qlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'})
+-- Each read validates its key's type (an error reply names it) before
+-- anything is written.
+local held = redis.pcall('hmget', lock, owner, '~t', '~w')
+local err = read_error(held, lock, 'fair lock')
+if err then
+  return err
+end
+local mine = redis.pcall('zscore', deadlines, owner)
+err = read_error(mine, deadlines, 'fair lock queue deadline zset')
+if err then
+  return err
+end
+local old_head = redis.pcall('lindex', queue, 0)
+err = read_error(old_head, queue, 'fair lock queue')
 if err then
   return err
 end
@@ -36,15 +49,14 @@ if err then
   return err
 end
 
-local held = redis.call('hmget', lock, owner, '~t', '~w')
-local mine = redis.call('zscore', deadlines, owner)
-local old_head = redis.call('lindex', queue, 0)
+local now, now_us = server_time()
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
--- Evict waiters whose queue deadline passed (crashed or gone).
-local expired = redis.call('zrangebyscore', deadlines, '-inf', now)
+-- Evict waiters whose queue deadline passed (crashed or gone); the
+-- deadlines follow the queue, so an empty queue has none.
+local expired = {}
+if old_head then
+  expired = redis.call('zrangebyscore', deadlines, '-inf', now)
+end
 for _, gone in ipairs(expired) do
   redis.call('lrem', queue, 0, gone)
   if gone == owner then
@@ -77,7 +89,7 @@ if held[1] and held[2] == ARGV[8] then
 end
 
 local function grant()
-  local token = next_token(fence, ARGV[7], counter)
+  local token = next_token(fence, ARGV[7], counter, nil, now_us)
   if head == owner then
     redis.call('lpop', queue)
   end

@@ -14,11 +14,11 @@
 -- head after evicting expired waiters) told: the id is the message payload.
 local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local owner = ARGV[1]
-local err = wrong_type({lock, 'hash', queue, 'list', deadlines, 'zset'})
+local held = redis.pcall('hmget', lock, owner, '~t')
+local err = read_error(held, lock, 'fair lock')
 if err then
   return err
 end
-local held = redis.call('hmget', lock, owner, '~t')
 if not held[1] or held[2] ~= ARGV[2] then
   return {0, ''}
 end
@@ -26,12 +26,24 @@ if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
   redis.call('hincrby', lock, owner, -1)
   return {1, ''}
 end
-local head = redis.call('lindex', queue, 0)
+-- The reads validate the queue keys before anything is written; an empty
+-- queue has no deadlines to purge.
+local head = redis.pcall('lindex', queue, 0)
+err = read_error(head, queue, 'fair lock queue')
+if err then
+  return err
+end
+local expired = {}
+local now
+if head then
+  now = server_time()
+  expired = redis.pcall('zrangebyscore', deadlines, '-inf', now)
+  err = read_error(expired, deadlines, 'fair lock queue deadline zset')
+  if err then
+    return err
+  end
+end
 redis.call('del', lock)
-
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('zrangebyscore', deadlines, '-inf', now)
 for _, gone in ipairs(expired) do
   redis.call('lrem', queue, 0, gone)
 end

@@ -59,8 +59,14 @@ end
 -- honoured when it is at most one second ahead of the server clock. A
 -- Redlock passes the same floor to every node, so that their tokens agree
 -- and no write-back round trip is needed.
-local function next_token(fence, ttl_ms, current, floor)
-  local _, now_us = server_time()
+--
+-- `now_us` (optional): the server time the script read already (saves a
+-- TIME call).
+local function next_token(fence, ttl_ms, current, floor, now_us)
+  if not now_us then
+    local _
+    _, now_us = server_time()
+  end
   local n = math.max(current + 1, now_us)
   local wanted = tonumber(floor)
   if wanted and wanted > n and wanted <= now_us + 1000000 then

@@ -13,7 +13,10 @@
 -- written (permits included).
 local sem, leases, fence = KEYS[1], KEYS[2], KEYS[3]
 local id, wanted, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local err = wrong_type({sem, 'hash', leases, 'zset'})
+-- Each read validates its key's type (an error reply names it) before
+-- anything is written.
+local total = redis.pcall('hget', sem, '~permits')
+local err = read_error(total, sem, 'semaphore')
 if err then
   return err
 end
@@ -23,7 +26,6 @@ if err then
   return err
 end
 
-local total = redis.call('hget', sem, '~permits')
 if not total then
   return {-1, 0}
 end
@@ -31,9 +33,13 @@ total = tonumber(total)
 if wanted > total then
   return {-2, total}
 end
-local now = server_time()
+local now, now_us = server_time()
 
-local expired = redis.call('zrangebyscore', leases, '-inf', now)
+local expired = redis.pcall('zrangebyscore', leases, '-inf', now)
+err = read_error(expired, leases, 'semaphore lease zset')
+if err then
+  return err
+end
 if #expired > 0 then
   local freed = 0
   for _, old in ipairs(expired) do
@@ -46,7 +52,7 @@ end
 
 local used = tonumber(redis.call('hget', sem, '~used') or '0')
 if total - used >= wanted then
-  local token = next_token(fence, ARGV[4], counter)
+  local token = next_token(fence, ARGV[4], counter, nil, now_us)
   redis.call('hset', sem, id, wanted)
   redis.call('hincrby', sem, '~used', wanted)
   redis.call('zadd', leases, now + lease, id)

@@ -6,13 +6,18 @@
 -- ARGV[3]  release channel
 -- Returns the permits given back, 0 if the acquisition is not held (expired
 -- and reclaimed, or released already): nothing written then.
-local err = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset'})
+-- The reads validate both keys before anything is written.
+local n = redis.pcall('hget', KEYS[1], ARGV[1])
+local err = read_error(n, KEYS[1], 'semaphore')
 if err then
   return err
 end
-local n = redis.call('hget', KEYS[1], ARGV[1])
 if not n then
   return 0
+end
+err = read_error(redis.pcall('zscore', KEYS[2], ARGV[1]), KEYS[2], 'semaphore lease zset')
+if err then
+  return err
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('zrem', KEYS[2], ARGV[1])
