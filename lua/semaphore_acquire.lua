@@ -15,11 +15,12 @@ local sem, leases, fence = KEYS[1], KEYS[2], KEYS[3]
 local id, wanted, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Each read validates its key's type (an error reply names it) before
 -- anything is written.
-local total = redis.pcall('hget', sem, '~permits')
-local err = read_error(total, sem, 'semaphore')
+local counts = redis.pcall('hmget', sem, '~permits', '~used')
+local err = read_error(counts, sem, 'semaphore')
 if err then
   return err
 end
+local total, used = counts[1], tonumber(counts[2] or '0')
 local counter
 counter, err = read_fence(fence)
 if err then
@@ -48,9 +49,9 @@ if #expired > 0 then
   end
   redis.call('zremrangebyscore', leases, '-inf', now)
   redis.call('hincrby', sem, '~used', -freed)
+  used = used - freed
 end
 
-local used = tonumber(redis.call('hget', sem, '~used') or '0')
 if total - used >= wanted then
   local token = next_token(fence, ARGV[4], counter, nil, now_us)
   redis.call('hset', sem, id, wanted)
