@@ -210,18 +210,7 @@ async fn a_killed_server_gives_a_retryable_connection_error() {
         .try_lock(Duration::ZERO, None)
         .await
         .expect_err("the server is gone");
-    // Seen: Io ("Connection closed." while the command was out) and Timeout
-    // (sent while fred reconnects); Canceled is the third way a command
-    // is cut off.
-    let kind = err.redis_kind();
-    assert!(
-        matches!(
-            kind,
-            Some(RedisErrorKind::Io | RedisErrorKind::Timeout | RedisErrorKind::Canceled)
-        ),
-        "{kind:?}: {err}"
-    );
-    assert!(err.is_retryable(), "{err}");
+    assert_connection_error(&err);
     let message = err.redis_message().expect("a Redis error has a message");
     assert!(!message.is_empty());
     let printed = chain(&err);
@@ -237,17 +226,25 @@ async fn a_killed_server_gives_a_retryable_connection_error() {
             .try_lock(Duration::ZERO, None)
             .await
             .expect_err("the server is still gone");
-        let kind = err.redis_kind();
-        assert!(
-            matches!(
-                kind,
-                Some(RedisErrorKind::Io | RedisErrorKind::Timeout | RedisErrorKind::Canceled)
-            ),
-            "{kind:?}: {err}"
-        );
-        assert!(err.is_retryable(), "{err}");
+        assert_connection_error(&err);
     }
     client.shutdown().await.expect("shutdown");
+}
+
+/// A retryable connection error. Seen: Io ("Connection closed." while the
+/// command was out, "Failed to route command." with no connection) and
+/// Timeout (sent while fred reconnects); Canceled is the third way a command
+/// is cut off.
+fn assert_connection_error(err: &redisync::Error) {
+    let kind = err.redis_kind();
+    assert!(
+        matches!(
+            kind,
+            Some(RedisErrorKind::Io | RedisErrorKind::Timeout | RedisErrorKind::Canceled)
+        ),
+        "{kind:?}: {err}"
+    );
+    assert!(err.is_retryable(), "{err}");
 }
 
 /// A client shut down while its server is gone stops reconnecting: a
