@@ -243,7 +243,10 @@ impl Lock {
         lease: Option<Duration>,
         min_token: Option<u64>,
     ) -> Result<Option<LockGuard>> {
-        let held = engine::acquire::acquire(self, min_token, deadline, lease).await?;
+        // Boxed: the engine's state machine is deep, and callers nest this
+        // future in theirs (a Redlock's in a user's); unboxed, their types
+        // ran past the compiler's query depth limit.
+        let held = Box::pin(engine::acquire::acquire(self, min_token, deadline, lease)).await?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
             held,
