@@ -382,12 +382,12 @@ async fn multi_lock_guard_is_a_guard_with_an_owned_lost_signal() {
     let nodes = RedisNodes::start(2).await;
     let p = Pair {
         a: Client::builder(&nodes[0].url())
-            .watchdog_timeout(Duration::from_millis(600))
+            .watchdog_timeout(Duration::from_secs(3))
             .connect()
             .await
             .expect("connect a"),
         b: Client::builder(&nodes[1].url())
-            .watchdog_timeout(Duration::from_millis(600))
+            .watchdog_timeout(Duration::from_secs(3))
             .connect()
             .await
             .expect("connect b"),

@@ -872,7 +872,7 @@ async fn trait_checks<G: redisync::Guard>(guard: &G, token: u64) {
 async fn redlock_guard_is_a_guard_with_an_owned_lost_signal() {
     use redisync::{run_locked, Guard, GuardError, Outcome};
     let nodes = RedisNodes::start(3).await;
-    let cs = clients_with_watchdog(&nodes, Duration::from_millis(600)).await;
+    let cs = clients_with_watchdog(&nodes, Duration::from_secs(3)).await;
     let other = clients(&nodes).await;
     let rl = redlock(&cs, "owned");
     let limit = Duration::from_secs(20);
