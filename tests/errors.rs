@@ -183,6 +183,15 @@ async fn a_guard_dropped_just_before_shutdown_logs_nothing_at_warn_or_above() {
     other.shutdown().await.expect("shutdown");
 }
 
+/// A client whose commands give up after 200 ms (while the server is gone).
+async fn client_with_short_timeout(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .command_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// The error as an error-chain printer shows it.
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
@@ -199,11 +208,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 async fn a_killed_server_gives_a_retryable_connection_error() {
     let _serial = serial().await;
     let mut server = RedisServer::start().await;
-    let client = Client::builder(&server.url())
-        .command_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect");
+    let client = client_with_short_timeout(&server).await;
     let lock = client.lock("gone");
     server.kill().await;
     let err = lock
@@ -254,11 +259,7 @@ fn assert_connection_error(err: &redisync::Error) {
 async fn a_client_shut_down_while_its_server_is_gone_never_reconnects() {
     let _serial = serial().await;
     let mut server = RedisServer::start().await;
-    let client = Client::builder(&server.url())
-        .command_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect");
+    let client = client_with_short_timeout(&server).await;
     server.kill().await;
     // Commands fail while fred reconnects (every 50 ms to 2 s).
     for i in 0..5 {

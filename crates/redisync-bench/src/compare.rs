@@ -127,41 +127,51 @@ fn median_of(rows: &[&Map<String, Value>], key: &str) -> Option<f64> {
 /// One `"kind":"comparison"` object per (scenario, variant other than the
 /// baseline), for every scenario with ok baseline runs, in the order the
 /// variants first appear.
-pub(crate) fn comparisons(rows: &[Map<String, Value>]) -> Vec<Value> {
-    let ok: Vec<&Map<String, Value>> = rows
+/// The ok runs of `scenario`, grouped by variant, in the order the variants
+/// first appear.
+fn by_variant<'a>(
+    rows: &'a [Map<String, Value>],
+    scenario: &str,
+) -> Vec<(&'a str, Vec<&'a Map<String, Value>>)> {
+    let mut groups: Vec<(&str, Vec<&Map<String, Value>>)> = Vec::new();
+    let ok = rows
         .iter()
         .filter(|r| r.get("ok").and_then(Value::as_bool) == Some(true))
-        .collect();
+        .filter(|r| scenario_of(r) == Some(scenario));
+    for row in ok {
+        let Some(v) = variant(row) else { continue };
+        match groups.iter_mut().find(|(name, _)| *name == v) {
+            Some((_, runs)) => runs.push(row),
+            None => groups.push((v, vec![row])),
+        }
+    }
+    groups
+}
+
+/// The runs of `name` among `groups` (none when it did not run).
+fn runs_of<'a>(
+    groups: &[(&str, Vec<&'a Map<String, Value>>)],
+    name: &str,
+) -> Vec<&'a Map<String, Value>> {
+    groups
+        .iter()
+        .find(|(v, _)| *v == name)
+        .map(|(_, runs)| runs.clone())
+        .unwrap_or_default()
+}
+
+pub(crate) fn comparisons(rows: &[Map<String, Value>]) -> Vec<Value> {
     let mut out = Vec::new();
     for scenario in ["S1", "S2", "S3"] {
-        let here: Vec<&Map<String, Value>> = ok
-            .iter()
-            .copied()
-            .filter(|r| scenario_of(r) == Some(scenario))
-            .collect();
-        let base: Vec<&Map<String, Value>> = here
-            .iter()
-            .copied()
-            .filter(|r| variant(r) == Some(BASELINE))
-            .collect();
+        let groups = by_variant(rows, scenario);
+        let base = runs_of(&groups, BASELINE);
         if base.is_empty() {
             continue;
         }
-        let mut variants: Vec<&str> = Vec::new();
-        for v in here.iter().filter_map(|r| variant(r)) {
-            if v != BASELINE && !variants.contains(&v) {
-                variants.push(v);
-            }
-        }
-        for v in variants {
-            let mine: Vec<&Map<String, Value>> = here
-                .iter()
-                .copied()
-                .filter(|r| variant(r) == Some(v))
-                .collect();
+        for (v, mine) in groups.iter().filter(|(v, _)| *v != BASELINE) {
             let mut m = Map::new();
             for &(key, better) in metrics(scenario) {
-                let (a, b) = (median_of(&mine, key), median_of(&base, key));
+                let (a, b) = (median_of(mine, key), median_of(&base, key));
                 let r = a.zip(b).and_then(|(a, b)| ratio(a, b));
                 m.insert(
                     key.into(),
@@ -340,33 +350,13 @@ fn cell(x: f64) -> String {
 /// min-max, and the ratio of each variant's headline median to rslock's
 /// (and of p50 / wait p99 likewise).
 pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
-    let ok: Vec<&Map<String, Value>> = rows
-        .iter()
-        .filter(|r| r.get("ok").and_then(Value::as_bool) == Some(true))
-        .collect();
     let mut s = String::new();
     for scenario in ["S1", "S2", "S4.1", "S4.2"] {
-        let here: Vec<&Map<String, Value>> = ok
-            .iter()
-            .copied()
-            .filter(|r| scenario_of(r) == Some(scenario))
-            .collect();
-        if here.is_empty() {
+        let groups = by_variant(rows, scenario);
+        if groups.is_empty() {
             continue;
         }
-        let mut variants: Vec<&str> = Vec::new();
-        for v in here.iter().filter_map(|r| variant(r)) {
-            if !variants.contains(&v) {
-                variants.push(v);
-            }
-        }
-        let of = |v: &str| -> Vec<&Map<String, Value>> {
-            here.iter()
-                .copied()
-                .filter(|r| variant(r) == Some(v))
-                .collect()
-        };
-        let peer = of(PEER);
+        let peer = runs_of(&groups, PEER);
         let columns = peer_columns(scenario);
         let _ = writeln!(s, "\n**{scenario}**\n");
         let mut head = String::from("| variant | runs |");
@@ -380,8 +370,7 @@ pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
             }
         }
         let _ = writeln!(s, "{head}\n{rule}");
-        for v in variants {
-            let mine = of(v);
+        for (v, mine) in &groups {
             let _ = write!(s, "| {v} | {} |", mine.len());
             for (i, &(_, key, scale)) in columns.iter().enumerate() {
                 let values: Vec<f64> = mine.iter().filter_map(|r| value_of(r, key)).collect();

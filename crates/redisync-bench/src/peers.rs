@@ -14,9 +14,7 @@
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::prelude::Config;
 use fred::types::scripts::Script;
-use fred::types::Builder;
 use rslock::{LockError, LockManager};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,14 +99,7 @@ const NOTHING_LUA: &str = "return 0";
 
 impl Floor {
     pub(crate) async fn fred(url: &str) -> Result<Floor, String> {
-        let config = Config::from_url(url).map_err(|e| format!("fred floor {url}: {e}"))?;
-        let client = Builder::from_config(config)
-            .build()
-            .map_err(|e| format!("fred floor {url}: {e}"))?;
-        client
-            .init()
-            .await
-            .map_err(|e| format!("fred floor connect {url}: {e}"))?;
+        let client = crate::redis_stats::plain_client(url, "fred floor").await?;
         let script = Script::from_lua(NOTHING_LUA);
         script
             .load(&client)

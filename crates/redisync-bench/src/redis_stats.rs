@@ -195,14 +195,20 @@ pub(crate) fn delta(before: &[CmdCounts], after: &[CmdCounts]) -> CmdDelta {
 
 /// A connected admin client for `url`.
 async fn admin_client(url: &str) -> Result<fred::clients::Client, String> {
-    let config = Config::from_url(url).map_err(|e| format!("admin config {url}: {e}"))?;
+    plain_client(url, "admin").await
+}
+
+/// A plain fred client (default configuration) connected to `url`; errors
+/// name `what` it is for.
+pub(crate) async fn plain_client(url: &str, what: &str) -> Result<fred::clients::Client, String> {
+    let config = Config::from_url(url).map_err(|e| format!("{what} config {url}: {e}"))?;
     let client = Builder::from_config(config)
         .build()
-        .map_err(|e| format!("admin client {url}: {e}"))?;
+        .map_err(|e| format!("{what} client {url}: {e}"))?;
     client
         .init()
         .await
-        .map_err(|e| format!("admin connect {url}: {e}"))?;
+        .map_err(|e| format!("{what} connect {url}: {e}"))?;
     Ok(client)
 }
 

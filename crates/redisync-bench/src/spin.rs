@@ -15,9 +15,8 @@
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, KeysInterface};
-use fred::prelude::Config;
 use fred::types::scripts::Script;
-use fred::types::{Builder, Expiration, SetOptions};
+use fred::types::{Expiration, SetOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,14 +48,7 @@ pub(crate) struct SpinGuard {
 impl SpinLock {
     /// Connects a plain client to `url` and loads the release script.
     pub(crate) async fn connect(url: &str, key: &str) -> Result<Self, String> {
-        let config = Config::from_url(url).map_err(|e| format!("spin config {url}: {e}"))?;
-        let client = Builder::from_config(config)
-            .build()
-            .map_err(|e| format!("spin client {url}: {e}"))?;
-        client
-            .init()
-            .await
-            .map_err(|e| format!("spin connect {url}: {e}"))?;
+        let client = crate::redis_stats::plain_client(url, "spin").await?;
         let release = Script::from_lua(RELEASE_LUA);
         release
             .load(&client)

@@ -233,21 +233,15 @@ pub(crate) struct ClientInner {
 /// fred's `init` does, but keeps the task's handle: a connect that is still
 /// trying at `deadline` is stopped (`Err(None)`), not left running. A
 /// refused connect fails at once (`Err(Some(e))`: fred fails fast on the
-/// first connection).
-async fn start_connection<C: ClientLike + EventInterface>(
+/// first connection, and its task ends with the error).
+async fn start_connection<C: ClientLike>(
     client: &C,
     deadline: tokio::time::Instant,
 ) -> std::result::Result<fred::types::ConnectHandle, Option<fred::error::Error>> {
-    let mut errors = client.error_rx();
     let mut router = client.connect();
     let connected = async {
         tokio::select! {
             connected = client.wait_for_connect() => connected,
-            error = errors.recv() => Err(error.map_or_else(
-                |_| fred::error::Error::new(fred::error::ErrorKind::IO, "connection failed"),
-                |(e, _)| e,
-            )),
-            // Ended on its own: the first connection failed.
             ended = &mut router => Err(match ended {
                 Ok(Err(e)) => e,
                 _ => fred::error::Error::new(fred::error::ErrorKind::IO, "connection task ended"),
@@ -285,9 +279,7 @@ impl Drop for ClientInner {
         if self.connections_closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let routers: Vec<_> = crate::hold::lock_unpoisoned(&self.routers)
-            .drain(..)
-            .collect();
+        let routers = self.take_routers();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let redis = self.redis.clone();
             let sub = self.hub.subscriber.clone();
@@ -661,11 +653,13 @@ impl ClientInner {
             return;
         }
         let _ = futures::join!(self.hub.subscriber.quit(), self.redis.quit());
-        stop_routers(
-            crate::hold::lock_unpoisoned(&self.routers)
-                .drain(..)
-                .collect(),
-        );
+        stop_routers(self.take_routers());
+    }
+
+    fn take_routers(&self) -> Vec<fred::types::ConnectHandle> {
+        crate::hold::lock_unpoisoned(&self.routers)
+            .drain(..)
+            .collect()
     }
 
     /// Owner id of the running code: `"<client uuid>:<owner tag>"` (see

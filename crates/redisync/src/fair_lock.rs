@@ -340,9 +340,7 @@ impl FairLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<FairLockGuard>> {
-        // Boxed: a deep state machine, nested in callers' futures (see
-        // `Lock::try_lock_with_min_token`).
-        let held = Box::pin(engine::acquire::acquire(self, (), deadline, lease)).await?;
+        let held = engine::acquire::acquire(self, (), deadline, lease).await?;
         Ok(held.map(|held| FairLockGuard {
             lock: self.clone(),
             held,

@@ -150,7 +150,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self) -> Result<LockGuard> {
-        let guard = self.acquire(None, None).await?;
+        let guard = self.acquire(None, None, None).await?;
         guard.ok_or_else(|| unreachable_wait(&self.inner.name))
     }
 
@@ -165,7 +165,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe, as [`Lock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        let guard = self.acquire(None, Some(lease)).await?;
+        let guard = self.acquire(None, Some(lease), None).await?;
         guard.ok_or_else(|| unreachable_wait(&self.inner.name))
     }
 
@@ -197,19 +197,8 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         // A wait too long to represent is "forever".
-        let deadline = Instant::now().checked_add(wait);
-        match deadline {
-            Some(d) => self.acquire(Some(d), lease).await,
-            None => self.acquire(None, lease).await,
-        }
-    }
-
-    async fn acquire(
-        &self,
-        deadline: Option<Instant>,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire_above(deadline, lease, None).await
+        self.acquire(Instant::now().checked_add(wait), lease, None)
+            .await
     }
 
     /// [`Lock::try_lock`], with a lower bound for the fencing token of a new
@@ -232,21 +221,18 @@ impl Lock {
         lease: Option<Duration>,
         min_token: u64,
     ) -> Result<Option<LockGuard>> {
-        let deadline = Instant::now().checked_add(wait);
-        self.acquire_above(deadline, lease, Some(min_token)).await
+        self.acquire(Instant::now().checked_add(wait), lease, Some(min_token))
+            .await
     }
 
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.key, lock.kind = "lock"))]
-    async fn acquire_above(
+    async fn acquire(
         &self,
         deadline: Option<Instant>,
         lease: Option<Duration>,
         min_token: Option<u64>,
     ) -> Result<Option<LockGuard>> {
-        // Boxed: the engine's state machine is deep, and callers nest this
-        // future in theirs (a Redlock's in a user's); unboxed, their types
-        // ran past the compiler's query depth limit.
-        let held = Box::pin(engine::acquire::acquire(self, min_token, deadline, lease)).await?;
+        let held = engine::acquire::acquire(self, min_token, deadline, lease).await?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
             held,

@@ -272,9 +272,7 @@ impl RwLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<RwLockGuard>> {
-        // Boxed: a deep state machine, nested in callers' futures (see
-        // `Lock::try_lock_with_min_token`).
-        let held = Box::pin(engine::acquire::acquire(self, side, deadline, lease)).await?;
+        let held = engine::acquire::acquire(self, side, deadline, lease).await?;
         Ok(held.map(|held| RwLockGuard { side, held }))
     }
 

@@ -339,9 +339,7 @@ impl Semaphore {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<SemaphorePermit>> {
-        // Boxed: a deep state machine, nested in callers' futures (see
-        // `Lock::try_lock_with_min_token`).
-        let held = Box::pin(engine::acquire::acquire(self, permits, deadline, lease)).await?;
+        let held = engine::acquire::acquire(self, permits, deadline, lease).await?;
         Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 

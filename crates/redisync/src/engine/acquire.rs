@@ -30,6 +30,18 @@ pub(crate) async fn acquire<S: Spec>(
     deadline: Option<Instant>,
     lease: Option<Duration>,
 ) -> Result<Option<Held>> {
+    // Boxed: the state machine is deep, and callers nest this future in
+    // theirs (a Redlock's in a user's); unboxed, their types ran past the
+    // compiler's query depth limit.
+    Box::pin(acquire_unboxed(spec, ask, deadline, lease)).await
+}
+
+async fn acquire_unboxed<S: Spec>(
+    spec: &S,
+    ask: S::Ask,
+    deadline: Option<Instant>,
+    lease: Option<Duration>,
+) -> Result<Option<Held>> {
     let named = spec.named();
     named.check_usable(S::WHAT)?;
     let client = named.client_inner();
