@@ -47,6 +47,12 @@ local function server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The fencing token after `last`: max(last + 1, server time in
+-- microseconds); see next_token.
+local function token_after(last, now_us)
+  return math.max(last + 1, now_us)
+end
+
 -- Issues a fencing token: max(counter + 1, server time in microseconds),
 -- kept by the counter for ttl_ms. Tokens so never go back when the counter
 -- is lost or behind (restart from an older snapshot, failover to a replica
@@ -67,7 +73,7 @@ local function next_token(fence, ttl_ms, current, floor, now_us)
     local _
     _, now_us = server_time()
   end
-  local n = math.max(current + 1, now_us)
+  local n = token_after(current, now_us)
   local wanted = tonumber(floor)
   if wanted and wanted > n and wanted <= now_us + 1000000 then
     n = wanted
@@ -76,3 +82,38 @@ local function next_token(fence, ttl_ms, current, floor, now_us)
   return n
 end
 
+
+-- Semaphores. A permit id is "<client uuid>:<owner tag>:<n>#<permits>": the
+-- lease zset alone tells what a crashed holder held.
+
+-- The permits a permit id holds, or 0 for a malformed id.
+local function permits_of(id)
+  return tonumber(string.match(id, '#(%d+)$')) or 0
+end
+
+-- The client uuid of a permit id (its first 36 characters).
+local function client_of(id)
+  return string.sub(id, 1, 36)
+end
+
+-- Reclaims the permits of acquisitions whose lease ended by `now` (crashed
+-- holders). `used`: the permits in use before. Returns the permits in use
+-- after, the earliest lease end left (nil: none), whether anything was
+-- reclaimed (the caller then writes '~used') and nil; or an error reply
+-- naming the lease zset as fourth value, before anything is written.
+local function reclaim_expired(leases, used, now)
+  local first = redis.pcall('zrange', leases, 0, 0, 'WITHSCORES')
+  local err = read_error(first, leases, 'semaphore lease zset')
+  if err then
+    return nil, nil, false, err
+  end
+  if not first[2] or tonumber(first[2]) > now then
+    return used, tonumber(first[2]), false, nil
+  end
+  for _, old in ipairs(redis.call('zrangebyscore', leases, '-inf', now)) do
+    used = used - permits_of(old)
+  end
+  redis.call('zremrangebyscore', leases, '-inf', now)
+  first = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
+  return math.max(0, used), tonumber(first[2]), true, nil
+end

@@ -1,66 +1,69 @@
 -- Take permits of a lease-bound semaphore.
--- KEYS[1]  semaphore hash (see semaphore_set_permits.lua)
--- KEYS[2]  lease zset: <permit id> -> lease end, server time in ms
--- KEYS[3]  fencing counter (TTL ARGV[4]; see next_token in prelude.lua)
+-- KEYS[1]  semaphore hash: '~permits' the total, '~used' permits held, '~t'
+--          the last fencing token, '~w' clients whose waiters need a release
+--          message (see below)
+-- KEYS[2]  lease zset: <permit id> -> lease end, server time in ms (the id
+--          says how many permits it holds, see permits_of in prelude.lua)
 -- ARGV[1]  permit id (unique per acquisition)
--- ARGV[2]  permits wanted (> 0)
--- ARGV[3]  lease, milliseconds
--- ARGV[4]  fencing counter TTL, milliseconds
--- Returns {1, token} acquired; {0, ms} busy, ms until the earliest lease ends
--- (-1 when none ends); {-1, 0} not initialised; {-2, total} more permits than
--- the semaphore has. Expired acquisitions (crashed holders) are reclaimed
--- first. A key of another type is an error naming it, before anything is
--- written (permits included).
-local sem, leases, fence = KEYS[1], KEYS[2], KEYS[3]
-local id, wanted, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
--- Each read validates its key's type (an error reply names it) before
--- anything is written.
-local counts = redis.pcall('hmget', sem, '~permits', '~used')
-local err = read_error(counts, sem, 'semaphore')
+-- ARGV[2]  lease, milliseconds
+-- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
+-- until the earliest lease ends; {0, ms} busy (ms: -1 when no lease ends);
+-- {-1, 0} not initialised; {-2, total} more permits than the semaphore has.
+-- Expired acquisitions (crashed holders) are reclaimed first. A key of
+-- another type is an error naming it, before anything is written.
+--
+-- '~w' is the uuid of the one client that waits, or '*' for several. A busy
+-- attempt marks its client, and so does a grant that takes the last permit
+-- (that client's next waiter then waits without asking). A release by
+-- another client than the marked one publishes and clears the mark; a
+-- client's own waiters are woken by the client itself.
+local sem, leases = KEYS[1], KEYS[2]
+local id, lease = ARGV[1], tonumber(ARGV[2])
+local wanted = permits_of(id)
+local h = redis.pcall('hmget', sem, '~permits', '~used', '~t', '~w')
+local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
-local total, used = counts[1], tonumber(counts[2] or '0')
-local counter
-counter, err = read_fence(fence)
-if err then
-  return err
-end
-
-if not total then
+if not h[1] then
   return {-1, 0}
 end
-total = tonumber(total)
+local total = tonumber(h[1])
 if wanted > total then
   return {-2, total}
 end
 local now, now_us = server_time()
-
-local expired = redis.pcall('zrangebyscore', leases, '-inf', now)
-err = read_error(expired, leases, 'semaphore lease zset')
+local used, first, reclaimed
+used, first, reclaimed, err = reclaim_expired(leases, tonumber(h[2] or '0'), now)
 if err then
   return err
 end
-if #expired > 0 then
-  local freed = 0
-  for _, old in ipairs(expired) do
-    freed = freed + tonumber(redis.call('hget', sem, old) or '0')
-    redis.call('hdel', sem, old)
-  end
-  redis.call('zremrangebyscore', leases, '-inf', now)
-  redis.call('hincrby', sem, '~used', -freed)
-  used = used - freed
+
+local me, waiting = client_of(id), h[4]
+local mark = waiting
+if waiting ~= me and waiting ~= '*' then
+  mark = waiting and '*' or me
 end
 
 if total - used >= wanted then
-  local token = next_token(fence, ARGV[4], counter, nil, now_us)
-  redis.call('hset', sem, id, wanted)
-  redis.call('hincrby', sem, '~used', wanted)
-  redis.call('zadd', leases, now + lease, id)
-  return {1, token}
+  local token = token_after(tonumber(h[3] or '0'), now_us)
+  used = used + wanted
+  local ends = now + lease
+  if used >= total then
+    redis.call('hset', sem, '~used', used, '~t', string.format('%.0f', token), '~w', mark)
+  else
+    redis.call('hset', sem, '~used', used, '~t', string.format('%.0f', token))
+  end
+  redis.call('zadd', leases, ends, id)
+  if first and first < ends then
+    ends = first
+  end
+  return {1, token, total - used, ends - now}
 end
-local first = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
-if first[2] then
-  return {0, math.max(0, tonumber(first[2]) - now)}
+if reclaimed or mark ~= waiting then
+  redis.call('hset', sem, '~used', used, '~w', mark)
+end
+if first then
+  return {0, math.max(0, first - now)}
 end
 return {0, -1}

@@ -3,27 +3,26 @@
 -- KEYS[2]  lease zset
 -- ARGV[1]  publish command
 -- ARGV[2]  release channel
--- Returns {1, free} or {-1, 0} when not initialised.
+-- Returns {1, free} or {-1, 0} when not initialised. Reclaimed permits are
+-- announced (waiters may take them).
 local sem, leases = KEYS[1], KEYS[2]
-local err = wrong_type({sem, 'hash', leases, 'zset'})
+local h = redis.pcall('hmget', sem, '~permits', '~used')
+local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
-local total = redis.call('hget', sem, '~permits')
-if not total then
+if not h[1] then
   return {-1, 0}
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('zrangebyscore', leases, '-inf', now)
-if #expired > 0 then
-  local freed = 0
-  for _, old in ipairs(expired) do
-    freed = freed + tonumber(redis.call('hget', sem, old) or '0')
-    redis.call('hdel', sem, old)
-  end
-  redis.call('zremrangebyscore', leases, '-inf', now)
-  redis.call('hincrby', sem, '~used', -freed)
+local now = server_time()
+local used, _, reclaimed
+used, _, reclaimed, err = reclaim_expired(leases, tonumber(h[2] or '0'), now)
+if err then
+  return err
+end
+if reclaimed then
+  local freed = tonumber(h[2] or '0') - used
+  redis.call('hset', sem, '~used', used)
   redis.call(ARGV[1], ARGV[2], freed)
 end
-return {1, tonumber(total) - tonumber(redis.call('hget', sem, '~used') or '0')}
+return {1, tonumber(h[1]) - used}

@@ -1,6 +1,5 @@
 -- Initialise a semaphore's permits once.
--- KEYS[1]  semaphore hash: '~permits' total, '~used' permits held,
---          <permit id> -> permits held by that acquisition
+-- KEYS[1]  semaphore hash (see semaphore_acquire.lua)
 -- ARGV[1]  permits (> 0)
 -- ARGV[2]  publish command
 -- ARGV[3]  release channel

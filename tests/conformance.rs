@@ -67,7 +67,7 @@ impl Kind {
             "lock" => &["hold", "fence"],
             "fair" => &["hold", "queue", "deadlines", "fence"],
             "rw" => &["hold", "readers", "fence"],
-            "sem" => &["hold", "leases", "fence"],
+            "sem" => &["hold", "leases"],
             other => unreachable!("{other}"),
         }
     }

@@ -53,22 +53,6 @@ async fn write_ghost(env: &Env, name: &str, ghost: &str, left: Duration) {
         .unwrap();
 }
 
-/// INFO commandstats as command -> calls.
-async fn command_calls(env: &Env) -> HashMap<String, u64> {
-    let info: String = env
-        .admin
-        .info(Some(fred::types::InfoKind::CommandStats))
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_order_across_three_clients() {
     let env = Env::start().await;
@@ -189,7 +173,7 @@ async fn waiters_behind_a_dead_head_sleep_until_its_deadline() {
     let b = env.client().await;
     // A dead head of a free lock: Redisson's waiters busy-poll here.
     write_ghost(&env, "dead", "dead-client:1", Duration::from_millis(700)).await;
-    let before = command_calls(&env).await;
+    let before = common::command_calls(&env).await;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..3usize {
@@ -206,7 +190,7 @@ async fn waiters_behind_a_dead_head_sleep_until_its_deadline() {
     for t in tasks {
         got.push(timeout(Duration::from_secs(3), t).await.unwrap().unwrap());
     }
-    let after = command_calls(&env).await;
+    let after = common::command_calls(&env).await;
     got.sort_by_key(|(_, at)| *at);
     assert_eq!(
         got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
@@ -736,7 +720,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
     common::subscribe(&sub, &common::key("fair", "ch", "owner")).await;
     let before: HashMap<String, String> = env.admin.hgetall(hash_key("owner")).await.unwrap();
     let queue_before: Vec<String> = env.admin.lrange(queue_key("owner"), 0, -1).await.unwrap();
-    let calls_before = command_calls(&env).await;
+    let calls_before = common::command_calls(&env).await;
 
     assert!(matches!(
         stale.extend(Duration::from_secs(5)).await,
@@ -744,7 +728,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
     ));
     assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
 
-    let calls_after = command_calls(&env).await;
+    let calls_after = common::command_calls(&env).await;
     for write in [
         "del", "hset", "hincrby", "pexpire", "lpop", "lrem", "zrem", "spublish", "publish",
     ] {
@@ -878,12 +862,12 @@ async fn wakeups_are_addressed_constant_commands_per_acquisition() {
     // One subscription per client, however many of its tasks wait.
     let count = common::subscribers(&env.admin, &common::key("fair", "ch", "herd")).await;
     assert_eq!(count, 2, "subscriptions: {count}");
-    let before = command_calls(&env).await;
+    let before = common::command_calls(&env).await;
     holder.unlock().await.unwrap();
     for t in tasks {
         timeout(Duration::from_secs(3), t).await.unwrap().unwrap();
     }
-    let after = command_calls(&env).await;
+    let after = common::command_calls(&env).await;
     let delta = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
     // 11 releases and 10 acquisitions: one script each, plus at most a few
     // spurious attempts (a herd would be ~10 per hand-off).

@@ -629,7 +629,8 @@ async fn fencing_counters_expire_and_tokens_still_increase() {
         .await
         .unwrap();
     assert!(client.semaphore("n").try_set_permits(1).await.unwrap());
-    for kind in ["lock", "fair", "rw", "sem"] {
+    // A semaphore keeps its last token in its hash (no counter key).
+    for kind in ["lock", "fair", "rw"] {
         let token = || async {
             match kind {
                 "lock" => {
@@ -644,16 +645,10 @@ async fn fencing_counters_expire_and_tokens_still_increase() {
                     g.unlock().await.unwrap();
                     t
                 }
-                "rw" => {
+                _ => {
                     let g = client.rw_lock("n").write().lock().await.unwrap();
                     let t = g.fencing_token();
                     g.unlock().await.unwrap();
-                    t
-                }
-                _ => {
-                    let p = client.semaphore("n").acquire(1).await.unwrap();
-                    let t = p.fencing_token();
-                    p.release().await.unwrap();
                     t
                 }
             }
@@ -670,6 +665,25 @@ async fn fencing_counters_expire_and_tokens_still_increase() {
         let next = token().await;
         assert!(next > first, "{kind}: token went from {first} to {next}");
     }
+    let sem = client.semaphore("n");
+    let first = sem.acquire(1).await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    let fence = common::key("sem", "fence", "n");
+    assert_eq!(env.admin.exists::<i64, _>(&fence).await.unwrap(), 0);
+    let stored: Option<String> = env
+        .admin
+        .hget(common::key("sem", "hold", "n"), "~t")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        Some(token.to_string()),
+        "the semaphore's last token"
+    );
+    let next = sem.acquire(1).await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
 
     let err = redisync::Client::builder(&env.server.url())
         .fence_ttl(Duration::from_millis(500))

@@ -67,13 +67,12 @@ async fn a_crashed_holders_permits_come_back_after_its_lease() {
     // What a crashed holder leaves: 2 permits with 400 ms of lease left.
     let now_ms = common::server_ms(&env.admin).await;
     let key = sem_key("crash");
-    let _: () = env.admin.hset(&key, [("dead:1:1", "2")]).await.unwrap();
     let _: () = env.admin.hincrby(&key, "~used", 2).await.unwrap();
     common::zadd_ms(
         &env.admin,
         &common::key("sem", "leases", "crash"),
         now_ms + 400,
-        "dead:1:1",
+        "00000000-0000-0000-0000-000000000000:1:1#2",
     )
     .await;
     assert_eq!(sem.available_permits().await.unwrap(), 0);
@@ -511,4 +510,109 @@ async fn extend_never_cuts_a_permit_lease() {
     assert!(permit.validity() > Duration::from_secs(8));
     permit.release().await.unwrap();
     client.shutdown().await.unwrap();
+}
+
+/// A grant that takes the last permit lets its client's next waiter wait
+/// without asking Redis. A release by another client must still wake that
+/// waiter: the grant marks its client in Redis, so the release publishes.
+/// The leases are far longer than the wait allowed, so only the message
+/// can wake it in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_the_last_permit_wakes_when_another_client_releases() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let lease = Duration::from_mins(2);
+    a.semaphore("last").try_set_permits(2).await.unwrap();
+    let first_a = a
+        .semaphore("last")
+        .acquire_with_lease(1, lease)
+        .await
+        .unwrap();
+    assert_eq!(
+        sem_field(&env, "last", "~w").await,
+        None,
+        "a permit is left"
+    );
+    let held_b = b
+        .semaphore("last")
+        .acquire_with_lease(1, lease)
+        .await
+        .unwrap();
+    assert_eq!(
+        sem_field(&env, "last", "~w").await,
+        Some(b.id().to_string()),
+        "the grant of the last permit marks its client"
+    );
+    // A waiter of `a` subscribes; `a`'s release (which clears every mark,
+    // as b's grant marked b) hands it the last permit while subscribed.
+    let sem = a.semaphore("last");
+    let second = tokio::spawn(async move { sem.acquire_with_lease(1, lease).await.unwrap() });
+    someone_waits_on(&env, "last").await;
+    first_a.release().await.unwrap();
+    let second_a = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("woken by the local release")
+        .unwrap();
+    assert_eq!(
+        sem_field(&env, "last", "~w").await,
+        Some(a.id().to_string())
+    );
+    // The next waiter of `a` parks at its first poll, before `b` releases.
+    let sem = a.semaphore("last");
+    let mut third = Box::pin(sem.acquire_with_lease(1, lease));
+    assert!(futures::poll!(third.as_mut()).is_pending());
+    held_b.release().await.unwrap();
+    let third_a = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("woken by b's release message, not by a lease end")
+        .unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    drop((second_a, third_a));
+}
+
+/// Local waiters of one client cost no command while no permit is free: an
+/// acquisition is one acquire and one release script, ten commands in all
+/// (two EVALSHA; inside, the acquire script runs 5, the release 3), however
+/// many tasks wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_cost_ten_commands_per_acquisition() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    a.semaphore("count").try_set_permits(1).await.unwrap();
+    let (tasks, rounds) = (8u64, 10u64);
+    let before = common::command_calls(&env).await;
+    let mut all = Vec::new();
+    for _ in 0..tasks {
+        let sem = a.semaphore("count");
+        all.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let p = sem
+                    .acquire_with_lease(1, Duration::from_mins(1))
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in all {
+        tokio::time::timeout(Duration::from_mins(1), t)
+            .await
+            .expect("all rounds done")
+            .unwrap();
+    }
+    let after = common::command_calls(&env).await;
+    let calls: u64 = after
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "hello" | "client" | "ping"))
+        .map(|(name, n)| n - before.get(name).copied().unwrap_or(0))
+        .sum();
+    // One-offs: the subscription and the first contender's busy attempts
+    // before it (two of 4-5 commands each).
+    let one_offs = 12;
+    assert!(
+        calls <= 10 * tasks * rounds + one_offs,
+        "{calls} commands for {} acquisitions: {after:?}",
+        tasks * rounds
+    );
 }

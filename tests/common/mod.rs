@@ -190,3 +190,19 @@ pub async fn zadd_ms(admin: &fred::clients::Client, key: &str, score_ms: i64, me
         .await
         .expect("ZADD");
 }
+
+/// INFO commandstats as command -> calls.
+pub async fn command_calls(env: &Env) -> std::collections::HashMap<String, u64> {
+    let info: String = env
+        .admin
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}

@@ -115,7 +115,8 @@ impl ClientBuilder {
     /// does not step back); the counter only orders tokens issued within
     /// one microsecond and covers the server clock stepping back by less
     /// than this TTL. Without a TTL every lock name ever used would leave
-    /// one key behind.
+    /// one key behind. A semaphore keeps its last token in its own hash
+    /// instead (which lives as long as its permits): no TTL applies there.
     ///
     /// Default: 24 h. At least 1 s, at most a year.
     pub fn fence_ttl(mut self, ttl: Duration) -> Self {

@@ -40,6 +40,11 @@ pub(crate) struct Slot {
     holders: Mutex<Vec<Arc<Hold>>>,
     /// Owners whose cancelled or timed-out acquisition is not undone yet.
     pending_undo: Mutex<Vec<Arc<str>>>,
+    /// A grant took what was left (a semaphore's last permit): the wake-up
+    /// generation read before it was sent and the server's bound (the
+    /// earliest lease end). The next local contender waits for a wake-up
+    /// after that generation instead of asking Redis in vain.
+    exhausted: Mutex<Option<(u64, Instant)>>,
     /// Cross-client fairness: local hand-offs in a row while other clients
     /// contended, and the pause the next local contender keeps.
     fairness: Mutex<Fairness>,
@@ -143,6 +148,22 @@ impl Slot {
 
     pub(crate) fn take_yield(&self) -> Option<Instant> {
         lock_unpoisoned(&self.fairness).yield_until.take()
+    }
+
+    /// Records that a grant sent at wake-up generation `since` left nothing
+    /// for another acquisition until a wake-up or `until` (`None`: it did
+    /// leave something, or it cannot tell).
+    pub(crate) fn note_exhausted(&self, since: u64, until: Option<Instant>) {
+        *lock_unpoisoned(&self.exhausted) = until.map(|until| (since, until));
+    }
+
+    /// Takes the record of [`Slot::note_exhausted`]: its bound, if no wake-up
+    /// came since (generation `now`).
+    pub(crate) fn take_exhausted(&self, now: u64) -> Option<Instant> {
+        match lock_unpoisoned(&self.exhausted).take() {
+            Some((since, until)) if since == now => Some(until),
+            _ => None,
+        }
     }
 
     pub(crate) fn add_pending_undo(&self, owner: &Arc<str>) {
@@ -310,6 +331,7 @@ impl Hub {
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
                 pending_undo: Mutex::new(Vec::new()),
+                exhausted: Mutex::new(None),
                 fairness: Mutex::new(Fairness::default()),
                 addressed: Mutex::new(HashMap::new()),
             }),

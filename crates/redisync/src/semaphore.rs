@@ -42,10 +42,13 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// (first total only), [`set_permits`](Semaphore::set_permits) or changed
 /// with [`add_permits`](Semaphore::add_permits); acquiring from a semaphore
 /// that has none set is [`Error::NotInitialized`]. Waiting never polls: a
-/// release (or a raised total) publishes on the semaphore's channel; tasks
-/// of one client queue in FIFO order and only the first of them asks Redis,
-/// so each release lets in as many local waiters as permits became free,
-/// one after the other. Every acquisition gets a fencing token, strictly
+/// release publishes on the semaphore's channel when waiters of another
+/// client are marked in Redis (a client wakes its own waiters without a
+/// message), and a raised total always does; tasks of one client queue in
+/// FIFO order and only the first of them asks Redis (not at all while the
+/// last grant left no permit and nothing was released since), so each
+/// release lets in as many local waiters as permits became free, one after
+/// the other. Every acquisition gets a fencing token, strictly
 /// increasing per semaphore.
 #[derive(Clone)]
 pub struct Semaphore {
@@ -391,9 +394,11 @@ impl Spec for Semaphore {
         }
         Ok(())
     }
-    fn holder(&self, owner: &Arc<str>, _: u32) -> Arc<str> {
+    fn holder(&self, owner: &Arc<str>, permits: u32) -> Arc<str> {
+        // The id says how many permits it holds: the lease zset alone lets a
+        // crashed holder's permits be reclaimed.
         Arc::from(format!(
-            "{owner}:{}",
+            "{owner}:{}#{permits}",
             NEXT_PERMIT.fetch_add(1, Ordering::Relaxed)
         ))
     }
@@ -412,21 +417,15 @@ impl Spec for Semaphore {
             .run(
                 &client.redis,
                 &self.inner.named.key,
-                vec![
-                    self.inner.named.hold.clone(),
-                    self.inner.leases.clone(),
-                    self.inner.named.fence.clone(),
-                ],
-                vec![
-                    Value::String(t.holder.into()),
-                    Value::Integer(i64::from(permits)),
-                    Value::Integer(t.lease_ms),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
+                vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
+                vec![Value::String(t.holder.into()), Value::Integer(t.lease_ms)],
             )
             .await?;
         match reply[..] {
-            [1, token] => Ok(Reply::granted(token)),
+            [1, token, free, lease_ends_ms] => Ok(Reply::Granted {
+                token: u64::try_from(token).unwrap_or(0),
+                exhausted: (free <= 0).then(|| Reply::bound(lease_ends_ms, NO_LEASE_POLL)),
+            }),
             [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_LEASE_POLL)),
             [-1, _] => Err(self.not_initialized()),
             [-2, total] => Err(Error::InvalidArgument(format!(

@@ -64,11 +64,9 @@ async fn acquire_unboxed<S: Spec>(
         lease,
     };
 
-    if spec.reentrant() {
-        if let Some(hold) = slot.holder(&holder) {
-            if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
-                return grant.synced(held).await.map(Some);
-            }
+    if let Some(hold) = spec.reentrant().then(|| slot.holder(&holder)).flatten() {
+        if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
+            return grant.synced(held).await.map(Some);
         }
     }
 
@@ -82,24 +80,43 @@ async fn acquire_unboxed<S: Spec>(
         return Ok(None);
     };
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
+    contend(&grant, &holder, gate, turn, deadline, lease_ms).await
+}
 
+/// The attempt loop, once the local turn `gate` asks for is ours.
+async fn contend<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    gate: Gate,
+    turn: Option<OwnedSemaphorePermit>,
+    deadline: Option<Instant>,
+    lease_ms: i64,
+) -> Result<Option<Held>> {
+    let (spec, slot, ask, lease) = (grant.spec, grant.slot, grant.ask, grant.lease);
+    let named = spec.named();
+    let client = named.client_inner();
     // A zero wait is one try that never queues.
     let enqueue = deadline.is_none_or(|d| d > Instant::now());
-    let addressed = (S::WAKE == Wake::Addressed).then(|| Registration::new(&slot, &holder));
-    let mut undo = Undo::new(spec, &slot, &holder, None, turn);
+    let addressed = (S::WAKE == Wake::Addressed).then(|| Registration::new(slot, holder));
+    let mut undo = Undo::new(spec, slot, holder, None, turn);
     let mut queued = false;
     let refusals_until =
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
         client.check_open()?;
         let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
-        let since = wakeup.generation();
+        let Some(since) = wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline).await
+        else {
+            return Ok(None);
+        };
+        // Subscribed before the attempt: a release after it is heard.
+        let heard = slot.is_subscribed();
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
         let reply = client
             .hub
             .unless_closing(spec.attempt(Try {
-                holder: &holder,
+                holder,
                 lease_ms,
                 keep: None,
                 enqueue,
@@ -121,10 +138,13 @@ async fn acquire_unboxed<S: Spec>(
                 }
                 return Err(e);
             }
-            Ok(Reply::Granted(token)) => {
+            Ok(Reply::Granted { token, exhausted }) => {
                 undo.disarm();
-                let turn = undo.turn.take();
-                let permit = if gate == Gate::WhileHeld { turn } else { None };
+                slot.note_exhausted(
+                    since,
+                    exhausted.filter(|_| heard && gate == Gate::UntilGranted),
+                );
+                let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
                 let held = grant.new_held(holder.clone(), token, sent_at, permit);
                 return grant.synced(held).await.map(Some);
             }
@@ -137,7 +157,7 @@ async fn acquire_unboxed<S: Spec>(
             }
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            if queued && spec.undo(&slot, &holder, None).await.is_ok() {
+            if queued && spec.undo(slot, holder, None).await.is_ok() {
                 undo.disarm();
             }
             // Otherwise the undo runs in the background.
@@ -146,12 +166,36 @@ async fn acquire_unboxed<S: Spec>(
         if !slot.is_subscribed() {
             // Subscribe, then try again before parking: a message sent
             // before the subscription would be missed.
-            client.hub.ensure_subscribed(&slot).await?;
+            client.hub.ensure_subscribed(slot).await?;
             continue;
         }
-        let until = deadline.map_or(until, |d| d.min(until));
-        wakeup.wait(since, until).await;
+        wakeup
+            .wait(since, deadline.map_or(until, |d| d.min(until)))
+            .await;
     }
+}
+
+/// The wake-up generation to attempt at. When the last grant took what was
+/// left and no release woke us since, and `may_wait`, first waits for one
+/// (or the server's bound) rather than ask Redis in vain: `None` when
+/// `deadline` passed meanwhile.
+async fn wait_while_exhausted(
+    slot: &Slot,
+    wakeup: &Wakeup,
+    may_wait: bool,
+    deadline: Option<Instant>,
+) -> Option<u64> {
+    let since = wakeup.generation();
+    let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
+        return Some(since);
+    };
+    wakeup
+        .wait(since, deadline.map_or(until, |d| d.min(until)))
+        .await;
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return None;
+    }
+    Some(wakeup.generation())
 }
 
 /// Pause before an attempt the cluster refused is sent again.
@@ -249,10 +293,10 @@ async fn reenter<S: Spec>(
         undo.disarm();
     }
     match reply? {
-        Reply::Granted(token) if token == hold.token => {
+        Reply::Granted { token, .. } if token == hold.token => {
             Ok(Some(grant.held(reserved.confirm(sent_at, grant.lease))))
         }
-        Reply::Granted(token) => {
+        Reply::Granted { token, .. } => {
             // Our earlier acquisition had expired; this is a new one, and
             // keeps the local turn if the old one did.
             let kept_turn = hold.keeps_turn();

@@ -66,8 +66,14 @@ pub(crate) struct Try<'a, A> {
 
 /// What an attempt's script answered.
 pub(crate) enum Reply {
-    /// Acquired (or re-entered) with this fencing token.
-    Granted(u64),
+    /// Acquired (or re-entered) with this fencing token. `exhausted`: the
+    /// grant took what was left (a semaphore's last permit); nothing is
+    /// free again before a release wakes us (broadcast), or this bound (the
+    /// earliest lease end) at the latest.
+    Granted {
+        token: u64,
+        exhausted: Option<Instant>,
+    },
     /// Not now: retry at `until` at the latest (the server's bound: the
     /// holder's lease, a queue deadline), or on a wake-up. `queued`: the
     /// attempt left a queue entry that must be undone if the wait ends.
@@ -77,7 +83,10 @@ pub(crate) enum Reply {
 impl Reply {
     /// Granted with the token a script answered.
     pub(crate) fn granted(token: i64) -> Reply {
-        Reply::Granted(u64::try_from(token).unwrap_or(0))
+        Reply::Granted {
+            token: u64::try_from(token).unwrap_or(0),
+            exhausted: None,
+        }
     }
 
     /// A busy reply with a wait bound of `ms` milliseconds from now (negative:
