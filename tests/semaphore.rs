@@ -523,21 +523,17 @@ async fn a_waiter_behind_the_last_permit_wakes_when_another_client_releases() {
     let (a, b) = (env.client().await, env.client().await);
     let lease = Duration::from_mins(2);
     a.semaphore("last").try_set_permits(2).await.unwrap();
-    let first_a = a
-        .semaphore("last")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let take = |client: &redisync::Client| {
+        let sem = client.semaphore("last");
+        async move { sem.acquire_with_lease(1, lease).await.unwrap() }
+    };
+    let first_a = take(&a).await;
     assert_eq!(
         sem_field(&env, "last", "~w").await,
         None,
         "a permit is left"
     );
-    let held_b = b
-        .semaphore("last")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held_b = take(&b).await;
     assert_eq!(
         sem_field(&env, "last", "~w").await,
         Some(b.id().to_string()),
