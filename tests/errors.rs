@@ -307,7 +307,7 @@ async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
     let proxy = FaultProxy::start(server.addr()).await;
     proxy.blackhole(Direction::Both);
     let err = Client::builder(&proxy.url())
-        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
         .connect()
         .await
         .expect_err("nothing answers");
@@ -317,6 +317,52 @@ async fn a_connect_that_times_out_logs_nothing_at_warn_or_above() {
     // logs nothing either (it did once, in the next test).
     drop(proxy);
     assert_quiet("closing the connection of a connect that timed out").await;
+}
+
+/// A connect slower than the command timeout (a loaded machine, a far
+/// server: here 400 ms per round trip against a 600 ms command timeout) is
+/// bounded by the connect timeout, not by the command timeout, and both
+/// connections of a client are made at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_slower_than_the_command_timeout_succeeds() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    proxy.set_latency(Duration::from_millis(200));
+    let client = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_millis(600))
+        .connect()
+        .await
+        .expect("connected within the connect timeout");
+    let guard = client
+        .lock("slow")
+        .try_lock(Duration::ZERO, None)
+        .await
+        .expect("every command within the command timeout")
+        .expect("free");
+    guard.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+}
+
+/// Many clients connecting at once all connect: none misses the moment its
+/// connections came up (fred's `wait_for_connect` alone checks the state,
+/// then subscribes, and can sleep through a connection that completed in
+/// between; seen under load as connects "timing out" on a live server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_connecting_at_once_all_connect() {
+    let server = RedisServer::start().await;
+    for round in 0..5 {
+        let connects = (0..40).map(|_| {
+            Client::builder(&server.url())
+                .connect_timeout(Duration::from_secs(5))
+                .connect()
+        });
+        let clients = futures::future::join_all(connects).await;
+        for (i, client) in clients.into_iter().enumerate() {
+            let client = client.unwrap_or_else(|e| panic!("round {round}, client {i}: {e}"));
+            client.shutdown().await.unwrap();
+        }
+    }
 }
 
 /// Redis 5.0 (fetched from PyPI) is below the minimum: the connect fails

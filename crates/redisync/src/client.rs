@@ -20,6 +20,10 @@ use crate::owner::Owner;
 const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
 /// Default per-command timeout.
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a connect in progress checks whether it is done.
+const CONNECT_POLL: Duration = Duration::from_millis(5);
+/// Default [`ClientBuilder::connect_timeout`].
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`ClientBuilder::fence_ttl`].
 const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The oldest Redis (major, minor) redisync runs on: its scripts use
@@ -32,6 +36,8 @@ const MIN_SERVER_NAME: &str = "6.2";
 pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// Bound on connecting (both connections, made at once).
+    connect_timeout: Duration,
     /// `WAIT` for this many replicas (within the timeout) after each
     /// acquisition of a `Lock`; too few acknowledgements undo it.
     pub(crate) replica_sync: Option<(u32, Duration)>,
@@ -73,6 +79,11 @@ impl Settings {
         if self.command_timeout.is_zero() {
             return Err(Error::InvalidArgument(
                 "command_timeout must not be zero".into(),
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "connect_timeout must not be zero".into(),
             ));
         }
         Ok(())
@@ -124,12 +135,23 @@ impl ClientBuilder {
         self
     }
 
-    /// Bound on every Redis command (and on connecting). A command that times
-    /// out has an unknown outcome; redisync compensates for acquisitions.
+    /// Bound on every Redis command. A command that times out has an unknown
+    /// outcome; redisync compensates for acquisitions.
     ///
     /// Default: 3 s.
     pub fn command_timeout(mut self, t: Duration) -> Self {
         self.settings.command_timeout = t;
+        self
+    }
+
+    /// Bound on connecting: both connections of the client (commands and
+    /// pub/sub, made at once) with their handshakes. Longer than the command
+    /// timeout by default, as a connect on a loaded machine or to a far
+    /// server takes several round trips.
+    ///
+    /// Default: 10 s. Must not be zero.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.settings.connect_timeout = t;
         self
     }
 
@@ -240,9 +262,23 @@ async fn start_connection<C: ClientLike>(
     deadline: tokio::time::Instant,
 ) -> std::result::Result<fred::types::ConnectHandle, Option<fred::error::Error>> {
     let mut router = client.connect();
+    // fred's `wait_for_connect` reads the state, then subscribes to the
+    // connect notice, and sleeps through a connect that completes in between
+    // (seen under load): the state is polled as well. It reads `Connected`
+    // once every connection is up (all primaries of a cluster).
+    let polled = async {
+        let mut tick = tokio::time::interval(CONNECT_POLL);
+        loop {
+            tick.tick().await;
+            if client.is_connected() {
+                return;
+            }
+        }
+    };
     let connected = async {
         tokio::select! {
             connected = client.wait_for_connect() => connected,
+            () = polled => Ok(()),
             ended = &mut router => Err(match ended {
                 Ok(Err(e)) => e,
                 _ => fred::error::Error::new(fred::error::ErrorKind::IO, "connection task ended"),
@@ -260,6 +296,43 @@ async fn start_connection<C: ClientLike>(
             Err(None)
         }
     }
+}
+
+/// Starts the command and the pub/sub connection at once (see
+/// [`start_connection`]). When one fails, the other, if up, is told to quit
+/// and stopped; the error is the failure's (`None`: timed out).
+async fn start_connections(
+    redis: &RedisClient,
+    subscriber: &fred::clients::SubscriberClient,
+    deadline: tokio::time::Instant,
+) -> std::result::Result<Vec<fred::types::ConnectHandle>, Option<fred::error::Error>> {
+    let (a, b) = futures::join!(
+        start_connection(redis, deadline),
+        start_connection(subscriber, deadline)
+    );
+    let (a, b) = match (a, b) {
+        (Ok(a), Ok(b)) => return Ok(vec![a, b]),
+        other => other,
+    };
+    let mut up = Vec::new();
+    let mut errors = Vec::new();
+    match a {
+        Ok(router) => {
+            let _ = redis.quit().await;
+            up.push(router);
+        }
+        Err(e) => errors.extend(e),
+    }
+    match b {
+        Ok(router) => {
+            let _ = subscriber.quit().await;
+            up.push(router);
+        }
+        Err(e) => errors.extend(e),
+    }
+    stop_routers(up);
+    // An error says more than a timeout.
+    Err(errors.into_iter().next())
 }
 
 /// Stops connection tasks that were told to quit. A quit sent while fred
@@ -337,6 +410,7 @@ impl Client {
             settings: Settings {
                 watchdog_timeout: DEFAULT_WATCHDOG,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 replica_sync: None,
                 fence_ttl: DEFAULT_FENCE_TTL,
             },
@@ -350,10 +424,13 @@ impl Client {
         })?;
         let mut builder = Builder::from_config(config);
         let timeout = settings.command_timeout;
+        let connect_timeout = settings.connect_timeout;
         builder
             .with_connection_config(|c| {
-                c.connection_timeout = timeout;
-                c.internal_command_timeout = timeout;
+                c.connection_timeout = connect_timeout;
+                // The handshake (and a cluster's or a sentinel's topology
+                // queries) are part of connecting.
+                c.internal_command_timeout = connect_timeout;
                 // Never re-send a lock mutation after a reconnect: scripts run
                 // at most once, and an unknown outcome is compensated.
                 c.max_command_attempts = 1;
@@ -369,27 +446,16 @@ impl Client {
         // Only connections still running are told to quit: a failed `init`
         // stopped its own, and one never started was not running (fred warns
         // about quitting either).
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + connect_timeout;
         let timed_out = || {
             Error::Redis(fred::error::Error::new(
                 fred::error::ErrorKind::Timeout,
-                format!("could not connect to {url} within {timeout:?}"),
+                format!("could not connect to {url} within {connect_timeout:?}"),
             ))
         };
-        let redis_router = match start_connection(&redis, deadline).await {
-            Ok(router) => router,
-            Err(None) => return Err(timed_out()),
-            Err(Some(e)) => return Err(Error::Redis(e)),
-        };
-        let subscriber_router = match start_connection(&subscriber, deadline).await {
-            Ok(router) => router,
-            Err(e) => {
-                let _ = redis.quit().await;
-                stop_routers(vec![redis_router]);
-                return Err(e.map_or_else(timed_out, Error::Redis));
-            }
-        };
-        let routers = vec![redis_router, subscriber_router];
+        let routers = start_connections(&redis, &subscriber, deadline)
+            .await
+            .map_err(|e| e.map_or_else(timed_out, Error::Redis))?;
         let version = redis.server_version();
         if let Some(v) = version.as_ref().filter(|v| (v.major, v.minor) < MIN_SERVER) {
             let _ = futures::join!(redis.quit(), subscriber.quit());
