@@ -374,7 +374,7 @@ impl FairLock {
         Ok(freed == 1)
     }
 
-    async fn inspect(&self) -> Result<(bool, i64, u32)> {
+    async fn probe(&self) -> Result<(bool, i64, u32)> {
         self.named().check_usable(Self::WHAT)?;
         inspect_hash(self.named().client_inner(), &self.inner.named.hold).await
     }
@@ -387,7 +387,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.inspect().await?.0)
+        Ok(self.probe().await?.0)
     }
 
     /// Whether the calling task (its owner id) holds the lock.
@@ -398,7 +398,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.inspect().await?.2 > 0)
+        Ok(self.probe().await?.2 > 0)
     }
 
     /// How many holds the calling task has on the lock (0 when none).
@@ -409,7 +409,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.inspect().await?.2)
+        Ok(self.probe().await?.2)
     }
 
     /// The lock's remaining lease; `None` when it is not locked. A key
@@ -421,8 +421,24 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (locked, pttl, _) = self.inspect().await?;
+        let (locked, pttl, _) = self.probe().await?;
         Ok(lease_left(locked, pttl))
+    }
+
+    /// What Redis holds of this fair lock now, read in one script: the holder, the
+    /// queue in order with each waiter's deadline, and the last fencing token.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when a key of the fair lock holds something redisync did not write;
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn inspect(&self) -> Result<crate::Inspection> {
+        let named = self.named();
+        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
+            .await
     }
 
     /// Deletes the lock whoever holds it and tells the next waiter in the

@@ -36,7 +36,10 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn tag(self) -> &'static str {
+    /// Every kind, in the order the inspector reports them.
+    pub(crate) const ALL: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
+
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Kind::Lock => "lock",
             Kind::Fair => "fair",
@@ -68,7 +71,7 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Role::Hold => "hold",
             Role::Fence => "fence",
@@ -80,6 +83,17 @@ impl Role {
             Role::Leases => "leases",
         }
     }
+
+    const ALL: [Role; 8] = [
+        Role::Hold,
+        Role::Fence,
+        Role::Channel,
+        Role::Queue,
+        Role::Deadlines,
+        Role::Readers,
+        Role::Writers,
+        Role::Leases,
+    ];
 }
 
 /// The key (or channel) of one role of the primitive `kind` named `name`:
@@ -125,6 +139,37 @@ pub(crate) fn sibling(key: &str, role: Role) -> Option<String> {
     Some(format!("{PREFIX}{kind}:{}:{name}", role.tag()))
 }
 
+/// The SCAN pattern of every hold key of the layout (one per primitive
+/// that exists in Redis).
+pub(crate) const HOLD_PATTERN: &str = "redisync:v1:*:hold:*";
+
+/// The kind, role and name a key made by [`key`] belongs to; `None` for any
+/// other string (another layout, a key not written by redisync).
+pub(crate) fn parse(key: &str) -> Option<(Kind, Role, String)> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let (kind, rest) = rest.split_once(':')?;
+    let (role, encoded) = rest.split_once(':')?;
+    let kind = Kind::ALL.into_iter().find(|k| k.tag() == kind)?;
+    let role = Role::ALL.into_iter().find(|r| r.tag() == role)?;
+    let name = if let Some(name) = encoded.strip_prefix('=') {
+        hash_tag(name).is_some().then(|| name.to_owned())?
+    } else if let Some(hex) = encoded.strip_prefix("#{") {
+        let hex = hex.strip_suffix('}')?;
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        String::from_utf8(bytes)
+            .ok()
+            .filter(|n| n.starts_with('}'))?
+    } else {
+        let name = encoded.strip_prefix('{')?.strip_suffix('}')?;
+        (hash_tag(name).is_none() && !name.starts_with('}')).then(|| name.to_owned())?
+    };
+    // Only the canonical spelling of a name is ours.
+    (self::key(kind, role, &name) == key).then_some((kind, role, name))
+}
+
 /// [`sibling`] as a Redis key, for a key made by [`key`] (which always has
 /// siblings; anything else maps to itself).
 pub(crate) fn sibling_key(key: &str, role: Role) -> fred::types::Key {
@@ -153,17 +198,8 @@ mod tests {
         "x{}",
         "redisync:v1:lock:hold:{x}",
     ];
-    const KINDS: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
-    const ROLES: [Role; 8] = [
-        Role::Hold,
-        Role::Fence,
-        Role::Channel,
-        Role::Queue,
-        Role::Deadlines,
-        Role::Readers,
-        Role::Writers,
-        Role::Leases,
-    ];
+    const KINDS: [Kind; 4] = Kind::ALL;
+    const ROLES: [Role; 8] = Role::ALL;
 
     #[test]
     fn every_key_of_a_name_shares_one_tag() {
@@ -223,6 +259,31 @@ mod tests {
             );
         }
         assert_eq!(sibling("redisync:{x}:ch", Role::Hold), None);
+    }
+
+    #[test]
+    fn keys_parse_back_to_their_kind_role_and_name() {
+        for name in NAMES {
+            for kind in KINDS {
+                for role in ROLES {
+                    let k = key(kind, role, name);
+                    assert_eq!(parse(&k), Some((kind, role, name.to_owned())), "{k}");
+                }
+            }
+        }
+        for other in [
+            "orders:42",
+            "redisync:v1:lock:hold:orders",
+            "redisync:v1:lock:hold:{a{b}c}",
+            "redisync:v1:lock:hold:=abc",
+            "redisync:v1:lock:hold:#{zz}",
+            "redisync:v1:lock:hold:#{6162}",
+            "redisync:v1:nope:hold:{x}",
+            "redisync:v1:lock:nope:{x}",
+            "redisync:v0:lock:hold:{x}",
+        ] {
+            assert_eq!(parse(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -239,7 +239,7 @@ impl Lock {
         }))
     }
 
-    async fn inspect(&self) -> Result<(bool, i64, u32)> {
+    async fn probe(&self) -> Result<(bool, i64, u32)> {
         self.named().check_usable(Self::WHAT)?;
         inspect_hash(self.named().client_inner(), &self.inner.hold).await
     }
@@ -252,7 +252,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.inspect().await?.0)
+        Ok(self.probe().await?.0)
     }
 
     /// Whether the calling task (its owner id) holds the lock.
@@ -263,7 +263,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.inspect().await?.2 > 0)
+        Ok(self.probe().await?.2 > 0)
     }
 
     /// How many holds the calling task has on the lock (0 when none).
@@ -274,7 +274,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.inspect().await?.2)
+        Ok(self.probe().await?.2)
     }
 
     /// The lock's remaining lease; `None` when it is not locked. A key
@@ -286,8 +286,25 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (locked, pttl, _) = self.inspect().await?;
+        let (locked, pttl, _) = self.probe().await?;
         Ok(lease_left(locked, pttl))
+    }
+
+    /// What Redis holds of this lock now, read in one script: the holder
+    /// (owner, hold count, token, lease left), the last fencing token issued,
+    /// and whether another client asked while it was held.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when a key of the lock holds something redisync did not write;
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn inspect(&self) -> Result<crate::Inspection> {
+        let named = self.named();
+        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
+            .await
     }
 
     /// The client this lock belongs to.

@@ -265,6 +265,28 @@ impl RwLock {
         WriteLock { rw: self.clone() }
     }
 
+    /// What Redis holds of this read-write lock now, read in one script: the writer or
+    /// the readers (each with its lease and token), the writers waiting, and
+    /// the last fencing token.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when a key of the read-write lock holds something redisync did not write;
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn inspect(&self) -> Result<crate::Inspection> {
+        let named = &self.inner.named;
+        crate::inspect::inspect_kind(
+            named.client_inner(),
+            &named.name,
+            named.kind(),
+            "read-write lock",
+        )
+        .await
+    }
+
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = side.tag()))]
     async fn acquire(
         &self,
@@ -282,7 +304,7 @@ impl RwLock {
         }
     }
 
-    async fn inspect(&self, side: Side) -> Result<(i64, i64, u32)> {
+    async fn probe(&self, side: Side) -> Result<(i64, i64, u32)> {
         self.named().check_usable(Self::WHAT)?;
         let client = self.named().client_inner();
         let owner = client.owner_id();
@@ -471,7 +493,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn is_locked(&self) -> Result<bool> {
-                let (mode, _, _) = self.rw.inspect($side).await?;
+                let (mode, _, _) = self.rw.probe($side).await?;
                 Ok(match $side {
                     Side::Read => mode == 1,
                     Side::Write => mode == 2,
@@ -486,7 +508,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn is_held_by_current_task(&self) -> Result<bool> {
-                Ok(self.rw.inspect($side).await?.2 > 0)
+                Ok(self.rw.probe($side).await?.2 > 0)
             }
 
             #[doc = concat!("How many ", $what, " holds the calling task has.")]
@@ -497,7 +519,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn hold_count(&self) -> Result<u32> {
-                Ok(self.rw.inspect($side).await?.2)
+                Ok(self.rw.probe($side).await?.2)
             }
 
             /// The lock's remaining lease (either side); `None` when free.
@@ -508,7 +530,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-                let (mode, pttl, _) = self.rw.inspect($side).await?;
+                let (mode, pttl, _) = self.rw.probe($side).await?;
                 Ok(crate::lock::lease_left(mode != 0, pttl))
             }
 

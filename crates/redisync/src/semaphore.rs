@@ -24,6 +24,7 @@ lua_script!(ACQUIRE, "semaphore_acquire.lua");
 lua_script!(RELEASE, "semaphore_release.lua");
 lua_script!(RENEW, "semaphore_renew.lua");
 lua_script!(AVAILABLE, "semaphore_available.lua");
+lua_script!(FORCE_RELEASE, "semaphore_force_release.lua");
 
 /// Poll bound when no held permit has a lease end to wait for.
 const NO_LEASE_POLL: Duration = Duration::from_secs(1);
@@ -373,6 +374,46 @@ impl Semaphore {
             [1, free] => Ok(u32::try_from(free.max(0)).unwrap_or(u32::MAX)),
             _ => Err(self.not_initialized()),
         }
+    }
+
+    /// What Redis holds of this semaphore now, read in one script: its permits
+    /// (total and in use), every acquisition holding some (owner, permits,
+    /// lease left; an ended lease is reclaimed by the next acquisition) and
+    /// the last fencing token. Not set up: [`Inspection::exists`](crate::Inspection::exists) is false.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when a key of the semaphore holds something redisync did not write;
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe (read-only).
+    pub async fn inspect(&self) -> Result<crate::Inspection> {
+        let named = self.named();
+        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
+            .await
+    }
+
+    /// Gives back every permit whoever holds it (the set-up is kept) and
+    /// wakes the waiters: for an operator freeing permits held by a process
+    /// that hangs. Permits of this client report
+    /// [`lost`](SemaphorePermit::lost) at once; those of other clients when
+    /// they next renew or their lease ends. `Ok(true)` if any was held.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when a key of the semaphore holds something else
+    /// (nothing is touched); [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn force_release(&self) -> Result<bool> {
+        let named = self.named();
+        named
+            .force_unlock(
+                &FORCE_RELEASE,
+                vec![named.hold.clone(), self.inner.leases.clone()],
+            )
+            .await
     }
 }
 

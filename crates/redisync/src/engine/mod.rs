@@ -165,6 +165,11 @@ impl Named {
         }
     }
 
+    /// The kind of primitive this name is used as.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The key of `role` for this name.
     pub(crate) fn role(&self, role: Role) -> Key {
         Key::from(keys::key(self.kind, role, &self.name))
