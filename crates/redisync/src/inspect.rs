@@ -26,6 +26,7 @@ const LIST_CONCURRENCY: usize = 16;
 
 /// The kind of primitive a name is used as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum LockKind {
     /// [`Lock`](crate::Lock).
     Lock,
@@ -69,7 +70,7 @@ impl LockKind {
 
 impl std::fmt::Display for LockKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -90,6 +91,7 @@ impl std::str::FromStr for LockKind {
 
 /// How a holder holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HoldMode {
     /// A [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) hold.
     Exclusive,
