@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) replica_sync: Option<(u32, Duration)>,
     /// TTL of fencing counters (refreshed at every issue).
     fence_ttl: Duration,
+    /// Metrics carry the lock name as a label.
+    pub(crate) metrics_lock_names: bool,
 }
 
 impl Settings {
@@ -132,6 +134,16 @@ impl ClientBuilder {
     /// Default: 24 h. At least 1 s, at most a year.
     pub fn fence_ttl(mut self, ttl: Duration) -> Self {
         self.settings.fence_ttl = ttl;
+        self
+    }
+
+    /// Whether metrics carry the lock name as a `name` label (besides
+    /// `kind`). Off by default: every name is a time series of its own in
+    /// the metrics backend, so turn it on only for a bounded set of names.
+    /// Metrics are recorded with the cargo feature `metrics` (README,
+    /// "Metrics"); without it this changes nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.settings.metrics_lock_names = on;
         self
     }
 
@@ -413,6 +425,7 @@ impl Client {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 replica_sync: None,
                 fence_ttl: DEFAULT_FENCE_TTL,
+                metrics_lock_names: false,
             },
         }
     }

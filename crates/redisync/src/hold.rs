@@ -2,6 +2,7 @@
 //! one owner (re-entrant holds), renewed by the watchdog, and the source of
 //! `LockGuard::lost()`.
 
+use crate::metrics::{self, HoldMeter, Labels};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -90,9 +91,17 @@ pub(crate) struct Hold {
     /// a count-down never runs after the final release in Redis (a NOSCRIPT
     /// fallback or a cluster retry would re-send it out of order).
     final_queued: tokio::sync::Mutex<bool>,
+    /// Held gauge and hold time (the metrics; empty unless metered).
+    pub(crate) meter: HoldMeter,
 }
 
 impl Hold {
+    /// The hold, counted in the metrics of `labels` while it lives.
+    pub(crate) fn metered(mut self, labels: &Labels) -> Hold {
+        self.meter = HoldMeter::start(labels);
+        self
+    }
+
     pub(crate) fn new(
         ops: &'static HoldOps,
         key: Arc<str>,
@@ -116,6 +125,7 @@ impl Hold {
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             permit: Mutex::new(None),
+            meter: HoldMeter::default(),
             final_queued: tokio::sync::Mutex::new(false),
         }
     }
@@ -216,6 +226,7 @@ impl Hold {
                 why,
                 "lock lost while a guard was alive"
             );
+            self.meter.labels.count(metrics::LOST);
         }
         // The lock is no longer ours in Redis: let the next local waiter try.
         drop(lock_unpoisoned(&self.permit).take());

@@ -71,15 +71,15 @@ impl Wakeup {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Waits until a wake-up newer than `since`, or `until`.
-    pub(crate) async fn wait(&self, since: u64, until: Instant) {
+    /// Waits until a wake-up newer than `since` (true), or `until` (false).
+    pub(crate) async fn wait(&self, since: u64, until: Instant) -> bool {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         if self.generation() != since {
-            return;
+            return true;
         }
-        let _ = tokio::time::timeout_at(until, notified).await;
+        tokio::time::timeout_at(until, notified).await.is_ok()
     }
 
     fn wake(&self) {

@@ -51,11 +51,12 @@ impl LockKind {
     /// `fair`, `rw`, `semaphore`.
     pub fn as_str(self) -> &'static str {
         match self {
-            LockKind::Lock => "lock",
-            LockKind::FairLock => "fair",
-            LockKind::RwLock => "rw",
-            LockKind::Semaphore => "semaphore",
+            LockKind::Lock => Kind::Lock,
+            LockKind::FairLock => Kind::Fair,
+            LockKind::RwLock => Kind::Rw,
+            LockKind::Semaphore => Kind::Semaphore,
         }
+        .label()
     }
 
     fn of(kind: Kind) -> LockKind {

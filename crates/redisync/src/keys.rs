@@ -39,6 +39,16 @@ impl Kind {
     /// Every kind, in the order the inspector reports them.
     pub(crate) const ALL: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
 
+    /// The kind's name for people: the inspector's and the metrics' `kind`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Fair => "fair",
+            Kind::Rw => "rw",
+            Kind::Semaphore => "semaphore",
+        }
+    }
+
     pub(crate) fn tag(self) -> &'static str {
         match self {
             Kind::Lock => "lock",

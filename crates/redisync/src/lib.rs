@@ -19,6 +19,7 @@ mod hub;
 mod inspect;
 mod keys;
 mod lock;
+mod metrics;
 mod owner;
 mod replica;
 mod rw_lock;

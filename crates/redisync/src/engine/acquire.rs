@@ -16,6 +16,7 @@ use super::{Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::hub::{Hub, Slot, SlotRef, Wakeup};
+use crate::metrics::{Acquisition, Labels, Outcome};
 use crate::script::checked_ms;
 
 /// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
@@ -33,7 +34,14 @@ pub(crate) async fn acquire<S: Spec>(
     // Boxed: the state machine is deep, and callers nest this future in
     // theirs (a Redlock's in a user's); unboxed, their types ran past the
     // compiler's query depth limit.
-    Box::pin(acquire_unboxed(spec, ask, deadline, lease)).await
+    let meter = Acquisition::start(&spec.named().labels);
+    let result = Box::pin(acquire_unboxed(spec, ask, deadline, lease)).await;
+    meter.finish(&match &result {
+        Ok(Some(_)) => Outcome::Acquired,
+        Ok(None) => Outcome::TimedOut,
+        Err(_) => Outcome::Failed,
+    });
+    result
 }
 
 async fn acquire_unboxed<S: Spec>(
@@ -105,7 +113,8 @@ async fn contend<S: Spec>(
     loop {
         client.check_open()?;
         let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
-        let Some(since) = wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline).await
+        let Some(since) =
+            wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline, &named.labels).await
         else {
             return Ok(None);
         };
@@ -169,9 +178,24 @@ async fn contend<S: Spec>(
             client.hub.ensure_subscribed(slot).await?;
             continue;
         }
-        wakeup
-            .wait(since, deadline.map_or(until, |d| d.min(until)))
-            .await;
+        park(wakeup, since, until, deadline, &named.labels).await;
+    }
+}
+
+/// Parks until woken (a release was heard) or `until` (the server's bound),
+/// `deadline` at the latest; counts the wake-up by its cause.
+async fn park(
+    wakeup: &Wakeup,
+    since: u64,
+    until: Instant,
+    deadline: Option<Instant>,
+    labels: &Labels,
+) {
+    let bound = deadline.map_or(until, |d| d.min(until));
+    if wakeup.wait(since, bound).await {
+        labels.woken(true);
+    } else if bound == until {
+        labels.woken(false);
     }
 }
 
@@ -184,14 +208,13 @@ async fn wait_while_exhausted(
     wakeup: &Wakeup,
     may_wait: bool,
     deadline: Option<Instant>,
+    labels: &Labels,
 ) -> Option<u64> {
     let since = wakeup.generation();
     let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
-    wakeup
-        .wait(since, deadline.map_or(until, |d| d.min(until)))
-        .await;
+    park(wakeup, since, until, deadline, labels).await;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return None;
     }
@@ -220,15 +243,18 @@ impl<S: Spec> Grant<'_, S> {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Held {
         let named = self.spec.named();
-        let hold = Arc::new(Hold::new(
-            self.spec.hold_ops(self.ask),
-            named.key.clone(),
-            named.channel.clone(),
-            holder,
-            token,
-            sent_at + self.lease,
-            self.watchdog,
-        ));
+        let hold = Arc::new(
+            Hold::new(
+                self.spec.hold_ops(self.ask),
+                named.key.clone(),
+                named.channel.clone(),
+                holder,
+                token,
+                sent_at + self.lease,
+                self.watchdog,
+            )
+            .metered(&named.labels),
+        );
         hold.keep_turn(permit);
         self.slot.add_holder(hold.clone());
         self.held(hold)

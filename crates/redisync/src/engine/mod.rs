@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::hold::HoldOps;
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
+use crate::metrics::Labels;
 use crate::script::LuaScript;
 
 pub(crate) mod acquire;
@@ -124,12 +125,19 @@ pub(crate) struct Named {
     pub(crate) fence: Key,
     /// The release channel (a script argument, not a key).
     pub(crate) channel: Key,
+    /// The labels of this name's metrics.
+    pub(crate) labels: Labels,
 }
 
 impl Named {
     pub(crate) fn new(client: Client, kind: Kind, name: &str) -> Named {
         let key = keys::key(kind, Role::Hold, name);
+        let labels = Labels::new(
+            kind.label(),
+            client.inner.settings.metrics_lock_names.then_some(name),
+        );
         Named {
+            labels,
             client,
             kind,
             reentrant: true,
@@ -152,6 +160,7 @@ impl Named {
             hold: self.hold.clone(),
             fence: self.fence.clone(),
             channel: self.channel.clone(),
+            labels: self.labels.clone(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! `lease / 3`, in batches per kind and per cluster node, and reports holds
 //! found gone as lost. It starts with the client's first renewed hold.
 
+use crate::metrics;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -129,7 +130,9 @@ async fn renew_batch(
                 if ok == 1 {
                     if counts {
                         h.extend_validity(sent_at, lease);
+                        h.meter.labels.count(metrics::RENEWALS);
                     } else {
+                        h.meter.labels.count(metrics::RENEWAL_FAILURES);
                         // Marks it lost once the synced lease would have run out.
                         let _ = h.is_lost();
                     }
@@ -141,6 +144,7 @@ async fn renew_batch(
         Err(e) => {
             tracing::debug!(target: "redisync.watchdog.renew", error = %e, "renewal failed; retrying next period");
             for h in batch {
+                h.meter.labels.count(metrics::RENEWAL_FAILURES);
                 // Marks it lost once the lease would have run out.
                 let _ = h.is_lost();
             }
