@@ -186,6 +186,9 @@ pub struct Inspection {
     pub permits: Option<Permits>,
     /// A task of another client than the holder's asked while it was taken.
     pub contended: bool,
+    /// What the holder published about itself: a leader's identity (see
+    /// [`Leader`](crate::Leader)).
+    pub identity: Option<String>,
     /// Entries left out of `holders` and `waiters` (more than a thousand).
     pub left_out: u64,
 }
@@ -490,6 +493,7 @@ fn decode(
         },
         permits: None,
         contended: false,
+        identity: None,
         left_out: 0,
     };
     match kind {
@@ -517,6 +521,9 @@ fn exclusive(out: &mut Inspection, hold: &RawKey) -> Bad {
         match field {
             "~t" => out.token = Some(number(Role::Hold, value)?),
             "~w" => out.contended = true,
+            "~i" => out.identity = Some(value.to_owned()),
+            // Marks of a later layout version: not holders.
+            _ if field.starts_with('~') => {}
             _ => out.holders.push(Holder {
                 owner: field.to_owned(),
                 client_id: client_of(field),

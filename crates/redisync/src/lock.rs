@@ -23,6 +23,7 @@ lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(INSPECT, "lock_inspect.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
+lua_script!(PUBLISH_IDENTITY, "lock_publish_identity.lua");
 
 /// Lock holds: renewed by `lock_renew.lua` with (owner, token); released
 /// by `lock_release.lua` (3: another client contended meanwhile).
@@ -529,6 +530,26 @@ impl LockGuard {
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
         &self.lock
+    }
+
+    /// Stores `identity` in the lock's hash while this acquisition holds it
+    /// (it goes with the lock); `Ok(false)` when it no longer does.
+    pub(crate) async fn publish_identity(&self, identity: &str) -> Result<bool> {
+        let hold = self.held.hold();
+        let client = self.lock.named().client_inner();
+        let done: i64 = PUBLISH_IDENTITY
+            .run_idempotent(
+                &client.redis,
+                &hold.key,
+                vec![self.lock.inner.hold.clone()],
+                vec![
+                    hold.owner.clone(),
+                    Value::String(hold.token.to_string().into()),
+                    Value::String(identity.into()),
+                ],
+            )
+            .await?;
+        Ok(done == 1)
     }
 
     /// Makes the remaining lease at least `lease` if this acquisition still

@@ -1,0 +1,310 @@
+//! Leader election on a lock: `Leader` campaigns (waits for the lock,
+//! renewed by the watchdog), publishes who leads, and runs a scheduled job
+//! only while leading.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{Guard, LostSignal};
+use crate::lock::{Lock, LockGuard};
+
+/// Pause before campaigning again after Redis failed.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A leader election among processes (and tasks): at most one
+/// [`Leadership`] of a name is alive at a time, as long as its lease lasts.
+///
+/// It is a [`Lock`] held under the watchdog lease (the client's
+/// `watchdog_timeout`, renewed every third of it): a leader that crashes or
+/// is paused loses the lead within one lease and a waiting candidate takes
+/// it over. Every leadership has a fencing token, higher than any earlier
+/// leader's: pass it to what the leader writes, so a leader that was paused
+/// and resumes late cannot overwrite its successor's work.
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// use std::time::Duration;
+///
+/// let leader = client.leader("jobs:nightly").with_identity("worker-3");
+/// // Runs the job every 10 s while this process leads; campaigns again
+/// // after losing the lead; returns only on a non-Redis error (shutdown).
+/// leader
+///     .run(Duration::from_secs(10), |token| async move {
+///         // ... the job, writing with `token` as its fencing token ...
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Leader {
+    lock: Lock,
+    identity: Arc<str>,
+}
+
+impl std::fmt::Debug for Leader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leader")
+            .field("name", &self.lock.name())
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A handle on the leader election `name` (no I/O). See [`Leader`].
+    /// Its identity is the client's id until
+    /// [`with_identity`](Leader::with_identity) says otherwise.
+    pub fn leader(&self, name: &str) -> Leader {
+        Leader {
+            // Every campaign is an owner of its own: two campaigns of one
+            // task must not both lead.
+            lock: self.lock(name).non_reentrant(),
+            identity: Arc::from(self.id().to_string()),
+        }
+    }
+}
+
+/// Who leads now, as [`Leader::current`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The identity the leader published (`None` for a moment after it won,
+    /// before it published).
+    pub identity: Option<String>,
+    /// The fencing token of its leadership.
+    pub token: Option<u64>,
+    /// Time left on its lease (renewed while it leads).
+    pub lease_left: Option<Duration>,
+}
+
+impl Leader {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// The identity this candidate publishes when it leads (a host name, an
+    /// address where followers reach the leader).
+    #[must_use]
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Leader {
+        self.identity = Arc::from(identity.into());
+        self
+    }
+
+    /// The identity this candidate publishes.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Waits until this candidate leads, and publishes its identity.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a lead won in flight is given back in the background.
+    pub async fn campaign(&self) -> Result<Leadership> {
+        loop {
+            let guard = self.lock.lock().await?;
+            if let Some(won) = self.publish(guard).await? {
+                return Ok(won);
+            }
+        }
+    }
+
+    /// Waits at most `wait` to lead; `Ok(None)` when another leads
+    /// throughout.
+    ///
+    /// # Errors
+    /// As [`Lock::try_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Leader::campaign`].
+    pub async fn try_campaign(&self, wait: Duration) -> Result<Option<Leadership>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(guard) = self.lock.try_lock(left, None).await? else {
+                return Ok(None);
+            };
+            if let Some(won) = self.publish(guard).await? {
+                return Ok(Some(won));
+            }
+        }
+    }
+
+    /// The leadership of `guard` once its identity is published; `None`
+    /// when the lead was lost before.
+    async fn publish(&self, guard: LockGuard) -> Result<Option<Leadership>> {
+        match guard.publish_identity(&self.identity).await {
+            Ok(true) => Ok(Some(Leadership { guard })),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Who leads now; `None` when nobody does.
+    ///
+    /// # Errors
+    /// As [`Lock::inspect`].
+    pub async fn current(&self) -> Result<Option<LeaderInfo>> {
+        let seen = self.lock.inspect().await?;
+        Ok(seen.is_held().then_some(LeaderInfo {
+            identity: seen.identity,
+            token: seen.token,
+            lease_left: seen.lease_left,
+        }))
+    }
+
+    /// Runs `job` every `every` while this candidate leads, and campaigns
+    /// for the lead whenever it does not (after losing it too), until the
+    /// returned future is dropped.
+    ///
+    /// Each run gets the leadership's fencing token. The loss of the lead
+    /// always wins: it is checked before every run and while a run is in
+    /// flight (a `biased` select), so a run in flight is cancelled (dropped
+    /// at its next await point) the moment the loss is known, and a leader
+    /// resumed after a pause longer than its lease never starts another run
+    /// (its lease clock has run out). Ticks missed while a run was slow or
+    /// the process paused are not made up in a burst: the next run comes
+    /// `every` after the late one. The token still matters: a run already
+    /// past its last await point when the lead goes finishes, so the
+    /// resource must refuse writes older than the newest token it has seen
+    /// (see [`Fenced`](crate::Fenced)).
+    ///
+    /// A Redis failure while campaigning is logged and retried after a
+    /// second.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero period, [`Error::Shutdown`]
+    /// after the client's shutdown; never returns otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it drops a run in flight and gives the lead
+    /// back in the background.
+    pub async fn run<F, Fut>(&self, every: Duration, mut job: F) -> Result<Infallible>
+    where
+        F: FnMut(u64) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        crate::script::checked_ms("run period", every)?;
+        loop {
+            let leadership = match self.campaign().await {
+                Ok(won) => won,
+                Err(e) if e.redis_kind().is_some() => {
+                    tracing::warn!(leader = %self.name(), error = %e, "campaign failed; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            lead(&leadership, every, &mut job).await;
+            // Lost: its release (if any) runs in the background.
+            drop(leadership);
+        }
+    }
+}
+
+/// Runs `job` every `every` until `leadership` is lost.
+async fn lead<F, Fut>(leadership: &Leadership, every: Duration, job: &mut F)
+where
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let lost = leadership.lost_signal();
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = lost.clone() => return,
+            _ = ticks.tick() => {}
+        }
+        // By the local lease clock: after a pause the watchdog may not have
+        // run yet, but the lease is known to have ended.
+        if leadership.is_lost() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = lost.clone() => return,
+            () = job(leadership.token()) => {}
+        }
+    }
+}
+
+/// This candidate leads while this lives (see [`Leader`]). Dropping it
+/// resigns in the background; [`resign`](Leadership::resign) waits.
+#[must_use = "if unused the lead is given back immediately"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Leadership {
+    /// The fencing token of this leadership: higher than every earlier
+    /// leader's of the name.
+    pub fn token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Resolves when this candidate is known to have lost the lead.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    /// Whether the lead is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// An owned signal that fires when the lead is lost or given back.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// Gives the lead back now: a waiting candidate takes it.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when it was lost already; [`Error::Redis`].
+    pub async fn resign(self) -> Result<()> {
+        self.guard.unlock().await
+    }
+}
+
+impl Guard for Leadership {
+    type Error = Error;
+
+    fn fencing_token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    fn validity(&self) -> Duration {
+        self.guard.validity()
+    }
+
+    fn extend(&self, lease: Duration) -> impl Future<Output = Result<()>> + Send {
+        Guard::extend(&self.guard, lease)
+    }
+
+    fn release(self) -> impl Future<Output = Result<()>> + Send {
+        self.guard.unlock()
+    }
+}

@@ -1,0 +1,18 @@
+-- Store what a holder says about itself (a leader's identity) in the lock
+-- hash, field '~i': it lives and goes with the lock.
+-- KEYS[1]  lock hash
+-- ARGV[1]  owner id
+-- ARGV[2]  fencing token of the acquisition
+-- ARGV[3]  identity
+-- Returns 1 stored, 0 when that acquisition does not hold the lock (nothing
+-- written).
+local held = redis.pcall('hmget', KEYS[1], ARGV[1], '~t')
+local err = read_error(held, KEYS[1], 'lock')
+if err then
+  return err
+end
+if not held[1] or held[2] ~= ARGV[2] then
+  return 0
+end
+redis.call('hset', KEYS[1], '~i', ARGV[3])
+return 1

@@ -1,0 +1,188 @@
+//! Leader election: one leader at a time, published identity, take-over
+//! after a resign or a leader cut off, and `run`, which never lets a job
+//! run once the lead is known lost.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, Env};
+use redisync::Client;
+use redisync_testkit::{Direction, FaultProxy};
+
+const WITHIN: Duration = Duration::from_secs(10);
+
+async fn client_with_lease(url: &str, lease: Duration) -> Client {
+    Client::builder(url)
+        .watchdog_timeout(lease)
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leads_at_a_time_and_the_next_takes_over_when_it_resigns() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let first = a
+        .leader("sched")
+        .with_identity("host-a")
+        .campaign()
+        .await
+        .unwrap();
+    let now = b.leader("sched").current().await.unwrap().expect("a leads");
+    assert_eq!(now.identity.as_deref(), Some("host-a"));
+    assert_eq!(now.token, Some(first.token()));
+    assert!(now.lease_left.unwrap() > Duration::ZERO);
+
+    // Another candidate does not lead while it does, in this task or another.
+    let second_here = a
+        .leader("sched")
+        .try_campaign(Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(second_here.is_none(), "two campaigns of one task both led");
+    let candidate = b.leader("sched").with_identity("host-b");
+    assert!(candidate
+        .try_campaign(Duration::from_millis(50))
+        .await
+        .unwrap()
+        .is_none());
+    let next = tokio::spawn(async move { candidate.campaign().await });
+
+    let token = first.token();
+    first.resign().await.unwrap();
+    let second = next.await.unwrap().unwrap();
+    assert!(second.token() > token, "tokens rise with every leadership");
+    let now = a.leader("sched").current().await.unwrap().unwrap();
+    assert_eq!(now.identity.as_deref(), Some("host-b"));
+    second.resign().await.unwrap();
+    assert_eq!(a.leader("sched").current().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_redis_is_replaced_within_one_lease() {
+    let env = Env::start().await;
+    let lease = Duration::from_secs(1);
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let cut_off = client_with_lease(&proxy.url(), lease).await;
+    let other = client_with_lease(&env.server.url(), lease).await;
+    let leading = cut_off
+        .leader("sched")
+        .with_identity("a")
+        .campaign()
+        .await
+        .unwrap();
+    let candidate = other.leader("sched").with_identity("b");
+    let next = tokio::spawn(async move { candidate.campaign().await });
+
+    proxy.blackhole(Direction::Both);
+    let cut_at = tokio::time::Instant::now();
+    // The cut-off leader learns it by its own lease clock (no renewal).
+    tokio::time::timeout(WITHIN, leading.lost())
+        .await
+        .expect("the cut-off leader knows");
+    let second = tokio::time::timeout(WITHIN, next)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    let took = cut_at.elapsed();
+    // The lock lives at most one lease after its last renewal.
+    assert!(
+        took <= lease + Duration::from_secs(2),
+        "took over after {took:?}"
+    );
+    assert!(second.token() > leading.token());
+    let now = other.leader("sched").current().await.unwrap().unwrap();
+    assert_eq!(now.identity.as_deref(), Some("b"));
+    proxy.heal();
+    drop(leading);
+    second.resign().await.unwrap();
+}
+
+/// Sets its flag when dropped before the end of a run (cancelled).
+struct CancelMark(Arc<AtomicBool>, bool);
+impl Drop for CancelMark {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_cancels_the_job_when_the_lead_is_lost_and_leads_again_with_a_new_token() {
+    let env = Env::start().await;
+    // Renewals every ~330 ms: a forced unlock is found within that.
+    let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
+    let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let started = Arc::new(AtomicU32::new(0));
+    let cancelled = Arc::new(AtomicBool::new(false));
+
+    let leader = client.leader("sched");
+    let job = {
+        let (runs, started, cancelled) = (runs.clone(), started.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            leader
+                .run(Duration::from_millis(20), move |token| {
+                    let (runs, started, cancelled) =
+                        (runs.clone(), started.clone(), cancelled.clone());
+                    async move {
+                        runs.lock().unwrap().push(token);
+                        let mut mark = CancelMark(cancelled, false);
+                        // The first run takes far longer than the test: only a
+                        // cancellation ends it.
+                        if started.fetch_add(1, Ordering::SeqCst) == 0 {
+                            tokio::time::sleep(Duration::from_secs(1000)).await;
+                        }
+                        mark.1 = true;
+                    }
+                })
+                .await
+        })
+    };
+    assert!(eventually(WITHIN, || async { started.load(Ordering::SeqCst) == 1 }).await);
+    let first = runs.lock().unwrap()[0];
+
+    // Forced away by another client: the watchdog finds it gone, the run in
+    // flight is dropped, and the candidate leads again under a new token.
+    let operator = env.client().await;
+    assert!(operator.lock("sched").force_unlock().await.unwrap());
+    let resumed = eventually(WITHIN, || async { started.load(Ordering::SeqCst) >= 3 }).await;
+    assert!(resumed, "did not lead again");
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the run in flight was not cancelled"
+    );
+    let tokens = runs.lock().unwrap().clone();
+    assert!(
+        tokens[1..].iter().all(|t| *t > first),
+        "{tokens:?}: a run under the lost lead"
+    );
+    assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{tokens:?}");
+    job.abort();
+    assert!(job.await.unwrap_err().is_cancelled());
+    // Dropping the run gives the lead back.
+    let gone = eventually(WITHIN, || async {
+        client.leader("sched").current().await.unwrap().is_none()
+    })
+    .await;
+    assert!(gone, "the lead was not given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let err = client
+        .leader("sched")
+        .run(Duration::ZERO, |_| async {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
+    let err = client.leader("").campaign().await.unwrap_err();
+    assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
+}
