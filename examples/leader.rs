@@ -22,11 +22,9 @@
 //!
 //!     cargo run --example leader
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use redisync::FencedWrite;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
@@ -79,22 +77,11 @@ impl Members {
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         let mut children = Vec::new();
         for member in 0..MEMBERS {
-            let mut child = tokio::process::Command::new(std::env::current_exe()?)
-                .env(MEMBER_ENV, member.to_string())
+            let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+            cmd.env(MEMBER_ENV, member.to_string())
                 .env("LEADER_EXAMPLE_URL", url)
-                .env("LEADER_EXAMPLE_RUN", run)
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()?;
-            let stdout = child.stdout.take().ok_or("no stdout")?;
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut out = BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = out.next_line().await {
-                    println!("  member {member}: {line}");
-                    let _ = tx.send((member, line));
-                }
-            });
+                .env("LEADER_EXAMPLE_RUN", run);
+            let child = support::spawn_with_lines(cmd, member, tx.clone(), true)?;
             children.push(child);
         }
         Ok(Members { children, lines })
@@ -120,16 +107,7 @@ impl Members {
     }
 
     async fn signal(&self, member: usize, sig: &str) -> Result<(), BoxError> {
-        let pid = self.children[member].id().ok_or("member gone")?;
-        let status = tokio::process::Command::new("kill")
-            .args([format!("-{sig}"), pid.to_string()])
-            .status()
-            .await?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("kill -{sig} {pid}: {status}").into())
-        }
+        support::signal(self.children[member].id().ok_or("member gone")?, sig).await
     }
 }
 

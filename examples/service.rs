@@ -25,13 +25,11 @@
 //!     cargo run --example service
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures::StreamExt;
 use redisync::{run_locked, Outcome, Owner};
 use rusqlite::{params, Connection, OptionalExtension};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 mod support;
 
@@ -135,22 +133,12 @@ async fn run_service(url: &str) -> Result<Report, BoxError> {
     let mut children = Vec::new();
     let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
     for worker in 0..WORKERS {
-        let mut child = worker_command()?
-            .env(WORKER_ENV, worker.to_string())
+        let mut cmd = worker_command()?;
+        cmd.env(WORKER_ENV, worker.to_string())
             .env("SERVICE_URL", url)
             .env("SERVICE_DB", &db)
-            .env("SERVICE_RUN", &run)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let tx = lines_tx.clone();
-        tokio::spawn(async move {
-            let mut out = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = out.next_line().await {
-                let _ = tx.send((worker, line));
-            }
-        });
+            .env("SERVICE_RUN", &run);
+        let child = support::spawn_with_lines(cmd, worker as usize, lines_tx.clone(), false)?;
         children.push(child);
     }
     drop(lines_tx);
@@ -166,9 +154,9 @@ async fn run_service(url: &str) -> Result<Report, BoxError> {
                     // The fault: the process stops inside its critical
                     // section, its watchdog with it, for three leases.
                     let pid = children[0].id().ok_or("worker 0 gone")?;
-                    signal(pid, "STOP").await?;
+                    support::signal(pid, "STOP").await?;
                     tokio::time::sleep(PAUSE).await;
-                    signal(pid, "CONT").await?;
+                    support::signal(pid, "CONT").await?;
                     report.paused = true;
                 }
             }
@@ -215,18 +203,6 @@ fn worker_command() -> Result<tokio::process::Command, BoxError> {
         ]);
     }
     Ok(cmd)
-}
-
-async fn signal(pid: u32, sig: &str) -> Result<(), BoxError> {
-    let status = tokio::process::Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .await?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{sig} {pid}: {status}").into())
-    }
 }
 
 fn open(db: &Path) -> rusqlite::Result<Connection> {

@@ -47,3 +47,49 @@ async fn answers_ping(addr: &str) -> bool {
         Ok(Some(true))
     )
 }
+
+/// Sends `kill -SIG pid` (`STOP`, `CONT`, `KILL`): the multi-process
+/// examples' faults.
+pub(crate) async fn signal(
+    pid: u32,
+    sig: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let status = tokio::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .await?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{sig} {pid}: {status}").into())
+    }
+}
+
+/// Spawns `cmd` with its stdout piped (killed when dropped) and sends each
+/// line it prints, tagged with `id`, to `lines`.
+pub(crate) fn spawn_with_lines(
+    mut cmd: tokio::process::Command,
+    id: usize,
+    lines: tokio::sync::mpsc::UnboundedSender<(usize, String)>,
+    echo: bool,
+) -> std::io::Result<tokio::process::Child> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdout"))?;
+    tokio::spawn(async move {
+        let mut out = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = out.next_line().await {
+            if echo {
+                println!("  member {id}: {line}");
+            }
+            let _ = lines.send((id, line));
+        }
+    });
+    Ok(child)
+}
