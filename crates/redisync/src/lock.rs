@@ -302,7 +302,7 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe (read-only).
-    pub async fn inspect(&self) -> Result<crate::Inspection> {
+    pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
         let named = self.named();
         crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
             .await

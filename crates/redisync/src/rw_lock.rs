@@ -276,7 +276,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     /// Cancel safe (read-only).
-    pub async fn inspect(&self) -> Result<crate::Inspection> {
+    pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
         let named = &self.inner.named;
         crate::inspect::inspect_kind(
             named.client_inner(),
