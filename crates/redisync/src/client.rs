@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::clients::Client as RedisClient;
 use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
+use fred::types::config::{Config, ReconnectPolicy, ServerConfig, TcpConfig};
 use fred::types::{Builder, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
@@ -447,6 +447,13 @@ impl Client {
                 // Never re-send a lock mutation after a reconnect: scripts run
                 // at most once, and an unknown outcome is compensated.
                 c.max_command_attempts = 1;
+                // Commands go out as written: a release and the next
+                // waiter's acquire, written back to back, do not wait for
+                // the first one's acknowledgement (Nagle).
+                c.tcp = TcpConfig {
+                    nodelay: Some(true),
+                    ..TcpConfig::default()
+                };
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = timeout;
