@@ -95,7 +95,7 @@ parameters (defaults per scenario as in BENCHMARKS.md):
                            redis-cluster://127.0.0.1:P1 (plain Lock); without it, one port
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
   --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
-  --kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor
+  --kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor|script-floor
                            lock: redisync::Lock (default); fair: redisync::FairLock;
                            semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
                            spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
@@ -180,6 +180,9 @@ enum Kind {
     FredFloor,
     /// Floor: two hand-written `PING` round trips (S1 only).
     RawFloor,
+    /// `Lock`'s own acquire and release scripts, one `EVALSHA` each through
+    /// a plain fred client, without the engine (S1 only).
+    ScriptFloor,
 }
 
 impl Kind {
@@ -192,7 +195,10 @@ impl Kind {
             "rslock" => Ok(Kind::Rslock),
             "fred-floor" => Ok(Kind::FredFloor),
             "raw-floor" => Ok(Kind::RawFloor),
-            _ => Err("--kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor".into()),
+            "script-floor" => Ok(Kind::ScriptFloor),
+            _ => Err(
+                "--kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor|script-floor".into(),
+            ),
         }
     }
 }
@@ -289,6 +295,11 @@ impl Opts {
                 return json!({"algorithm": "floor: acquire and release are one PING each, \
                     written and read by hand on one TCP connection (TCP_NODELAY)"})
             }
+            Kind::ScriptFloor => {
+                return json!({"algorithm": "Lock's scripts without the engine: acquire and \
+                    release are one EVALSHA each of lua/lock_acquire.lua and lua/lock_release.lua \
+                    (with the prelude), through a plain fred client (default config)"})
+            }
             _ => {}
         }
         if self.redlock() {
@@ -340,7 +351,7 @@ impl Opts {
                 Kind::Fair => FAIR_ALGORITHM,
                 Kind::Semaphore => SEMAPHORE_ALGORITHM,
                 Kind::Spin => SPIN_ALGORITHM,
-                Kind::Rslock | Kind::FredFloor | Kind::RawFloor => {
+                Kind::Rslock | Kind::FredFloor | Kind::RawFloor | Kind::ScriptFloor => {
                     unreachable!("the peers' settings are returned above")
                 }
             },
@@ -396,6 +407,7 @@ impl Opts {
             (Kind::Rslock, _) => return "rslock".into(),
             (Kind::FredFloor, _) => return "fred floor".into(),
             (Kind::RawFloor, _) => return "raw floor".into(),
+            (Kind::ScriptFloor, _) => return "Lock's scripts".into(),
             (_, true) => "Redlock(3)",
             (Kind::Lock, false) => "Lock",
             (Kind::Fair, false) => "FairLock",
@@ -416,7 +428,9 @@ impl Opts {
                 "one rslock LockManager over {} instance(s) (redis-rs multiplexed connections)",
                 self.ports.len()
             ),
-            _ if self.kind == Kind::FredFloor => "one plain fred Client".to_string(),
+            _ if matches!(self.kind, Kind::FredFloor | Kind::ScriptFloor) => {
+                "one plain fred Client".to_string()
+            }
             _ if self.kind == Kind::RawFloor => "one tokio TcpStream".to_string(),
             (false, 1) if self.kind == Kind::Spin => "one plain fred Client".to_string(),
             (false, n) if self.kind == Kind::Spin => {
@@ -622,7 +636,7 @@ fn check(o: &Opts) -> Result<(), String> {
     if !matches!(o.ports.len(), 1 | 3) {
         return Err("--ports P1 or --ports P1,P2,P3 is required".into());
     }
-    if matches!(o.kind, Kind::FredFloor | Kind::RawFloor)
+    if matches!(o.kind, Kind::FredFloor | Kind::RawFloor | Kind::ScriptFloor)
         && (o.scenario != Scenario::S1 || o.ports.len() != 1)
     {
         return Err("the floors measure S1 on one server".into());
@@ -664,6 +678,7 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
         ]);
     }
     let floors = [
+        (Kind::ScriptFloor, Lease::Fixed),
         (Kind::FredFloor, Lease::Fixed),
         (Kind::RawFloor, Lease::Fixed),
     ];
@@ -752,6 +767,11 @@ fn header(o: &Opts) -> Map<String, Value> {
             "fred 10.1 (plain Client, default config)",
         ),
         Kind::RawFloor => ("raw-floor", env!("CARGO_PKG_VERSION"), "tokio TcpStream"),
+        Kind::ScriptFloor => (
+            "script-floor",
+            env!("CARGO_PKG_VERSION"),
+            "fred 10.1 (plain Client, default config)",
+        ),
         Kind::Lock | Kind::Fair | Kind::Semaphore => (
             "redisync",
             env!("CARGO_PKG_VERSION"),
@@ -822,6 +842,7 @@ async fn other_handle(o: &Opts, urls: &[String]) -> Result<Option<Handle>, Strin
         Kind::Rslock => Handle::Rslock(peers::Rslock::new(urls, KEY)),
         Kind::FredFloor => Handle::Floor(peers::Floor::fred(&urls[0]).await?),
         Kind::RawFloor => Handle::Floor(peers::Floor::raw(o.ports[0]).await?),
+        Kind::ScriptFloor => Handle::Floor(peers::Floor::scripts(&urls[0], KEY).await?),
         Kind::Lock | Kind::Fair | Kind::Semaphore => return Ok(None),
     }))
 }
@@ -876,7 +897,10 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
                     .build()
                     .map_err(|e| format!("Redlock: {e}"))?,
             ),
-            (Kind::Spin | Kind::Rslock | Kind::FredFloor | Kind::RawFloor, _) => {
+            (
+                Kind::Spin | Kind::Rslock | Kind::FredFloor | Kind::RawFloor | Kind::ScriptFloor,
+                _,
+            ) => {
                 unreachable!("the baseline and the peers are set up above")
             }
             (kind, true) => return Err(format!("--kind {kind:?} has no Redlock (S4) variant")),

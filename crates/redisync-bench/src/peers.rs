@@ -92,10 +92,35 @@ pub(crate) enum Floor {
     Fred { client: Client, script: Arc<Script> },
     /// `PING` written and read by hand on one connection.
     Raw(Arc<Mutex<TcpStream>>),
+    /// `Lock`'s own scripts, without the engine (what the engine adds is
+    /// `Lock` minus this).
+    Scripts(Arc<LockScripts>),
 }
+
+/// `lua/lock_acquire.lua` and `lua/lock_release.lua` with the prelude, run
+/// as `Lock` runs them for one owner and a fixed lease.
+pub(crate) struct LockScripts {
+    client: Client,
+    acquire: Script,
+    release: Script,
+    hold: String,
+    fence: String,
+    channel: String,
+    /// The token of the acquisition held (one task runs S1).
+    token: std::sync::atomic::AtomicU64,
+}
+
+/// The lease and fencing-counter TTL the script floor passes, as `Lock`
+/// in S1 (10 s lease, the client's default 24 h counter TTL).
+const SCRIPT_FLOOR_LEASE_MS: &str = "10000";
+const SCRIPT_FLOOR_FENCE_TTL_MS: &str = "86400000";
 
 /// The empty script of the fred floor.
 const NOTHING_LUA: &str = "return 0";
+/// `Lock`'s scripts, as the library embeds them (the prelude in front).
+const PRELUDE_LUA: &str = include_str!("../../../lua/prelude.lua");
+const LOCK_ACQUIRE_LUA: &str = include_str!("../../../lua/lock_acquire.lua");
+const LOCK_RELEASE_LUA: &str = include_str!("../../../lua/lock_release.lua");
 
 impl Floor {
     pub(crate) async fn fred(url: &str) -> Result<Floor, String> {
@@ -111,6 +136,84 @@ impl Floor {
         })
     }
 
+    /// `Lock`'s scripts on the keys of lock `name` (layout
+    /// [`redisync::KEY_LAYOUT`]).
+    pub(crate) async fn scripts(url: &str, name: &str) -> Result<Floor, String> {
+        let client = crate::redis_stats::plain_client(url, "script floor").await?;
+        let key = |role: &str| format!("redisync:{}:lock:{role}:{{{name}}}", redisync::KEY_LAYOUT);
+        let script = |body: &str| Script::from_lua(format!("{PRELUDE_LUA}{body}"));
+        Ok(Floor::Scripts(Arc::new(LockScripts {
+            client,
+            acquire: script(LOCK_ACQUIRE_LUA),
+            release: script(LOCK_RELEASE_LUA),
+            hold: key("hold"),
+            fence: key("fence"),
+            channel: key("ch"),
+            token: std::sync::atomic::AtomicU64::new(0),
+        })))
+    }
+
+    /// The "acquire" of the floor.
+    pub(crate) async fn acquire(&self) -> Result<(), String> {
+        let Floor::Scripts(s) = self else {
+            return self.round_trip().await;
+        };
+        let reply: Vec<i64> = s
+            .acquire
+            .evalsha_with_reload(
+                &s.client,
+                vec![s.hold.as_str(), s.fence.as_str()],
+                vec![
+                    "bench:1",
+                    SCRIPT_FLOOR_LEASE_MS,
+                    "",
+                    SCRIPT_FLOOR_FENCE_TTL_MS,
+                    "",
+                ],
+            )
+            .await
+            .map_err(|e| format!("script floor acquire: {e}"))?;
+        match reply[..] {
+            [1, token] => {
+                let token = u64::try_from(token).map_err(|e| e.to_string())?;
+                s.token.store(token, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(format!("script floor acquire: not granted: {reply:?}")),
+        }
+    }
+
+    /// The "release" of the floor.
+    pub(crate) async fn release(&self) -> Result<(), String> {
+        let Floor::Scripts(s) = self else {
+            return self.round_trip().await;
+        };
+        let token = s
+            .token
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        let released: i64 = s
+            .release
+            .evalsha_with_reload(
+                &s.client,
+                vec![s.hold.as_str()],
+                vec![
+                    "bench:1",
+                    token.as_str(),
+                    "1",
+                    "publish",
+                    s.channel.as_str(),
+                ],
+            )
+            .await
+            .map_err(|e| format!("script floor release: {e}"))?;
+        if released == 2 {
+            Ok(())
+        } else {
+            Err(format!("script floor release answered {released}"))
+        }
+    }
+
     pub(crate) async fn raw(port: u16) -> Result<Floor, String> {
         let stream = TcpStream::connect(("127.0.0.1", port))
             .await
@@ -121,9 +224,10 @@ impl Floor {
         Ok(Floor::Raw(Arc::new(Mutex::new(stream))))
     }
 
-    /// One round trip.
-    pub(crate) async fn round_trip(&self) -> Result<(), String> {
+    /// One round trip of an empty floor.
+    async fn round_trip(&self) -> Result<(), String> {
         match self {
+            Floor::Scripts(_) => Err("the script floor acquires and releases".into()),
             Floor::Fred { client, script } => {
                 let _: i64 = script
                     .evalsha_with_reload(client, (), ())
@@ -156,8 +260,14 @@ impl Floor {
     }
 
     pub(crate) async fn quit(&self) {
-        if let Floor::Fred { client, .. } = self {
-            let _ = client.quit().await;
+        match self {
+            Floor::Fred { client, .. } => {
+                let _ = client.quit().await;
+            }
+            Floor::Scripts(s) => {
+                let _ = s.client.quit().await;
+            }
+            Floor::Raw(_) => {}
         }
     }
 }

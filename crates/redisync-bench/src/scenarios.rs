@@ -104,7 +104,7 @@ impl Handle {
                     .map(|lock| Guard::Rslock(l.clone(), lock))
             }
             Handle::Floor(f) => {
-                f.round_trip().await?;
+                f.acquire().await?;
                 Some(Guard::Floor(f.clone()))
             }
         })
@@ -134,7 +134,7 @@ impl Guard {
                 l.unlock(&lock).await;
                 Ok(())
             }
-            Guard::Floor(f) => f.round_trip().await,
+            Guard::Floor(f) => f.release().await,
         }
     }
 }
