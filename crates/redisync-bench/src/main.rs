@@ -101,7 +101,8 @@ parameters (defaults per scenario as in BENCHMARKS.md):
                            spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
                            fixed lease, one port); rslock: the peer (fixed lease; three
                            ports: its Redlock); fred-floor / raw-floor: S1 floors, two
-                           empty EVALSHA through fred / two hand-written PINGs";
+                           empty EVALSHA through fred / two hand-written PINGs;
+                           script-floor: S1 with Lock's own scripts through fred, no engine";
 
 const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter, acquire and \
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
@@ -1256,6 +1257,13 @@ mod tests {
     }
 
     #[test]
+    fn floors_measure_s1_on_one_server() {
+        assert!(parse("--scenario S1 --ports 1 --kind script-floor").is_ok());
+        assert!(parse("--scenario S2 --ports 1 --kind script-floor").is_err());
+        assert!(parse("--scenario S1 --ports 1,2,3 --kind script-floor").is_err());
+    }
+
+    #[test]
     fn spin_needs_one_port_and_a_fixed_lease() {
         assert!(parse("--scenario S1 --ports 1,2,3 --kind spin").is_err());
         assert!(parse("--scenario S2 --ports 1 --kind spin --lease watchdog").is_err());
@@ -1279,10 +1287,12 @@ mod tests {
             [
                 "S1 Lock",
                 "S1 rslock",
+                "S1 Lock's scripts",
                 "S1 fred floor",
                 "S1 raw floor",
                 "S1 Lock",
                 "S1 rslock",
+                "S1 Lock's scripts",
                 "S1 fred floor",
                 "S1 raw floor",
                 "S2 Lock",
@@ -1325,6 +1335,7 @@ mod tests {
                 "S1 FairLock",
                 "S1 Semaphore(1)",
                 "S1 spin",
+                "S1 Lock's scripts",
                 "S1 fred floor",
                 "S1 raw floor",
                 "S2 Lock",
