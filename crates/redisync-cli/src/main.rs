@@ -93,21 +93,10 @@ impl From<redisync::Error> for Failure {
     }
 }
 
-fn main() -> ExitCode {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("redisync: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(run(&cli));
-    match result {
+    match run(&cli).await {
         Ok(out) => {
             println!("{out}");
             ExitCode::SUCCESS

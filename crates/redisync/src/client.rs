@@ -326,25 +326,21 @@ async fn start_connections(
         (Ok(a), Ok(b)) => return Ok(vec![a, b]),
         other => other,
     };
-    let mut up = Vec::new();
-    let mut errors = Vec::new();
-    match a {
-        Ok(router) => {
+    // The one that is up quits; an error says more than a timeout.
+    let (up, error) = match (a, b) {
+        (Ok(router), Err(e)) => {
             let _ = redis.quit().await;
-            up.push(router);
+            (Some(router), e)
         }
-        Err(e) => errors.extend(e),
-    }
-    match b {
-        Ok(router) => {
+        (Err(e), Ok(router)) => {
             let _ = subscriber.quit().await;
-            up.push(router);
+            (Some(router), e)
         }
-        Err(e) => errors.extend(e),
-    }
-    stop_routers(up);
-    // An error says more than a timeout.
-    Err(errors.into_iter().next())
+        (Err(a), Err(b)) => (None, a.or(b)),
+        (Ok(_), Ok(_)) => unreachable!("both up returned above"),
+    };
+    stop_routers(up.into_iter().collect());
+    Err(error)
 }
 
 /// Stops connection tasks that were told to quit. A quit sent while fred

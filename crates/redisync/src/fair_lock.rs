@@ -12,8 +12,9 @@ use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
+use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{self, Kind, Role};
-use crate::lock::{inspect_hash, lease_left, lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
+use crate::lock::{lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::checked_ms;
 use crate::script::{lua_script, token_arg};
 use fred::clients::Client as RedisClient;
@@ -374,11 +375,6 @@ impl FairLock {
         Ok(freed == 1)
     }
 
-    async fn probe(&self) -> Result<(bool, i64, u32)> {
-        self.named().check_usable(Self::WHAT)?;
-        inspect_hash(self.named().client_inner(), &self.inner.named.hold).await
-    }
-
     /// Whether anybody holds the lock.
     ///
     /// # Errors
@@ -387,7 +383,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.probe().await?.0)
+        Ok(self.inspect().await?.is_held())
     }
 
     /// Whether the calling task (its owner id) holds the lock.
@@ -398,7 +394,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.probe().await?.2 > 0)
+        Ok(self.hold_count().await? > 0)
     }
 
     /// How many holds the calling task has on the lock (0 when none).
@@ -409,7 +405,8 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.probe().await?.2)
+        let owner = self.named().client_inner().owner_id();
+        Ok(self.inspect().await?.holds_of(&owner, HoldMode::Exclusive))
     }
 
     /// The lock's remaining lease; `None` when it is not locked. A key
@@ -421,8 +418,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (locked, pttl, _) = self.probe().await?;
-        Ok(lease_left(locked, pttl))
+        Ok(self.inspect().await?.remaining_lease())
     }
 
     /// What Redis holds of this fair lock now, read in one script: the holder, the
@@ -435,10 +431,8 @@ impl FairLock {
     ///
     /// # Cancel safety
     /// Cancel safe (read-only).
-    pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
-        let named = self.named();
-        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
-            .await
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.named().inspect(Self::WHAT).await
     }
 
     /// Deletes the lock whoever holds it and tells the next waiter in the

@@ -2,7 +2,6 @@
 //! one owner (re-entrant holds), renewed by the watchdog, and the source of
 //! `LockGuard::lost()`.
 
-use crate::metrics::{self, HoldMeter, Labels};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -11,6 +10,8 @@ use fred::clients::Client as RedisClient;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
+
+use crate::metrics::{self, HoldMeter, Labels};
 
 /// Locks a std mutex, ignoring poison (the data stays consistent: every
 /// critical section here is a few assignments).

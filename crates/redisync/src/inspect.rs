@@ -3,6 +3,7 @@
 //! script (`lua/inspect.lua`) so the picture is of one instant. For
 //! operators (the `redisync` command-line tool) and for code.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use fred::interfaces::{ClientLike, KeysInterface};
@@ -197,6 +198,27 @@ impl Inspection {
     /// Whether anybody holds it.
     pub fn is_held(&self) -> bool {
         !self.holders.is_empty()
+    }
+
+    /// The holds `owner` has in `mode`.
+    pub(crate) fn holds_of(&self, owner: &str, mode: HoldMode) -> u32 {
+        self.holders
+            .iter()
+            .filter(|h| h.owner == owner && h.mode == mode)
+            .map(|h| h.holds)
+            .sum()
+    }
+
+    /// Whether somebody holds it in `mode`.
+    pub(crate) fn is_held_as(&self, mode: HoldMode) -> bool {
+        self.holders.iter().any(|h| h.mode == mode)
+    }
+
+    /// The handles' `remaining_lease`: `None` when nobody holds it,
+    /// `Duration::MAX` for a key without TTL (not written by redisync).
+    pub(crate) fn remaining_lease(&self) -> Option<Duration> {
+        self.is_held()
+            .then(|| self.lease_left.unwrap_or(Duration::MAX))
     }
 }
 
@@ -544,11 +566,9 @@ fn exclusive(out: &mut Inspection, hold: &RawKey) -> Bad {
 fn queue(out: &mut Inspection, queue: &RawKey, deadlines: &RawKey, now: i64) {
     out.exists |= queue.exists();
     out.left_out = queue.left_out();
+    let deadlines: HashMap<&str, Duration> = deadlines.ends(now).collect();
     for owner in &queue.entries {
-        let expires_in = deadlines
-            .ends(now)
-            .find(|(o, _)| o == owner)
-            .map_or(Duration::ZERO, |(_, d)| d);
+        let expires_in = deadlines.get(owner.as_str()).copied().unwrap_or_default();
         out.waiters.push(Waiter {
             owner: owner.clone(),
             client_id: client_of(owner),
@@ -567,14 +587,15 @@ fn read_write(
     writers: &RawKey,
     now: i64,
 ) -> Bad {
-    let mut reader_tokens = Vec::new();
+    let mut reader_tokens = HashMap::new();
     for (field, value) in hold.pairs() {
         if field == "~t" {
             out.token = Some(number(Role::Hold, value)?);
         } else if let Some(owner) = field.strip_prefix("t:") {
-            reader_tokens.push((owner, number(Role::Hold, value)?));
+            reader_tokens.insert(owner, number(Role::Hold, value)?);
         }
     }
+    let reader_leases: HashMap<&str, Duration> = readers.ends(now).collect();
     for (field, value) in hold.pairs() {
         let (owner, mode) = if let Some(o) = field.strip_prefix("w:") {
             (o, HoldMode::Write)
@@ -586,9 +607,10 @@ fn read_write(
         let (token, lease_left) = if mode == HoldMode::Write {
             (out.token, hold.ttl())
         } else {
-            let token = reader_tokens.iter().find(|(o, _)| *o == owner);
-            let lease = readers.ends(now).find(|(o, _)| *o == owner);
-            (token.map(|t| t.1), lease.map(|l| l.1))
+            (
+                reader_tokens.get(owner).copied(),
+                reader_leases.get(owner).copied(),
+            )
         };
         out.holders.push(Holder {
             owner: owner.to_owned(),

@@ -142,11 +142,8 @@ impl Leader {
     /// The leadership of `guard` once its identity is published; `None`
     /// when the lead was lost before.
     async fn publish(&self, guard: LockGuard) -> Result<Option<Leadership>> {
-        match guard.publish_identity(&self.identity).await {
-            Ok(true) => Ok(Some(Leadership { guard })),
-            Ok(false) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let published = guard.publish_identity(&self.identity).await?;
+        Ok(published.then_some(Leadership { guard }))
     }
 
     /// Who leads now; `None` when nobody does.

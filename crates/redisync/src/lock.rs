@@ -6,12 +6,13 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
+use crate::inspect::{HoldMode, Inspection};
 use crate::keys::Kind;
 use crate::script::{lua_script, token_arg};
 use fred::clients::Client as RedisClient;
@@ -20,7 +21,6 @@ lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
 lua_script!(ABANDON, "lock_abandon.lua");
 lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
-lua_script!(INSPECT, "lock_inspect.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
 lua_script!(PUBLISH_IDENTITY, "lock_publish_identity.lua");
@@ -240,11 +240,6 @@ impl Lock {
         }))
     }
 
-    async fn probe(&self) -> Result<(bool, i64, u32)> {
-        self.named().check_usable(Self::WHAT)?;
-        inspect_hash(self.named().client_inner(), &self.inner.hold).await
-    }
-
     /// Whether anybody holds the lock.
     ///
     /// # Errors
@@ -253,7 +248,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.probe().await?.0)
+        Ok(self.inspect().await?.is_held())
     }
 
     /// Whether the calling task (its owner id) holds the lock.
@@ -264,7 +259,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.probe().await?.2 > 0)
+        Ok(self.hold_count().await? > 0)
     }
 
     /// How many holds the calling task has on the lock (0 when none).
@@ -275,7 +270,8 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.probe().await?.2)
+        let owner = self.named().client_inner().owner_id();
+        Ok(self.inspect().await?.holds_of(&owner, HoldMode::Exclusive))
     }
 
     /// The lock's remaining lease; `None` when it is not locked. A key
@@ -287,8 +283,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (locked, pttl, _) = self.probe().await?;
-        Ok(lease_left(locked, pttl))
+        Ok(self.inspect().await?.remaining_lease())
     }
 
     /// What Redis holds of this lock now, read in one script: the holder
@@ -302,10 +297,8 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe (read-only).
-    pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
-        let named = self.named();
-        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
-            .await
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.named().inspect(Self::WHAT).await
     }
 
     /// The client this lock belongs to.
@@ -435,38 +428,6 @@ impl Spec for Lock {
             )
             .await?;
         Ok(())
-    }
-}
-
-/// `lock_inspect.lua` on a hash of the lock layout (shared by the fair
-/// lock), for the calling task: (locked, pttl ms, the task's hold count).
-pub(crate) async fn inspect_hash(client: &ClientInner, key: &Key) -> Result<(bool, i64, u32)> {
-    let owner = client.owner_id();
-    let name = key.as_str().unwrap_or_default().to_owned();
-    let reply: Vec<i64> = INSPECT
-        .run_idempotent(
-            &client.redis,
-            &name,
-            vec![key.clone()],
-            vec![Value::String(owner.as_ref().into())],
-        )
-        .await?;
-    match reply[..] {
-        [locked, pttl, count] => Ok((locked == 1, pttl, u32::try_from(count).unwrap_or(0))),
-        _ => Err(Error::Script {
-            name: "lock_inspect.lua",
-            message: format!("unexpected reply {reply:?}"),
-        }),
-    }
-}
-
-/// A remaining lease from a lock's state: `None` when not locked,
-/// `Duration::MAX` for a key without TTL (not written by redisync).
-pub(crate) fn lease_left(locked: bool, pttl_ms: i64) -> Option<Duration> {
-    match (locked, u64::try_from(pttl_ms)) {
-        (false, _) => None,
-        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
-        (true, Err(_)) => Some(Duration::MAX),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
+use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{self, Kind, Role};
 use crate::script::{lua_script, token_arg};
 use fred::clients::Client as RedisClient;
@@ -19,7 +20,6 @@ use fred::clients::Client as RedisClient;
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
 lua_script!(RENEW, "rw_lock_renew.lua");
-lua_script!(INSPECT, "rw_lock_inspect.lua");
 lua_script!(FORCE_UNLOCK, "rw_lock_force_unlock.lua");
 
 /// Poll bound when the lock has no TTL (a key written by something else).
@@ -276,15 +276,8 @@ impl RwLock {
     ///
     /// # Cancel safety
     /// Cancel safe (read-only).
-    pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
-        let named = &self.inner.named;
-        crate::inspect::inspect_kind(
-            named.client_inner(),
-            &named.name,
-            named.kind(),
-            "read-write lock",
-        )
-        .await
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.inner.named.inspect(Self::WHAT).await
     }
 
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = side.tag()))]
@@ -304,27 +297,11 @@ impl RwLock {
         }
     }
 
-    async fn probe(&self, side: Side) -> Result<(i64, i64, u32)> {
-        self.named().check_usable(Self::WHAT)?;
-        let client = self.named().client_inner();
-        let owner = client.owner_id();
-        let reply: Vec<i64> = INSPECT
-            .run_idempotent(
-                &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone()],
-                vec![
-                    Value::String(owner.as_ref().into()),
-                    Value::String(side.tag().into()),
-                ],
-            )
-            .await?;
-        match reply[..] {
-            [mode, pttl, count] => Ok((mode, pttl, u32::try_from(count).unwrap_or(0))),
-            _ => Err(Error::Script {
-                name: "rw_lock_inspect.lua",
-                message: format!("unexpected reply {reply:?}"),
-            }),
+    /// The mode a side's hold is recorded in.
+    fn hold_mode(side: Side) -> HoldMode {
+        match side {
+            Side::Read => HoldMode::Read,
+            Side::Write => HoldMode::Write,
         }
     }
 
@@ -493,10 +470,12 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn is_locked(&self) -> Result<bool> {
-                let (mode, _, _) = self.rw.probe($side).await?;
+                // A writer that also reads (a downgrade) is write mode.
+                let seen = self.rw.inspect().await?;
+                let write = seen.is_held_as(HoldMode::Write);
                 Ok(match $side {
-                    Side::Read => mode == 1,
-                    Side::Write => mode == 2,
+                    Side::Read => !write && seen.is_held_as(HoldMode::Read),
+                    Side::Write => write,
                 })
             }
 
@@ -508,7 +487,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn is_held_by_current_task(&self) -> Result<bool> {
-                Ok(self.rw.probe($side).await?.2 > 0)
+                Ok(self.hold_count().await? > 0)
             }
 
             #[doc = concat!("How many ", $what, " holds the calling task has.")]
@@ -519,7 +498,9 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn hold_count(&self) -> Result<u32> {
-                Ok(self.rw.probe($side).await?.2)
+                let owner = self.rw.named().client_inner().owner_id();
+                let seen = self.rw.inspect().await?;
+                Ok(seen.holds_of(&owner, RwLock::hold_mode($side)))
             }
 
             /// The lock's remaining lease (either side); `None` when free.
@@ -530,8 +511,7 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-                let (mode, pttl, _) = self.rw.probe($side).await?;
-                Ok(crate::lock::lease_left(mode != 0, pttl))
+                Ok(self.rw.inspect().await?.remaining_lease())
             }
 
             /// Deletes the whole read-write lock (every reader and the

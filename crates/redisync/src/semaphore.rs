@@ -389,9 +389,7 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
-        let named = self.named();
-        crate::inspect::inspect_kind(named.client_inner(), &named.name, named.kind(), Self::WHAT)
-            .await
+        self.named().inspect(Self::WHAT).await
     }
 
     /// Gives back every permit whoever holds it (the set-up is kept) and

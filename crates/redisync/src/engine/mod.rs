@@ -17,6 +17,7 @@ use crate::client::{Client, ClientInner};
 use crate::error::Result;
 use crate::hold::HoldOps;
 use crate::hub::Slot;
+use crate::inspect::Inspection;
 use crate::keys::{self, Kind, Role};
 use crate::metrics::Labels;
 use crate::script::LuaScript;
@@ -174,9 +175,10 @@ impl Named {
         }
     }
 
-    /// The kind of primitive this name is used as.
-    pub(crate) fn kind(&self) -> Kind {
-        self.kind
+    /// What Redis holds of this name now (a handle's `inspect`); `what`
+    /// names it in errors.
+    pub(crate) async fn inspect(&self, what: &str) -> Result<Inspection> {
+        crate::inspect::inspect_kind(self.client_inner(), &self.name, self.kind, what).await
     }
 
     /// The key of `role` for this name.

@@ -2,7 +2,6 @@
 //! `lease / 3`, in batches per kind and per cluster node, and reports holds
 //! found gone as lost. It starts with the client's first renewed hold.
 
-use crate::metrics;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -13,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::hold::{lock_unpoisoned, Hold, HoldOps};
+use crate::metrics;
 use crate::script::LuaScript;
 
 /// Holds renewed by one script call.
