@@ -106,6 +106,28 @@ impl Members {
         }
     }
 
+    /// Waits for another member than `old` to lead, and checks it came
+    /// within one lease (plus slack) of the `fault` at `since`.
+    async fn take_over(
+        &mut self,
+        old: usize,
+        since: Instant,
+        fault: &str,
+        violations: &mut Vec<String>,
+    ) -> Result<usize, BoxError> {
+        let (next, _) = self
+            .next(Duration::from_secs(30), |m, w| {
+                m != old && matches!(w, ["leads", ..])
+            })
+            .await?;
+        let took = since.elapsed();
+        println!("member {next} leads {took:?} after the {fault}");
+        if took > LEASE + SLACK {
+            violations.push(format!("take-over after a {fault} took {took:?}"));
+        }
+        Ok(next)
+    }
+
     async fn signal(&self, member: usize, sig: &str) -> Result<(), BoxError> {
         support::signal(self.children[member].id().ok_or("member gone")?, sig).await
     }
@@ -128,16 +150,9 @@ async fn run_example(url: &str) -> Result<Vec<String>, BoxError> {
     members.signal(paused, "STOP").await?;
     let stopped_at = Instant::now();
     println!("paused member {paused} (SIGSTOP) inside its run {PAUSE_AT_RUN}");
-    let (next, _) = members
-        .next(Duration::from_secs(30), |m, w| {
-            m != paused && matches!(w, ["leads", ..])
-        })
+    members
+        .take_over(paused, stopped_at, "pause", &mut violations)
         .await?;
-    let took = stopped_at.elapsed();
-    println!("member {next} leads {took:?} after the pause");
-    if took > LEASE + SLACK {
-        violations.push(format!("take-over after a pause took {took:?}"));
-    }
     tokio::time::sleep(PAUSE.saturating_sub(stopped_at.elapsed())).await;
     members.signal(paused, "CONT").await?;
     println!("resumed member {paused} (SIGCONT)");
@@ -157,16 +172,9 @@ async fn run_example(url: &str) -> Result<Vec<String>, BoxError> {
     members.signal(leading, "KILL").await?;
     let killed_at = Instant::now();
     println!("killed member {leading} (SIGKILL), the leader");
-    let (after, _) = members
-        .next(Duration::from_secs(30), |m, w| {
-            m != leading && matches!(w, ["leads", ..])
-        })
+    let after = members
+        .take_over(leading, killed_at, "kill", &mut violations)
         .await?;
-    let took = killed_at.elapsed();
-    println!("member {after} leads {took:?} after the kill");
-    if took > LEASE + SLACK {
-        violations.push(format!("take-over after a kill took {took:?}"));
-    }
     let (_, line) = members
         .next(Duration::from_secs(30), |m, w| {
             m == after && matches!(w, ["run", _, "written", ..])
