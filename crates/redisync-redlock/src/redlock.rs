@@ -787,6 +787,29 @@ impl Loss {
     }
 }
 
+/// Resolves once `loss` is over (lost, released, a fixed lease's validity
+/// gone) or fewer than `quorum` of the nodes' `members` signals are not lost.
+async fn majority_lost(loss: Arc<Loss>, members: Vec<LostSignal>, quorum: usize, fixed: bool) {
+    loop {
+        let notified = loss.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // One look decides and is waited on: a member lost after it is in
+        // `alive` and wakes us; one lost before is counted out. (Two looks
+        // could see two members go in between and wait on the rest only.)
+        let alive: Vec<LostSignal> = members.iter().filter(|m| !m.is_lost()).cloned().collect();
+        if loss.over(fixed) || alive.len() < quorum {
+            return;
+        }
+        let deadline = loss.valid_until();
+        tokio::select! {
+            () = &mut notified => {}
+            _ = select_all(alive) => {}
+            () = tokio::time::sleep_until(deadline), if fixed => {}
+        }
+    }
+}
+
 impl std::fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedlockGuard")
@@ -883,15 +906,18 @@ impl RedlockGuard {
             let notified = self.loss.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let Some(until) = self.valid_until() else {
-                return;
-            };
+            // The nodes to wait on first, then the verdict: a node lost
+            // after this look is waited on and wakes us; one lost before
+            // counts against the validity (see `majority_lost`).
             let alive: Vec<_> = self
                 .nodes
                 .iter()
                 .filter(|(_, g)| !g.is_lost())
                 .map(|(_, g)| Box::pin(g.lost()))
                 .collect();
+            let Some(until) = self.valid_until() else {
+                return;
+            };
             if alive.is_empty() {
                 continue;
             }
@@ -916,27 +942,9 @@ impl RedlockGuard {
             move |members: &[LostSignal]| members.iter().filter(|m| !m.is_lost()).count() < quorum;
         let (loss, check_loss, check_members) =
             (self.loss.clone(), self.loss.clone(), members.clone());
-        LostSignal::new(
-            async move {
-                loop {
-                    let notified = loss.notify.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if loss.over(fixed) || short(&members) {
-                        return;
-                    }
-                    let alive: Vec<LostSignal> =
-                        members.iter().filter(|m| !m.is_lost()).cloned().collect();
-                    let deadline = loss.valid_until();
-                    tokio::select! {
-                        () = &mut notified => {}
-                        _ = select_all(alive) => {}
-                        () = tokio::time::sleep_until(deadline), if fixed => {}
-                    }
-                }
-            },
-            move || check_loss.over(fixed) || short(&check_members),
-        )
+        LostSignal::new(majority_lost(loss, members, quorum, fixed), move || {
+            check_loss.over(fixed) || short(&check_members)
+        })
     }
 
     /// Sets every node's remaining lease to `lease`; succeeds when a
@@ -1180,5 +1188,61 @@ impl redisync::Guard for RedlockGuard {
 
     fn release(self) -> impl std::future::Future<Output = Result<()>> + Send {
         self.unlock()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    fn loss(valid_for: Duration) -> Arc<Loss> {
+        Arc::new(Loss {
+            valid_until: Mutex::new(Instant::now() + valid_for),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            notify: Notify::new(),
+        })
+    }
+
+    /// A node that stays held: its signal never fires.
+    fn held() -> LostSignal {
+        LostSignal::new(std::future::pending(), || false)
+    }
+
+    /// A node lost right after its first look: the check says so from its
+    /// second call on, and the signal has fired by the time it is polled.
+    fn lost_after_first_look() -> LostSignal {
+        let looks = AtomicUsize::new(0);
+        LostSignal::new(std::future::ready(()), move || {
+            looks.fetch_add(1, Ordering::SeqCst) >= 1
+        })
+    }
+
+    /// Two nodes of three lost while the signal looks at them (two watchdogs
+    /// finding their nodes gone at once): the signal fires. It used to
+    /// count the members for the quorum in one look and pick those to wait
+    /// on in another, so it waited on the one node still held, for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_majority_lost_between_two_looks_fires_the_signal() {
+        let members = vec![held(), lost_after_first_look(), lost_after_first_look()];
+        let fired = tokio::time::timeout(
+            Duration::from_secs(3600),
+            majority_lost(loss(Duration::from_secs(3600)), members, 2, false),
+        )
+        .await;
+        assert!(fired.is_ok(), "the loss of a majority was missed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_majority_still_held_keeps_the_signal_quiet() {
+        let members = vec![held(), held(), lost_after_first_look()];
+        let fired = tokio::time::timeout(
+            Duration::from_secs(3600),
+            majority_lost(loss(Duration::from_secs(3600)), members, 2, false),
+        )
+        .await;
+        assert!(fired.is_err(), "fired with a majority held");
     }
 }
