@@ -259,7 +259,9 @@ async fn names_that_hold_no_lock_and_keys_that_are_not_ours_are_clear_errors() {
         .await
         .unwrap();
     match client.inspect("session:1").await {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("is a Redis key"), "{m}"),
+        Err(e @ Error::NotALock { .. }) => {
+            assert!(e.to_string().contains("is a Redis key"), "{e}");
+        }
         other => panic!("{other:?}"),
     }
     let key = common::key("lock", "hold", "bad");

@@ -84,8 +84,7 @@ impl Failure {
 impl From<redisync::Error> for Failure {
     fn from(e: redisync::Error) -> Failure {
         let kind = match &e {
-            redisync::Error::WrongType { .. } => "not_ours",
-            redisync::Error::InvalidArgument(m) if m.contains("is a Redis key") => "not_ours",
+            redisync::Error::WrongType { .. } | redisync::Error::NotALock { .. } => "not_ours",
             redisync::Error::InvalidArgument(_) => "invalid_argument",
             _ => "redis",
         };

@@ -59,6 +59,17 @@ pub enum Error {
         /// The Redis key.
         key: String,
     },
+    /// A name given to the inspector is a plain Redis key, not the name of
+    /// a redisync primitive (whose keys are derived from the name); it was
+    /// left untouched.
+    #[error(
+        "{key:?} is a Redis key, not the name of a redisync lock: its keys look like \
+         redisync:v1:lock:hold:{{name}}"
+    )]
+    NotALock {
+        /// The Redis key.
+        key: String,
+    },
     /// A Lua script failed for a reason other than a wrong key type.
     #[error("script {name} failed: {message}")]
     Script {

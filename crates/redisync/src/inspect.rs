@@ -260,10 +260,7 @@ impl Client {
                 .filter(|n| *n > 0)
                 .map(|_| name.to_owned());
             if let Some(key) = plain {
-                return Err(Error::InvalidArgument(format!(
-                    "{key:?} is a Redis key, not the name of a redisync lock: \
-                     its keys look like redisync:v1:lock:hold:{{name}}"
-                )));
+                return Err(Error::NotALock { key });
             }
         }
         Ok(found)
