@@ -581,29 +581,43 @@ async fn fencing_tokens_are_carried_to_the_majority() {
 /// The nodes of one attempt agree on the token (every node gets the same
 /// floor), so an acquisition is one round trip: no write-back of the
 /// largest token (2 EVALSHA per node for acquire + release, nothing else).
+/// The floor leads this machine's clock by a few milliseconds: a script
+/// that a loaded machine sends later than that finds the node's clock past
+/// it, and that attempt writes the largest token back (one more EVALSHA per
+/// node behind). So most attempts, not all, must do without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_agree_on_the_token_so_nothing_is_written_back() {
     let nodes = RedisNodes::start(3).await;
     let cs = clients(&nodes).await;
-    let rl = redlock(&cs, "agree");
-    let mut last = 0;
-    for _ in 0..5 {
+    // Every node's release is awaited, so the counts below are complete.
+    let rl = Redlock::builder(cs.iter().map(|c| c.lock("agree")).collect())
+        .node_timeout(Duration::from_secs(5))
+        .max_lease(Duration::ZERO)
+        .build()
+        .expect("build");
+    let (mut last, mut agreed) = (0, 0);
+    for _ in 0..10 {
         let before = calls(&nodes, "evalsha").await;
         let guard = rl
             .try_lock(Duration::ZERO, Some(LEASE))
             .await
             .expect("try_lock")
             .expect("free");
+        assert_eq!(guard.nodes(), [0, 1, 2]);
         assert!(guard.fencing_token() > last);
         last = guard.fencing_token();
         guard.unlock().await.expect("unlock");
-        let after = calls(&nodes, "evalsha").await;
-        assert_eq!(
-            after - before,
-            6,
-            "acquire and release on 3 nodes, no write-back"
+        let used = calls(&nodes, "evalsha").await - before;
+        assert!(
+            (6..=8).contains(&used),
+            "{used} EVALSHA for one acquisition"
         );
+        agreed += u32::from(used == 6);
     }
+    assert!(
+        agreed >= 5,
+        "only {agreed} of 10 acquisitions did without a write-back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
