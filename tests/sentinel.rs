@@ -40,11 +40,11 @@ async fn locks_follow_a_sentinel_failover() {
             }));
         }
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        counter.load(Ordering::SeqCst) > 5,
-        "works through the sentinels"
-    );
+    let working = common::eventually(Duration::from_secs(10), || async {
+        counter.load(Ordering::SeqCst) > 5
+    })
+    .await;
+    assert!(working, "works through the sentinels");
     let replica = setup.replica().port();
     setup.primary_mut().kill().await;
     let killed_at = tokio::time::Instant::now();
@@ -106,7 +106,9 @@ async fn a_waiter_parked_before_a_failover_wakes_after_it() {
         .await
     );
     let lock = b.lock("parked");
-    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(35), None).await });
+    let waiter = tokio::spawn(async move {
+        common::try_lock_through_failover(&lock, Duration::from_secs(35)).await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let replica = setup.replica().port();

@@ -206,3 +206,20 @@ pub async fn command_calls(env: &Env) -> std::collections::HashMap<String, u64> 
         })
         .collect()
 }
+
+/// `lock.try_lock(wait, None)` as the docs tell callers to use it through a
+/// failover: an error that says it is retryable (a command that failed
+/// while the failover was under way) is tried again until `wait` runs out.
+pub async fn try_lock_through_failover(
+    lock: &redisync::Lock,
+    wait: Duration,
+) -> redisync::Result<Option<redisync::LockGuard>> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match lock.try_lock(left, None).await {
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            r => return r,
+        }
+    }
+}
