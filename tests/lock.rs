@@ -216,7 +216,8 @@ async fn stale_holder_gets_not_held_and_does_not_release_the_new_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_keeps_the_lock_for_three_leases_and_drop_releases_promptly() {
     let env = Env::start().await;
-    let lease = Duration::from_millis(600);
+    // Short, but not so short that a stalled test process loses it.
+    let lease = Duration::from_millis(1500);
     let holder = env.client_with_watchdog(lease).await;
     let other = env.client().await;
     let guard = holder.lock("dog").lock().await.unwrap();
@@ -260,8 +261,10 @@ async fn crashed_holder_expires_and_a_waiter_gets_in_right_after() {
         .hset(&key, [("dead-client:1", "1"), ("~t", "7")])
         .await
         .unwrap();
-    let _: () = env.admin.pexpire(&key, 500, None).await.unwrap();
+    // The clock starts before the lease does: a slow PEXPIRE cannot make
+    // the waiter look early.
     let started = tokio::time::Instant::now();
+    let _: () = env.admin.pexpire(&key, 500, None).await.unwrap();
     let g = client
         .lock("crash")
         .try_lock(Duration::from_secs(5), None)
@@ -274,7 +277,7 @@ async fn crashed_holder_expires_and_a_waiter_gets_in_right_after() {
         "got in before the lease ended: {waited:?}"
     );
     assert!(
-        waited < Duration::from_millis(1500),
+        waited < Duration::from_millis(2500),
         "waiter was late: {waited:?}"
     );
     g.unlock().await.unwrap();
@@ -284,7 +287,7 @@ async fn crashed_holder_expires_and_a_waiter_gets_in_right_after() {
 async fn force_unlock_makes_the_old_guard_lost() {
     let env = Env::start().await;
     let same = env.client().await;
-    let other = env.client_with_watchdog(Duration::from_millis(300)).await;
+    let other = env.client_with_watchdog(Duration::from_secs(1)).await;
     // Same client: lost at once.
     let g = same.lock("forced").lock().await.unwrap();
     assert!(same.lock("forced").force_unlock().await.unwrap());
@@ -298,7 +301,7 @@ async fn force_unlock_makes_the_old_guard_lost() {
     // Another client's guard: lost when its watchdog next renews.
     let g = other.lock("forced").lock().await.unwrap();
     assert!(same.lock("forced").force_unlock().await.unwrap());
-    tokio::time::timeout(Duration::from_secs(1), g.lost())
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
         .await
         .expect("lost by the watchdog");
     assert!(g.is_lost());
@@ -408,20 +411,20 @@ async fn subscription_is_shared_and_released() {
             lock.lock().await.unwrap().unlock().await.unwrap();
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let count = common::subscribers(&env.admin, &common::key("lock", "ch", "subs")).await;
+    let channel = common::key("lock", "ch", "subs");
+    let subscribed = common::eventually(Duration::from_secs(5), || async {
+        common::subscribers(&env.admin, &channel).await >= 1
+    })
+    .await;
+    assert!(subscribed, "the waiters never subscribed");
+    let count = common::subscribers(&env.admin, &channel).await;
     assert_eq!(count, 1, "one subscription for 20 waiters: {count}");
     g.unlock().await.unwrap();
     for t in tasks {
         t.await.unwrap();
     }
     // Unsubscribed after a short linger (500 ms) once nobody waits.
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    let channels = common::channels(&env.admin, "*").await;
-    assert!(
-        channels.is_empty(),
-        "subscription left behind: {channels:?}"
-    );
+    common::assert_no_subscriptions_left(&env, Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,7 +492,15 @@ async fn release_publishes_only_when_another_client_tried() {
     let g = a.lock("quiet").lock().await.unwrap();
     let waiter =
         tokio::spawn(async move { b.lock("quiet").try_lock(Duration::from_secs(5), None).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // B has tried (and marked the lock contended) before the release.
+    let tried = common::eventually(Duration::from_secs(5), || async {
+        env.admin
+            .hexists::<bool, _, _>(lock_key("quiet"), "~w")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(tried, "B never tried");
     g.unlock().await.unwrap();
     let got = waiter
         .await
@@ -497,8 +508,13 @@ async fn release_publishes_only_when_another_client_tried() {
         .unwrap()
         .expect("woken by the message");
     got.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), messages.recv())
+        .await
+        .expect("the release published")
+        .unwrap();
+    // Anything else (from the uncontended release or B's) arrives by now.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut count = 0;
+    let mut count = 1;
     while messages.try_recv().is_ok() {
         count += 1;
     }
@@ -557,7 +573,7 @@ async fn the_fence_cannot_be_advanced_past_2_pow_52() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_validity_follows_extend_renewal_and_loss() {
     let env = Env::start().await;
-    let client = env.client_with_watchdog(Duration::from_millis(300)).await;
+    let client = env.client_with_watchdog(Duration::from_secs(1)).await;
     let lock = client.lock("validity");
     let fixed = lock
         .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
@@ -590,16 +606,13 @@ async fn guard_validity_follows_extend_renewal_and_loss() {
     lock.force_unlock().await.unwrap();
     assert_eq!(fixed.validity(), Duration::ZERO, "lost: nothing left");
     drop(fixed);
-    // Watchdog lease (300 ms, renewed every 100 ms): still valid long after
+    // Watchdog lease (1 s, renewed every 333 ms): still valid long after
     // the first lease would have run out.
     let renewed = lock.lock().await.unwrap();
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
         let v = renewed.validity();
-        assert!(
-            v > Duration::ZERO && v <= Duration::from_millis(300),
-            "{v:?}"
-        );
+        assert!(v > Duration::ZERO && v <= Duration::from_secs(1), "{v:?}");
     }
     renewed.unlock().await.unwrap();
 }
