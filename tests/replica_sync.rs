@@ -211,7 +211,13 @@ async fn renewals_count_only_when_replicas_acknowledge_them() {
     tokio::time::timeout(lease * 2, g.lost())
         .await
         .expect("unacknowledged renewals kept the guard alive");
-    assert!(paused.elapsed() <= lease + Duration::from_millis(300));
+    // Within about one lease of the pause (the last acknowledged renewal
+    // came before it; a stalled machine notices a little late).
+    assert!(
+        paused.elapsed() <= lease + Duration::from_secs(1),
+        "lost {:?} after the pause",
+        paused.elapsed()
+    );
     replica.resume();
     assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
 }
