@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::Env;
 use fred::prelude::*;
 use redisync::Error;
-use tokio::time::{sleep, Instant};
+use tokio::time::{sleep, timeout, Instant};
 
 fn rw_key(name: &str) -> String {
     common::key("rw", "hold", name)
@@ -152,6 +152,8 @@ async fn downgrade_keeps_reading_and_wakes_remote_readers() {
     let b = env.client().await;
     let rw = a.rw_lock("down");
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
     let holder = tokio::spawn(async move {
         let w = rw
             .write()
@@ -164,14 +166,17 @@ async fn downgrade_keeps_reading_and_wakes_remote_readers() {
             .await
             .unwrap();
         assert!(r.fencing_token() > w.fencing_token());
+        ready_tx.send(()).unwrap();
         rx.await.unwrap();
         w.unlock().await.unwrap(); // downgrade: still reading
         assert!(rw.read().is_locked().await.unwrap());
         assert!(rw.read().is_held_by_current_task().await.unwrap());
-        sleep(Duration::from_millis(300)).await;
+        // Still reading until the remote reader got in: only the
+        // downgrade's message can let it in.
+        done_rx.await.unwrap();
         r.unlock().await.unwrap();
     });
-    sleep(Duration::from_millis(100)).await;
+    ready.await.unwrap();
     let remote = b.rw_lock("down");
     let waiter =
         tokio::spawn(async move { remote.read().try_lock(Duration::from_secs(10), None).await });
@@ -184,11 +189,13 @@ async fn downgrade_keeps_reading_and_wakes_remote_readers() {
         .unwrap()
         .unwrap()
         .expect("woken by the downgrade");
+    // (The write lease a missed message would wait for is 20 s.)
     assert!(
-        downgraded.elapsed() < Duration::from_millis(250),
+        downgraded.elapsed() < Duration::from_secs(3),
         "remote reader waited {:?}",
         downgraded.elapsed()
     );
+    done.send(()).unwrap();
     g.unlock().await.unwrap();
     holder.await.unwrap();
 }
@@ -205,10 +212,14 @@ async fn writer_release_wakes_all_waiting_readers() {
         .await
         .unwrap();
     let mut waiters = Vec::new();
+    // Every reader holds until all six are in: they share, and each was
+    // woken (one left waiting would keep the others from the barrier).
+    let all_in = Arc::new(tokio::sync::Barrier::new(6));
     for _ in 0..2 {
         let client = env.client().await;
         for _ in 0..3 {
             let rw = client.rw_lock("wake");
+            let all_in = all_in.clone();
             waiters.push(tokio::spawn(async move {
                 let g = rw
                     .read()
@@ -217,7 +228,9 @@ async fn writer_release_wakes_all_waiting_readers() {
                     .unwrap()
                     .expect("woken");
                 let at = Instant::now();
-                sleep(Duration::from_millis(200)).await; // overlap: readers share
+                timeout(Duration::from_secs(5), all_in.wait())
+                    .await
+                    .expect("all six readers hold at once");
                 g.unlock().await.unwrap();
                 at
             }));
@@ -228,8 +241,9 @@ async fn writer_release_wakes_all_waiting_readers() {
     w.unlock().await.unwrap();
     for t in waiters {
         let at = t.await.unwrap();
+        // (A missed message would wait for the 20 s write lease.)
         assert!(
-            at - released < Duration::from_millis(150),
+            at - released < Duration::from_secs(3),
             "a reader waited {:?}",
             at - released
         );
@@ -239,7 +253,9 @@ async fn writer_release_wakes_all_waiting_readers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_readers_share_expires_while_others_renew() {
     let env = Env::start().await;
-    let live = env.client_with_watchdog(Duration::from_millis(300)).await;
+    // A watchdog lease a stalled test process does not lose; the wait
+    // below spans more than one.
+    let live = env.client_with_watchdog(Duration::from_millis(1500)).await;
     let writer = env.client().await;
     let r = live.rw_lock("ghost").read().lock().await.unwrap();
     // A crashed reader of another process: its share has 400 ms left.
@@ -267,7 +283,7 @@ async fn crashed_readers_share_expires_while_others_renew() {
             .expect("writer gets in");
         (Instant::now(), g)
     });
-    sleep(Duration::from_millis(900)).await;
+    sleep(Duration::from_secs(2)).await;
     assert!(!w_task.is_finished(), "the live reader still holds");
     let dead: i64 = env.admin.hexists(&key, "r:dead:1").await.unwrap();
     assert_eq!(
@@ -278,8 +294,9 @@ async fn crashed_readers_share_expires_while_others_renew() {
     let released = Instant::now();
     r.unlock().await.unwrap();
     let (at, g) = w_task.await.unwrap();
+    // Woken by the release (the live reader's lease is renewed for ever).
     assert!(
-        at - released < Duration::from_millis(300),
+        at - released < Duration::from_secs(3),
         "writer waited {:?}",
         at - released
     );
@@ -356,9 +373,12 @@ async fn wrong_type_flush_non_owner_and_cancellation() {
         })
         .await;
     }
-    sleep(Duration::from_millis(300)).await;
-    let exists: i64 = env.admin.exists(rw_key("ok")).await.unwrap();
-    assert_eq!(exists, 0, "a cancelled acquisition left the lock held");
+    // Undone in the background; a leak would hold its 30 s lease.
+    let free = common::eventually(Duration::from_secs(5), || async {
+        env.admin.exists::<i64, _>(rw_key("ok")).await.unwrap() == 0
+    })
+    .await;
+    assert!(free, "a cancelled acquisition left the lock held");
 }
 
 fn writers_key(name: &str) -> String {
