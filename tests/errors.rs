@@ -142,7 +142,7 @@ async fn client_with_watchdog(server: &RedisServer, lease: Duration) -> Client {
 async fn a_clean_shutdown_logs_nothing_at_warn_or_above() {
     let _serial = serial().await;
     let server = RedisServer::start().await;
-    let client = client_with_watchdog(&server, Duration::from_millis(300)).await;
+    let client = client_with_watchdog(&server, Duration::from_secs(1)).await;
     let unlocked = client.lock("unlocked").lock().await.expect("lock");
     let dropped = client.lock("dropped").lock().await.expect("lock");
     // A waiter in another task (subscribed to the unlock messages).
@@ -153,8 +153,8 @@ async fn a_clean_shutdown_logs_nothing_at_warn_or_above() {
             guard.unlock().await.expect("unlock");
         }
     });
-    // The watchdog renews both (every 100 ms) a few times.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // The watchdog renews both (every 333 ms) a few times.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!unlocked.is_lost() && !dropped.is_lost());
     unlocked.unlock().await.expect("unlock");
     drop(dropped);

@@ -13,8 +13,9 @@ use redisync::{run_locked, Client, Guard, GuardError, Outcome};
 /// Bound on every wait for an event; only reached when the code is wrong.
 const EVENT_LIMIT: Duration = Duration::from_secs(20);
 /// Watchdog lease of the clients here: a key deleted behind a guard's back
-/// is found gone by the next renewal (every lease/3).
-const LEASE: Duration = Duration::from_millis(900);
+/// is found gone by the next renewal (every lease/3); long enough that a
+/// stalled test process does not lose a guard it keeps.
+const LEASE: Duration = Duration::from_millis(1500);
 
 async fn within<F: Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(EVENT_LIMIT, f)
