@@ -79,13 +79,22 @@ async fn acquire_unboxed<S: Spec>(
     }
 
     let gate = spec.gate(&slot, &owner, ask)?;
-    let Some(turn) = gate_turn(gate, &client.hub, &slot, deadline).await? else {
-        if spec.reentrant() && slot.has_pending_undo(&holder) {
-            // The turn is kept by our own earlier attempt, whose undo waits
-            // for Redis: not "held by another", Redis is unreachable.
-            client.check_reachable()?;
+    let turn = match gate_turn(gate, &client.hub, &slot, deadline).await? {
+        Some(turn) => turn,
+        // The turn is kept by our own earlier attempt's undo: not "held by
+        // another". Its try in flight (one command) decides: done, the turn
+        // is free; failed, the turn is free and we settle the undo ourselves
+        // below, with its error (fred's state may still say "connected"
+        // right after the connection died, so it alone cannot tell).
+        None if spec.reentrant() && slot.has_pending_undo(&holder) => {
+            let undo_tried = Instant::now() + client.settings.command_timeout;
+            let Some(turn) = gate_turn(gate, &client.hub, &slot, Some(undo_tried)).await? else {
+                client.check_reachable()?;
+                return Ok(None);
+            };
+            turn
         }
-        return Ok(None);
+        None => return Ok(None),
     };
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
     contend(&grant, &holder, gate, turn, deadline, lease_ms).await
