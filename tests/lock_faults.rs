@@ -16,10 +16,10 @@ use tokio::time::{sleep, timeout, Instant};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A client with a short command timeout and the given watchdog lease.
 /// A short watchdog lease that a stalled test process does not lose.
 const WATCHDOG: Duration = Duration::from_millis(1500);
 
+/// A client with a short command timeout and the given watchdog lease.
 async fn fast_client(url: &str, watchdog: Duration) -> Client {
     Client::builder(url)
         .command_timeout(COMMAND_TIMEOUT)

@@ -79,22 +79,22 @@ async fn acquire_unboxed<S: Spec>(
     }
 
     let gate = spec.gate(&slot, &owner, ask)?;
-    let turn = match gate_turn(gate, &client.hub, &slot, deadline).await? {
-        Some(turn) => turn,
-        // The turn is kept by our own earlier attempt's undo: not "held by
-        // another". Its try in flight (one command) decides: done, the turn
-        // is free; failed, the turn is free and we settle the undo ourselves
-        // below, with its error (fred's state may still say "connected"
-        // right after the connection died, so it alone cannot tell).
-        None if spec.reentrant() && slot.has_pending_undo(&holder) => {
-            let undo_tried = Instant::now() + client.settings.command_timeout;
-            let Some(turn) = gate_turn(gate, &client.hub, &slot, Some(undo_tried)).await? else {
-                client.check_reachable()?;
-                return Ok(None);
-            };
-            turn
+    // Our own earlier attempt's undo may keep the turn: not "held by
+    // another". Its try in flight (one command) decides, so the turn is
+    // waited for that long at least (done: the turn is free; failed: we
+    // settle the undo below and return its error). fred's state alone
+    // cannot tell: it may say "connected" right after the connection died.
+    let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);
+    let gate_deadline = if own_undo() {
+        deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout))
+    } else {
+        deadline
+    };
+    let Some(turn) = gate_turn(gate, &client.hub, &slot, gate_deadline).await? else {
+        if own_undo() {
+            client.check_reachable()?;
         }
-        None => return Ok(None),
+        return Ok(None);
     };
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
     contend(&grant, &holder, gate, turn, deadline, lease_ms).await
