@@ -1,14 +1,22 @@
 -- Delete a lock whoever holds it and wake its waiters.
 -- KEYS[1]  lock hash
+-- KEYS[2]  fencing counter
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  unlock channel
--- Returns 1 if it was locked, 0 if not. A key of another type is an error.
+-- Returns {1, last} if it was locked, {0, last} if not, `last` the last
+-- fencing token issued: every acquisition with a token up to it ran before
+-- this script and is gone. A key of another type is an error.
 local err = wrong_type({KEYS[1], 'hash'})
 if err then
   return err
 end
+local last
+last, err = read_fence(KEYS[2])
+if err then
+  return err
+end
 if redis.call('del', KEYS[1]) == 0 then
-  return 0
+  return {0, last}
 end
 redis.call(ARGV[1], ARGV[2], 'unlock')
-return 1
+return {1, last}

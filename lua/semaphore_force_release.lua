@@ -4,24 +4,27 @@
 -- KEYS[2]  lease zset
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  release channel
--- Returns 1 if any permit was held, 0 if none (nothing written then). The
--- reads validate both keys before anything is written.
+-- Returns {1, last} if any permit was held, {0, last} if none (nothing
+-- written then), `last` the last fencing token issued: every acquisition
+-- with a token up to it ran before this script and is gone. The reads
+-- validate both keys before anything is written.
 local sem, leases = KEYS[1], KEYS[2]
-local used = redis.pcall('hget', sem, '~used')
-local err = read_error(used, sem, 'semaphore')
+local h = redis.pcall('hmget', sem, '~used', '~t')
+local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
+local used, last = h[1], tonumber(h[2] or '0') or 0
 local held = redis.pcall('zcard', leases)
 err = read_error(held, leases, 'semaphore lease zset')
 if err then
   return err
 end
 if held == 0 and tonumber(used or '0') == 0 then
-  return 0
+  return {0, last}
 end
 redis.call('del', leases)
 redis.call('hset', sem, '~used', 0)
 redis.call('hdel', sem, '~w')
 redis.call(ARGV[1], ARGV[2], 0)
-return 1
+return {1, last}

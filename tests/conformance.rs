@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use common::{eventually, Env};
+use common::{eventually, on_one_thread, stall, woken_at_once, Env};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use redisync::{Client, Error, FairLockGuard, LockGuard, RwLockGuard, SemaphorePermit};
@@ -139,14 +139,22 @@ impl Kind {
         }
     }
 
-    /// The handle's `force_unlock()`; the semaphore has none.
+    /// The handle's `force_unlock()` (`force_release()` of a semaphore).
     async fn force_unlock(self, client: &Client, name: &str) -> redisync::Result<bool> {
         match self {
             Kind::Lock => client.lock(name).force_unlock().await,
             Kind::Fair => client.fair_lock(name).force_unlock().await,
             Kind::Read => client.rw_lock(name).read().force_unlock().await,
             Kind::Write => client.rw_lock(name).write().force_unlock().await,
-            Kind::Semaphore => unreachable!("a semaphore has no force_unlock"),
+            Kind::Semaphore => client.semaphore(name).force_release().await,
+        }
+    }
+
+    /// A key an acquisition's script writes (so a test can see that it ran).
+    fn granted_key(self, name: &str) -> String {
+        match self {
+            Kind::Semaphore => common::key("sem", "leases", name),
+            _ => common::key(self.primitive(), "hold", name),
         }
     }
 }
@@ -186,6 +194,40 @@ impl AnyGuard {
             AnyGuard::Rw(g) => g.lost().await,
             AnyGuard::Permit(p) => p.lost().await,
         }
+    }
+
+    fn lost_signal(&self) -> redisync::LostSignal {
+        match self {
+            AnyGuard::Lock(g) => g.lost_signal(),
+            AnyGuard::Fair(g) => g.lost_signal(),
+            AnyGuard::Rw(g) => g.lost_signal(),
+            AnyGuard::Permit(p) => p.lost_signal(),
+        }
+    }
+
+    fn validity(&self) -> Duration {
+        match self {
+            AnyGuard::Lock(g) => g.validity(),
+            AnyGuard::Fair(g) => g.validity(),
+            AnyGuard::Rw(g) => g.validity(),
+            AnyGuard::Permit(p) => p.validity(),
+        }
+    }
+
+    /// `run_locked` over this guard (already acquired) and `work`.
+    async fn run_locked<T>(self, work: impl Future<Output = T>) -> redisync::Outcome<T> {
+        macro_rules! run {
+            ($g:expr) => {
+                redisync::run_locked(std::future::ready(Ok($g)), async |_| work.await).await
+            };
+        }
+        match self {
+            AnyGuard::Lock(g) => run!(g),
+            AnyGuard::Fair(g) => run!(g),
+            AnyGuard::Rw(g) => run!(g),
+            AnyGuard::Permit(p) => run!(p),
+        }
+        .expect("run_locked over a guard")
     }
 
     /// `extend(d)`.
@@ -1032,6 +1074,131 @@ async fn watchdog_reentry_over_a_fixed_lease_is_renewed(kind: Kind) {
     drop(outer);
 }
 
+/// 16. A process stalled past its lease (fixed or watchdog) resumes knowing
+///     the lock is lost at its first poll: `run_locked`'s work is not
+///     polled past its next await point (`Cancelled`), and the lost signal,
+///     `lost()`, `is_lost()` and `validity()` agree before any timer fires.
+async fn a_stall_past_the_lease_wins_over_the_work(kind: Kind) {
+    let env = Env::start().await;
+    let url = env.server.url();
+    let lease = Duration::from_millis(300);
+    on_one_thread(move || async move {
+        let client = Client::builder(&url)
+            .watchdog_timeout(lease)
+            .connect()
+            .await
+            .expect("connect");
+        for watchdog in [false, true] {
+            let name = format!("stalled-{watchdog}");
+            kind.prepare(&client, &name).await;
+            let fixed = (!watchdog).then_some(lease);
+            let acquire = || kind.acquire(&client, &name, FOREVER, fixed);
+
+            // In a task of its own: woken, it is polled again before the
+            // runtime fires overdue timers (a `block_on` future is not).
+            let guard = acquire().await.expect("acquire").expect("granted");
+            let past = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let past_in_work = past.clone();
+            let outcome = tokio::spawn(guard.run_locked(async move {
+                stall(lease * 3);
+                woken_at_once().await;
+                past_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
+            }))
+            .await
+            .expect("run_locked task");
+            assert!(
+                !past.load(std::sync::atomic::Ordering::SeqCst),
+                "{kind:?} (watchdog {watchdog}): the work went on past an await after a stall that lost the lease"
+            );
+            assert_eq!(outcome, redisync::Outcome::Cancelled, "{kind:?} (watchdog {watchdog})");
+
+            let guard = acquire().await.expect("acquire").expect("granted");
+            let signal = guard.lost_signal();
+            // Polled once before the stall, as a select polls them: their
+            // timers are set.
+            {
+                let mut lost = pin!(guard.lost());
+                assert!(futures::poll!(lost.as_mut()).is_pending());
+                assert!(futures::poll!(signal.clone()).is_pending());
+                stall(lease * 3);
+                // No await in between: no timer has fired yet.
+                assert!(
+                    futures::poll!(signal.clone()).is_ready(),
+                    "{kind:?} (watchdog {watchdog}): the lost signal waits for its timer after a stall"
+                );
+                assert!(
+                    futures::poll!(lost.as_mut()).is_ready(),
+                    "{kind:?} (watchdog {watchdog}): lost() waits for its timer after a stall"
+                );
+            }
+            assert!(guard.is_lost() && signal.is_lost(), "{kind:?} (watchdog {watchdog})");
+            assert_eq!(guard.validity(), Duration::ZERO, "{kind:?} (watchdog {watchdog})");
+            let _ = guard.unlock().await;
+        }
+        client.shutdown().await.expect("shutdown");
+    })
+    .await;
+}
+
+/// 17. A force-unlock by the same client that runs in Redis after one of
+///     its acquisitions (sent first, its reply read later) leaves that
+///     acquisition lost: another client may take the name at once, and the
+///     guard must not say it holds it.
+async fn force_unlock_after_a_grant_in_flight_loses_that_grant(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let name = "forced-in-flight";
+    // Loads the scripts (a first EVALSHA answered NOSCRIPT would send the
+    // script body only at the next poll).
+    kind.prepare(&a, "warm-up").await;
+    let warm = kind
+        .acquire(&a, "warm-up", ZERO, None)
+        .await
+        .expect("warm-up");
+    warm.expect("warm-up granted")
+        .unlock()
+        .await
+        .expect("warm-up unlock");
+    kind.prepare(&a, name).await;
+    let granted_key = kind.granted_key(name);
+    let mut acquire = pin!(kind.acquire(&a, name, FOREVER, Some(Duration::from_mins(1))));
+    // The first poll sends the script; its reply is not read until later.
+    if let Poll::Ready(r) = futures::poll!(acquire.as_mut()) {
+        panic!("{kind:?}: the acquisition answered without a round trip: {r:?}");
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            env.admin
+                .exists::<i64, _>(&granted_key)
+                .await
+                .expect("EXISTS")
+                == 1
+        })
+        .await,
+        "{kind:?}: the acquisition's script never ran"
+    );
+    assert!(
+        kind.force_unlock(&a, name).await.expect("force_unlock"),
+        "{kind:?}: the force-unlock found nothing held"
+    );
+    let other = kind
+        .exclusive()
+        .acquire(&b, name, ZERO, None)
+        .await
+        .expect("other acquire")
+        .expect("the name is free after the force-unlock");
+    let guard = acquire.await.expect("acquire").expect("granted");
+    assert!(
+        guard.is_lost(),
+        "{kind:?}: a guard granted before the force-unlock says it holds (validity {:?}) while another client does",
+        guard.validity()
+    );
+    assert!(futures::poll!(pin!(guard.lost())).is_ready(), "{kind:?}");
+    assert!(futures::poll!(guard.lost_signal()).is_ready(), "{kind:?}");
+    other.unlock().await.expect("other unlock");
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1078,6 +1245,8 @@ conformance! {
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
+        a_stall_past_the_lease_wins_over_the_work: ok,
+        force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
@@ -1095,6 +1264,8 @@ conformance! {
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
+        a_stall_past_the_lease_wins_over_the_work: ok,
+        force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
     }
     read: Read {
         cancel_at_every_await_point: ok,
@@ -1112,6 +1283,8 @@ conformance! {
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
+        a_stall_past_the_lease_wins_over_the_work: ok,
+        force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1129,6 +1302,8 @@ conformance! {
         tokens_never_go_back_after_a_restart_from_an_older_snapshot: ok,
         reentry_racing_the_last_drop_never_revives_a_released_hold: ok,
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
+        a_stall_past_the_lease_wins_over_the_work: ok,
+        force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1151,5 +1326,7 @@ conformance! {
         reentry_racing_the_last_drop_never_revives_a_released_hold: na,
         // Permits are not re-entrant.
         watchdog_reentry_over_a_fixed_lease_is_renewed: na,
+        a_stall_past_the_lease_wins_over_the_work: ok,
+        force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
     }
 }

@@ -173,6 +173,51 @@ async fn run_cancels_the_job_when_the_lead_is_lost_and_leads_again_with_a_new_to
     assert!(gone, "the lead was not given back");
 }
 
+/// A leader stalled (a GC-like pause) inside a run past its lease: when it
+/// resumes, the run is not polled past its next await point, though tokio
+/// polls the woken run before the overdue lease timer fires. It used to
+/// go on while the next leader's job could be running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stalled_past_its_lease_stops_the_run_at_its_next_await() {
+    let env = Env::start().await;
+    let url = env.server.url();
+    common::on_one_thread(move || async move {
+        let lease = Duration::from_millis(300);
+        let client = client_with_lease(&url, lease).await;
+        let leader = client.leader("stalled");
+        let runs = Arc::new(AtomicU32::new(0));
+        let went_on = Arc::new(AtomicBool::new(false));
+        let next_run = Arc::new(tokio::sync::Notify::new());
+        let (r, w, n) = (runs.clone(), went_on.clone(), next_run.clone());
+        let lead = tokio::spawn(async move {
+            leader
+                .run(Duration::from_millis(10), move |_token| {
+                    let (r, w, n) = (r.clone(), w.clone(), n.clone());
+                    async move {
+                        if r.fetch_add(1, Ordering::SeqCst) == 0 {
+                            common::stall(lease * 3);
+                            common::woken_at_once().await;
+                            w.store(true, Ordering::SeqCst);
+                        } else {
+                            n.notify_one();
+                        }
+                    }
+                })
+                .await
+        });
+        tokio::time::timeout(WITHIN, next_run.notified())
+            .await
+            .expect("it leads again after the stall");
+        lead.abort();
+        assert!(
+            !went_on.load(Ordering::SeqCst),
+            "the run went on past an await after a stall that lost the lead"
+        );
+        client.shutdown().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused() {
     let env = Env::start().await;

@@ -600,6 +600,52 @@ async fn watchdog_mode_reports_loss_of_the_majority() {
     assert!(held_on(&nodes, "watched", &[0, 1, 2]).await.is_empty());
 }
 
+/// Under the watchdog the lost signal fires when `validity()` ends, not a
+/// clock drift later (the nodes' own leases): with `drift_factor(0.5)` it
+/// used to fire half a lease late, and `run_locked` worked on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_signal_fires_when_validity_ends() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients_with_watchdog(&nodes, Duration::from_secs(2)).await;
+    let rl = Redlock::builder(cs.iter().map(|c| c.lock("drifting")).collect())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(50))
+        .drift_factor(0.5)
+        .build()
+        .expect("build");
+    let guard = held_on_all(&rl, 3, Duration::from_secs(5), None).await;
+    let signal = guard.lost_signal();
+    assert!(futures::poll!(signal.clone()).is_pending());
+    // No renewal gets through any more.
+    for node in &*nodes {
+        node.pause();
+    }
+    // Past the end of validity (asking the guard at the end would mark the
+    // loss itself): the signal is ready, unless a renewal sent before the
+    // pause landed meanwhile and validity grew (then wait for its end).
+    loop {
+        let left = guard.validity();
+        assert!(
+            !left.is_zero(),
+            "validity ended before the signal was checked"
+        );
+        sleep(left + Duration::from_millis(20)).await;
+        if futures::poll!(signal.clone()).is_ready() {
+            break;
+        }
+        assert!(
+            !guard.validity().is_zero(),
+            "validity is zero but the lost signal waits for the nodes' leases (one drift more)"
+        );
+    }
+    assert!(futures::poll!(std::pin::pin!(guard.lost())).is_ready());
+    assert!(guard.is_lost() && signal.is_lost());
+    for node in &*nodes {
+        node.resume();
+    }
+    drop(guard);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_are_carried_to_the_majority() {
     let nodes = RedisNodes::start(3).await;

@@ -223,3 +223,42 @@ pub async fn try_lock_through_failover(
         }
     }
 }
+
+/// Stalls the whole thread, as a GC-like pause or SIGSTOP stalls a process
+/// (the scenario runs on a current-thread runtime: timers, the watchdog and
+/// the connections stop too).
+pub fn stall(span: Duration) {
+    std::thread::sleep(span);
+}
+
+/// Pending once, waking its own task at once: the task goes back on the run
+/// queue as one woken by I/O during a stall does, ahead of overdue timers
+/// (tokio's `yield_now` defers its wake until after the timers instead).
+pub async fn woken_at_once() {
+    let mut first = true;
+    std::future::poll_fn(|cx| {
+        if std::mem::take(&mut first) {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+}
+
+/// Runs `scenario` on a current-thread runtime of its own thread, so that a
+/// [`stall`] stops everything the client runs.
+pub async fn on_one_thread<Fut: std::future::Future<Output = ()> + 'static>(
+    scenario: impl FnOnce() -> Fut + Send + 'static,
+) {
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(scenario());
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}

@@ -466,16 +466,22 @@ impl Redlock {
                     if validity(lease_len, t1.elapsed(), drift).is_some() {
                         return Ok(Some(RedlockGuard {
                             inner: inner.clone(),
-                            nodes: round.granted,
-                            token,
-                            watchdog: lease.is_none(),
-                            drift,
                             loss: Arc::new(Loss {
                                 valid_until: Mutex::new(t1 + lease_len.saturating_sub(drift)),
                                 lost: AtomicBool::new(false),
                                 released: AtomicBool::new(false),
                                 notify: Notify::new(),
+                                members: round
+                                    .granted
+                                    .iter()
+                                    .map(|(_, g)| g.lost_signal())
+                                    .collect(),
+                                quorum: inner.quorum,
+                                drift,
+                                fixed: lease.is_some(),
                             }),
+                            nodes: round.granted,
+                            token,
                             permit: Some(permit),
                         }));
                     }
@@ -743,15 +749,14 @@ pub struct RedlockGuard {
     /// (node index, that node's guard) for every node that counted.
     nodes: Vec<(usize, LockGuard)>,
     token: u64,
-    watchdog: bool,
-    drift: Duration,
     /// What the guard shares with its owned lost signals.
     loss: Arc<Loss>,
     /// The local queue's turn; handed on once the releases are sent.
     permit: Option<OwnedSemaphorePermit>,
 }
 
-/// A guard's loss state, shared with its owned [`LostSignal`]s.
+/// A guard's loss state, shared with its owned [`LostSignal`]s: one
+/// validity that the guard and its signals both read.
 struct Loss {
     /// Fixed lease: start of the winning attempt (or of the last extension)
     /// + lease - drift.
@@ -761,6 +766,12 @@ struct Loss {
     released: AtomicBool,
     /// Woken on a loss and on the release.
     notify: Notify,
+    /// The lost signals of the nodes' guards.
+    members: Vec<LostSignal>,
+    quorum: usize,
+    drift: Duration,
+    /// A fixed lease (not renewed by watchdogs).
+    fixed: bool,
 }
 
 impl Loss {
@@ -771,13 +782,28 @@ impl Loss {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a signal of a guard whose lease is `fixed` (not renewed)
-    /// fires on what this state knows alone: lost, released, or a fixed
-    /// lease's validity gone.
-    fn over(&self, fixed: bool) -> bool {
-        self.lost.load(Ordering::Acquire)
-            || self.released.load(Ordering::Acquire)
-            || (fixed && Instant::now() >= self.valid_until())
+    /// What is left by this client's clock, zero once over: lost, released,
+    /// or fewer than a quorum of nodes with more than the drift left (a
+    /// fixed lease also ends with the validity of its winning attempt).
+    /// The same number in both lease modes for the guard and its signals:
+    /// the signal fires when `validity()` ends, not a drift later.
+    fn validity(&self) -> Duration {
+        if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
+            return Duration::ZERO;
+        }
+        let mut left: Vec<Duration> = self
+            .members
+            .iter()
+            .map(LostSignal::validity)
+            .filter(|v| !v.is_zero())
+            .collect();
+        let by_nodes = kth_largest(&mut left, self.quorum)
+            .map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));
+        if self.fixed {
+            by_nodes.min(self.valid_until().saturating_duration_since(Instant::now()))
+        } else {
+            by_nodes
+        }
     }
 
     fn release(&self) {
@@ -787,25 +813,36 @@ impl Loss {
     }
 }
 
-/// Resolves once `loss` is over (lost, released, a fixed lease's validity
-/// gone) or fewer than `quorum` of the nodes' `members` signals are not lost.
-async fn majority_lost(loss: Arc<Loss>, members: Vec<LostSignal>, quorum: usize, fixed: bool) {
+/// Resolves once `loss` is over (see [`Loss::validity`]).
+async fn majority_lost(loss: Arc<Loss>) {
     loop {
         let notified = loss.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // One look decides and is waited on: a member lost after it is in
-        // `alive` and wakes us; one lost before is counted out. (Two looks
-        // could see two members go in between and wait on the rest only.)
-        let alive: Vec<LostSignal> = members.iter().filter(|m| !m.is_lost()).cloned().collect();
-        if loss.over(fixed) || alive.len() < quorum {
+        // The nodes to wait on first, then the verdict: a member lost after
+        // this look is in `alive` and wakes us; one lost before counts
+        // against the validity. (The other order could see two members go
+        // in between and wait on the rest only.)
+        let alive: Vec<LostSignal> = loss
+            .members
+            .iter()
+            .filter(|m| !m.is_lost())
+            .cloned()
+            .collect();
+        let left = loss.validity();
+        if left.is_zero() || alive.is_empty() {
             return;
         }
-        let deadline = loss.valid_until();
+        let timer = async {
+            match Instant::now().checked_add(left) {
+                Some(end) => tokio::time::sleep_until(end).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = &mut notified => {}
             _ = select_all(alive) => {}
-            () = tokio::time::sleep_until(deadline), if fixed => {}
+            () = timer => {}
         }
     }
 }
@@ -819,7 +856,7 @@ impl std::fmt::Debug for RedlockGuard {
                 &self.nodes.iter().map(|(i, _)| i).collect::<Vec<_>>(),
             )
             .field("token", &self.token)
-            .field("watchdog", &self.watchdog)
+            .field("watchdog", &!self.loss.fixed)
             .field("validity", &self.validity())
             .finish_non_exhaustive()
     }
@@ -845,40 +882,14 @@ impl RedlockGuard {
     /// (or of the last [`extend`](RedlockGuard::extend)). In watchdog mode,
     /// from the renewals of the nodes: the time until fewer than a majority
     /// of the nodes would still be within their lease, minus the drift.
-    /// Zero once lost.
+    /// Zero once lost. [`lost_signal`](RedlockGuard::lost_signal) fires
+    /// when it ends.
     pub fn validity(&self) -> Duration {
-        self.valid_until().map_or(Duration::ZERO, |u| {
-            u.saturating_duration_since(Instant::now())
-        })
-    }
-
-    /// When the lock stops being safely held, `None` once lost (and then for good).
-    fn valid_until(&self) -> Option<Instant> {
-        if self.loss.lost.load(Ordering::Acquire) {
-            return None;
-        }
-        let now = Instant::now();
-        let mut ends: Vec<Instant> = self
-            .nodes
-            .iter()
-            .map(|(_, g)| g.validity())
-            .filter(|v| !v.is_zero())
-            .map(|v| now + v)
-            .collect();
-        let until = kth_largest(&mut ends, self.inner.quorum)
-            .and_then(|edge| edge.checked_sub(self.drift))
-            .map(|by_nodes| {
-                if self.watchdog {
-                    by_nodes
-                } else {
-                    by_nodes.min(self.loss.valid_until())
-                }
-            })
-            .filter(|u| *u > now);
-        if until.is_none() {
+        let left = self.loss.validity();
+        if left.is_zero() {
             self.mark_lost();
         }
-        until
+        left
     }
 
     fn mark_lost(&self) {
@@ -893,58 +904,27 @@ impl RedlockGuard {
     /// its own loss: lease ended, renewal found it gone or failed), or an
     /// extension failed.
     pub fn is_lost(&self) -> bool {
-        self.valid_until().is_none()
+        self.validity().is_zero()
     }
 
     /// Resolves once the lock is known to be lost (see
-    /// [`is_lost`](RedlockGuard::is_lost)).
+    /// [`is_lost`](RedlockGuard::is_lost)): when its validity ends.
     ///
     /// # Cancel safety
     /// Cancel safe.
     pub async fn lost(&self) {
-        loop {
-            let notified = self.loss.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // The nodes to wait on first, then the verdict: a node lost
-            // after this look is waited on and wakes us; one lost before
-            // counts against the validity (see `majority_lost`).
-            let alive: Vec<_> = self
-                .nodes
-                .iter()
-                .filter(|(_, g)| !g.is_lost())
-                .map(|(_, g)| Box::pin(g.lost()))
-                .collect();
-            let Some(until) = self.valid_until() else {
-                return;
-            };
-            if alive.is_empty() {
-                continue;
-            }
-            tokio::select! {
-                () = &mut notified => {}
-                _ = select_all(alive) => {}
-                () = tokio::time::sleep_until(until) => {}
-            }
-        }
+        self.lost_signal().await;
     }
 
     /// An owned signal that fires once the lock is known to be lost (as
-    /// [`is_lost`](RedlockGuard::is_lost): fewer than a majority of its
-    /// nodes still hold it, a fixed lease's validity ran out, an extension
-    /// failed) or the guard is released or dropped. Unlike
-    /// [`lost`](RedlockGuard::lost) it borrows nothing: move it into
-    /// another task to stop work there when the lock goes.
+    /// [`is_lost`](RedlockGuard::is_lost): its validity ended, fewer than a
+    /// majority of its nodes still hold it, an extension failed) or the
+    /// guard is released or dropped. Unlike [`lost`](RedlockGuard::lost) it
+    /// borrows nothing: move it into another task to stop work there when
+    /// the lock goes. Ready at every poll once the validity is zero.
     pub fn lost_signal(&self) -> LostSignal {
-        let members: Vec<LostSignal> = self.nodes.iter().map(|(_, g)| g.lost_signal()).collect();
-        let (quorum, fixed) = (self.inner.quorum, !self.watchdog);
-        let short =
-            move |members: &[LostSignal]| members.iter().filter(|m| !m.is_lost()).count() < quorum;
-        let (loss, check_loss, check_members) =
-            (self.loss.clone(), self.loss.clone(), members.clone());
-        LostSignal::new(majority_lost(loss, members, quorum, fixed), move || {
-            check_loss.over(fixed) || short(&check_members)
-        })
+        let (waits, checks) = (self.loss.clone(), self.loss.clone());
+        LostSignal::with_validity(majority_lost(waits), move || checks.validity())
     }
 
     /// Sets every node's remaining lease to `lease`; succeeds when a
@@ -1197,12 +1177,16 @@ mod tests {
 
     use super::*;
 
-    fn loss(valid_for: Duration) -> Arc<Loss> {
+    fn loss(valid_for: Duration, members: Vec<LostSignal>) -> Arc<Loss> {
         Arc::new(Loss {
             valid_until: Mutex::new(Instant::now() + valid_for),
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
             notify: Notify::new(),
+            members,
+            quorum: 2,
+            drift: Duration::from_millis(2),
+            fixed: false,
         })
     }
 
@@ -1210,7 +1194,7 @@ mod tests {
     /// nodes, quorum 2) fires within an hour of paused time.
     async fn fires(members: Vec<LostSignal>) -> bool {
         let hour = Duration::from_secs(3600);
-        let signal = majority_lost(loss(hour), members, 2, false);
+        let signal = majority_lost(loss(hour, members));
         tokio::time::timeout(hour, signal).await.is_ok()
     }
 

@@ -449,10 +449,9 @@ impl FairLock {
     /// Cancel safe: the delete is one script; dropping the future may leave
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner
-            .named
-            .force_unlock(&FORCE_UNLOCK, self.queue_keys())
-            .await
+        let mut keys = self.queue_keys();
+        keys.push(self.inner.named.fence.clone());
+        self.inner.named.force_unlock(&FORCE_UNLOCK, keys).await
     }
 }
 

@@ -40,7 +40,10 @@ use crate::hold::Hold;
 #[must_use = "a signal does nothing unless awaited or checked"]
 pub struct LostSignal {
     fired: Shared<BoxFuture<'static, ()>>,
-    check: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// What is left of the hold by this client's clock (zero once lost),
+    /// read at every poll: after a stall the clock already says lost
+    /// before any timer fires.
+    validity: Arc<dyn Fn() -> Duration + Send + Sync>,
 }
 
 impl std::fmt::Debug for LostSignal {
@@ -55,14 +58,33 @@ impl LostSignal {
     /// A signal from a future that resolves when the hold ends and a check
     /// that tells whether it has (for guards built outside this crate, e.g.
     /// over several locks). The check must turn true no later than the
-    /// future resolves, and stay true.
+    /// future resolves, and stay true. It is read at every poll, so the
+    /// signal is ready as soon as the check says lost.
     pub fn new(
         fired: impl Future<Output = ()> + Send + 'static,
         is_lost: impl Fn() -> bool + Send + Sync + 'static,
     ) -> LostSignal {
+        LostSignal::with_validity(fired, move || {
+            if is_lost() {
+                Duration::ZERO
+            } else {
+                Duration::MAX
+            }
+        })
+    }
+
+    /// A signal from a future that resolves when the hold ends and its
+    /// validity: how much of the hold is left by this client's clock, zero
+    /// once it is lost (and then for good). The validity is read at every
+    /// poll: the signal is ready as soon as it reaches zero, even when the
+    /// future (a timer) has not fired yet, as after a stalled process.
+    pub fn with_validity(
+        fired: impl Future<Output = ()> + Send + 'static,
+        validity: impl Fn() -> Duration + Send + Sync + 'static,
+    ) -> LostSignal {
         LostSignal {
             fired: fired.boxed().shared(),
-            check: Arc::new(is_lost),
+            validity: Arc::new(validity),
         }
     }
 
@@ -71,28 +93,45 @@ impl LostSignal {
     pub fn any(signals: impl IntoIterator<Item = LostSignal>) -> LostSignal {
         let signals: Vec<LostSignal> = signals.into_iter().collect();
         let checks = signals.clone();
-        LostSignal::new(
+        LostSignal::with_validity(
             async move {
                 if signals.is_empty() {
                     std::future::pending::<()>().await;
                 }
                 futures::future::select_all(signals).await;
             },
-            move || checks.iter().any(LostSignal::is_lost),
+            move || {
+                checks
+                    .iter()
+                    .map(LostSignal::validity)
+                    .min()
+                    .unwrap_or(Duration::MAX)
+            },
         )
     }
 
     /// Whether the acquisition is known to no longer hold its lock.
     pub fn is_lost(&self) -> bool {
-        (self.check)()
+        self.validity().is_zero()
+    }
+
+    /// How much of the hold is left by this client's clock: zero once it is
+    /// lost or released, `Duration::MAX` for a signal made by
+    /// [`LostSignal::new`] that is not lost (it knows no lease).
+    pub fn validity(&self) -> Duration {
+        (self.validity)()
     }
 
     /// The signal of one hold: it ends when the hold is lost or its last
     /// guard goes.
     pub(crate) fn of_hold(hold: &Arc<Hold>) -> LostSignal {
         let (waits, checks) = (hold.clone(), hold.clone());
-        LostSignal::new(async move { waits.lost().await }, move || {
-            checks.is_released() || checks.is_lost()
+        LostSignal::with_validity(async move { waits.lost().await }, move || {
+            if checks.is_released() {
+                Duration::ZERO
+            } else {
+                checks.validity()
+            }
         })
     }
 }
@@ -101,6 +140,10 @@ impl Future for LostSignal {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // The clock first: the loss wins over work woken in the same tick.
+        if self.is_lost() {
+            return Poll::Ready(());
+        }
         Pin::new(&mut self.fired).poll(cx)
     }
 }

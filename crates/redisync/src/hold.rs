@@ -2,6 +2,7 @@
 //! one owner (re-entrant holds), renewed by the watchdog, and the source of
 //! `LockGuard::lost()`.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -247,17 +248,46 @@ impl Hold {
         self.released.load(Ordering::Acquire)
     }
 
+    /// How much of the lease is left by this client's clock (zero once lost).
+    pub(crate) fn validity(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the hold is over for its signals: lost, or its last guard gone.
+    fn is_over(&self) -> bool {
+        self.is_released() || self.is_lost()
+    }
+
     /// Resolves once the hold is lost (see [`Hold::is_lost`]) or its last
-    /// guard is gone.
+    /// guard is gone. The clock is read at every poll, not only when the
+    /// lease timer fires: after a stall, tokio polls tasks woken meanwhile
+    /// before it fires overdue timers, and the loss must win over them.
     pub(crate) async fn lost(&self) {
         loop {
             let notified = self.lost_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_released() || self.is_lost() {
+            if self.is_over() {
                 return;
             }
-            let _ = tokio::time::timeout_at(self.valid_until(), notified).await;
+            let timer = tokio::time::sleep_until(self.valid_until());
+            tokio::pin!(timer);
+            let over = std::future::poll_fn(|cx| {
+                if self.is_over() {
+                    return std::task::Poll::Ready(true);
+                }
+                if notified.as_mut().poll(cx).is_ready() || timer.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(false);
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            if over {
+                return;
+            }
         }
     }
 }

@@ -38,6 +38,10 @@ pub(crate) struct Slot {
     subscribed: AtomicBool,
     /// Local holders (owner ids with live holds).
     holders: Mutex<Vec<Arc<Hold>>>,
+    /// The last fencing token a force-unlock of this client found issued:
+    /// a hold with a token up to it was granted before that force-unlock
+    /// ran, so it is lost even when its grant's reply comes in after.
+    forced_through: AtomicU64,
     /// Owners whose cancelled or timed-out acquisition is not undone yet.
     pending_undo: Mutex<Vec<Arc<str>>>,
     /// A grant took what was left (a semaphore's last permit): the wake-up
@@ -118,8 +122,25 @@ impl Slot {
         lock_unpoisoned(&self.holders).clone()
     }
 
+    /// Adds a new hold; lost at once if a force-unlock ran after its grant.
     pub(crate) fn add_holder(&self, hold: Arc<Hold>) {
-        lock_unpoisoned(&self.holders).push(hold);
+        let mut holders = lock_unpoisoned(&self.holders);
+        let forced = self.forced_through.load(Ordering::SeqCst);
+        if forced > 0 && hold.token <= forced {
+            hold.mark_lost("force-unlocked while its grant was on its way");
+        }
+        holders.push(hold);
+    }
+
+    /// A force-unlock ran after every grant with a token up to `last`: those
+    /// holds are lost, now and when their replies come in.
+    pub(crate) fn forced_through(&self, last: u64) {
+        self.forced_through.fetch_max(last, Ordering::SeqCst);
+        for hold in lock_unpoisoned(&self.holders).iter() {
+            if hold.token <= last {
+                hold.mark_lost("force-unlocked");
+            }
+        }
     }
 
     pub(crate) fn remove_holder(&self, hold: &Arc<Hold>) {
@@ -330,6 +351,7 @@ impl Hub {
                 wakeup: Wakeup::default(),
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
+                forced_through: AtomicU64::new(0),
                 pending_undo: Mutex::new(Vec::new()),
                 exhausted: Mutex::new(None),
                 fairness: Mutex::new(Fairness::default()),

@@ -356,7 +356,10 @@ impl Lock {
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner
-            .force_unlock(&FORCE_UNLOCK, vec![self.inner.hold.clone()])
+            .force_unlock(
+                &FORCE_UNLOCK,
+                vec![self.inner.hold.clone(), self.inner.fence.clone()],
+            )
             .await
     }
 }

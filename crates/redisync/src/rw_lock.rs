@@ -306,8 +306,13 @@ impl RwLock {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        let keys = vec![self.inner.named.hold.clone(), self.inner.readers.clone()];
-        self.inner.named.force_unlock(&FORCE_UNLOCK, keys).await
+        let named = &self.inner.named;
+        let keys = vec![
+            named.hold.clone(),
+            self.inner.readers.clone(),
+            named.fence.clone(),
+        ];
+        named.force_unlock(&FORCE_UNLOCK, keys).await
     }
 }
 

@@ -74,11 +74,7 @@ impl Held {
 
     /// How much of the lease is left by this client's clock (zero once lost).
     pub(crate) fn validity(&self) -> Duration {
-        let hold = self.hold();
-        if hold.is_lost() {
-            return Duration::ZERO;
-        }
-        hold.valid_until().saturating_duration_since(Instant::now())
+        self.hold().validity()
     }
 
     /// Raises the lease in Redis to at least `lease` (one renewal of this

@@ -192,9 +192,12 @@ impl Named {
 
     /// Runs a force-unlock `script` over `keys` (its arguments: the publish
     /// command and the channel): deletes the name whoever holds it.
-    /// `Ok(true)` if it was held. The local holds granted before the script
-    /// was sent are lost once it ran; a hold granted after it (a waiter the
-    /// force-unlock woke) is not touched.
+    /// `Ok(true)` if it was held. The script answers the last fencing token
+    /// issued: every local hold up to it was granted before the script ran
+    /// and is lost, including one whose grant's reply is still on its way
+    /// (the slot keeps the bound for holds made after this). A hold granted
+    /// after it (a waiter the force-unlock woke) has a higher token and is
+    /// not touched.
     pub(crate) async fn force_unlock(&self, script: &LuaScript, keys: Vec<Key>) -> Result<bool> {
         self.check_usable("lock")?;
         let client = self.client_inner();
@@ -203,7 +206,7 @@ impl Named {
             .existing_slot(&self.key)
             .map(|slot| slot.holders())
             .unwrap_or_default();
-        let deleted: i64 = script
+        let (deleted, last): (i64, i64) = script
             .run(
                 &client.redis,
                 &self.key,
@@ -214,8 +217,13 @@ impl Named {
                 ],
             )
             .await?;
+        // Holds older than the counter's TTL are not below `last` if the
+        // counter expired: those alive when the script was sent are lost too.
         for hold in before {
             hold.mark_lost("force-unlocked");
+        }
+        if let Some(slot) = client.hub.existing_slot(&self.key) {
+            slot.forced_through(u64::try_from(last).unwrap_or(0));
         }
         Ok(deleted == 1)
     }
