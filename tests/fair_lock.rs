@@ -896,3 +896,30 @@ fn bounds() {
         send(&lock.try_lock(Duration::ZERO, None));
     });
 }
+
+/// (c) A fair lock that is free but queued behind a crashed head (a long
+/// queue lease): `force_unlock` removes that head and tells the next
+/// waiter, which gets in at once. It used to remove nothing (`false`) and
+/// leave the live waiter stuck until the dead head's queue lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_frees_waiters_stuck_behind_a_crashed_head() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let dead_for = Duration::from_secs(60);
+    write_ghost(&env, "stuck", "dead-client:1", dead_for).await;
+    let waiter = tokio::spawn({
+        let lock = b.fair_lock("stuck");
+        async move { lock.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    queued(&env, "stuck", 2).await;
+    assert!(
+        a.fair_lock("stuck").force_unlock().await.unwrap(),
+        "the crashed head was removed"
+    );
+    // Woken by the force-unlock's message, far below the 60 s lease.
+    timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got in after the force-unlock")
+        .unwrap();
+    assert_eq!(queue_len(&env, "stuck").await, (0, 0));
+}

@@ -749,3 +749,48 @@ async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
     assert!(ignored.fencing_token() < absurd);
     ignored.unlock().await.unwrap();
 }
+
+/// A zero-wait `try_lock` answers within about one round trip while
+/// another local task holds the lock, even when this task has a cancelled
+/// re-entry whose undo waits behind that holder for the local turn. It used
+/// to wait one whole command timeout (the undo was taken for one in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_try_lock_does_not_wait_for_an_undo_queued_behind_another_holder() {
+    let env = Env::start().await;
+    let timeout = Duration::from_secs(4);
+    let client = redisync::Client::builder(&env.server.url())
+        .command_timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let lock = client.lock("queued-undo");
+    let outer = lock.lock().await.unwrap();
+    // Another owner of this client queues for the local turn first.
+    let mut other = std::pin::pin!(redisync::Owner::new().scope(lock.lock()));
+    assert!(futures::poll!(other.as_mut()).is_pending());
+    // A re-entry of ours, cancelled in flight: its undo queues behind. (On
+    // an idle machine the reply may be back within the first poll: then
+    // try again.)
+    loop {
+        let mut reentry = std::pin::pin!(lock.lock());
+        match futures::poll!(reentry.as_mut()) {
+            std::task::Poll::Ready(inner) => inner.unwrap().unlock().await.unwrap(),
+            std::task::Poll::Pending => break,
+        }
+    }
+    outer.unlock().await.unwrap();
+    let other = other.await.unwrap();
+    for _ in 0..3 {
+        let started = tokio::time::Instant::now();
+        let got = lock.try_lock(Duration::ZERO, None).await.unwrap();
+        let took = started.elapsed();
+        assert!(got.is_none(), "another task of this client holds it");
+        // A round trip, with room for a loaded machine; the bug took the
+        // whole command timeout.
+        assert!(
+            took < timeout / 2,
+            "a zero-wait try_lock took {took:?} (command timeout {timeout:?})"
+        );
+    }
+    other.unlock().await.unwrap();
+}

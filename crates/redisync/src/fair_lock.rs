@@ -435,11 +435,15 @@ impl FairLock {
         self.named().inspect(Self::WHAT).await
     }
 
-    /// Deletes the lock whoever holds it and tells the next waiter in the
-    /// queue (the queue itself is kept). Guards of this client on the lock
-    /// report [`lost`](FairLockGuard::lost) at once; guards of other clients
-    /// when their watchdog next renews or their lease ends. `Ok(true)` if it
-    /// was locked.
+    /// Removes what blocks the lock and tells the next waiter in the queue:
+    /// the holder, whoever it is; when the lock is free, the queue's head (a
+    /// crashed waiter otherwise keeps every waiter behind it waiting until
+    /// its queue lease ends; a live head queues again at its next attempt).
+    /// The rest of the queue keeps its order. Guards of this client on the
+    /// lock report [`lost`](FairLockGuard::lost) at once, also one whose
+    /// grant was still on its way; guards of other clients when their
+    /// watchdog next renews or their lease ends. `Ok(true)` if it removed
+    /// the holder or a head.
     ///
     /// # Errors
     /// [`Error::WrongType`] when one of the lock's keys holds something else

@@ -42,8 +42,10 @@ pub(crate) struct Slot {
     /// a hold with a token up to it was granted before that force-unlock
     /// ran, so it is lost even when its grant's reply comes in after.
     forced_through: AtomicU64,
-    /// Owners whose cancelled or timed-out acquisition is not undone yet.
-    pending_undo: Mutex<Vec<Arc<str>>>,
+    /// Owners whose cancelled or timed-out acquisition is not undone yet,
+    /// and whether that undo has the local turn (its try is running) rather
+    /// than waiting for it.
+    pending_undo: Mutex<Vec<(Arc<str>, bool)>>,
     /// A grant took what was left (a semaphore's last permit): the wake-up
     /// generation read before it was sent and the server's bound (the
     /// earliest lease end). The next local contender waits for a wake-up
@@ -187,18 +189,37 @@ impl Slot {
         }
     }
 
-    pub(crate) fn add_pending_undo(&self, owner: &Arc<str>) {
-        lock_unpoisoned(&self.pending_undo).push(owner.clone());
+    /// `owner`'s undo is pending; `has_turn`: it starts with the local turn
+    /// of the attempt it undoes.
+    pub(crate) fn add_pending_undo(&self, owner: &Arc<str>, has_turn: bool) {
+        lock_unpoisoned(&self.pending_undo).push((owner.clone(), has_turn));
     }
 
     pub(crate) fn has_pending_undo(&self, owner: &str) -> bool {
         lock_unpoisoned(&self.pending_undo)
             .iter()
-            .any(|o| &**o == owner)
+            .any(|(o, _)| &**o == owner)
+    }
+
+    /// Whether `owner`'s pending undo has the local turn: its try (one
+    /// command) is running, not queued behind another local holder.
+    pub(crate) fn undo_has_turn(&self, owner: &str) -> bool {
+        lock_unpoisoned(&self.pending_undo)
+            .iter()
+            .any(|(o, running)| &**o == owner && *running)
+    }
+
+    /// `owner`'s pending undo took (`true`) or gave back the local turn.
+    pub(crate) fn set_undo_turn(&self, owner: &str, has_turn: bool) {
+        for (o, running) in lock_unpoisoned(&self.pending_undo).iter_mut() {
+            if &**o == owner {
+                *running = has_turn;
+            }
+        }
     }
 
     pub(crate) fn remove_pending_undo(&self, owner: &str) {
-        lock_unpoisoned(&self.pending_undo).retain(|o| &**o != owner);
+        lock_unpoisoned(&self.pending_undo).retain(|(o, _)| &**o != owner);
     }
 
     /// Registers `owner` for messages addressed to it (one registration per

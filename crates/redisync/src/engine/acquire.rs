@@ -84,7 +84,9 @@ async fn acquire_unboxed<S: Spec>(
     // waited for that long at least (done: the turn is free; failed: we
     // settle the undo below and return its error). fred's state alone
     // cannot tell: it may say "connected" right after the connection died.
-    let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);
+    // An undo still queued for the turn keeps nothing: whoever has the turn
+    // holds, and a zero wait answers at once.
+    let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);
     let gate_deadline = if own_undo() {
         deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout))
     } else {

@@ -100,7 +100,7 @@ fn spawn_undo<S: Spec>(
     };
     let ordered = spec.reentrant();
     if ordered {
-        slot.add_pending_undo(&holder);
+        slot.add_pending_undo(&holder, turn.is_some());
     }
     rt.spawn(async move {
         let _task = task;
@@ -117,6 +117,9 @@ fn spawn_undo<S: Spec>(
             if ordered && !slot.has_pending_undo(&holder) {
                 return; // the owner did it before acquiring again
             }
+            if ordered {
+                slot.set_undo_turn(&holder, true);
+            }
             match spec.undo(&slot, &holder, keep).await {
                 Err(e)
                     if e.is_retryable()
@@ -124,6 +127,9 @@ fn spawn_undo<S: Spec>(
                         && client.check_connected().is_ok() =>
                 {
                     tracing::debug!(lock_key = %slot.key, error = %e, "undo of a cancelled acquisition failed; retrying");
+                    if ordered {
+                        slot.set_undo_turn(&holder, false);
+                    }
                     drop(mine);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
