@@ -905,7 +905,7 @@ fn bounds() {
 async fn force_unlock_frees_waiters_stuck_behind_a_crashed_head() {
     let env = Env::start().await;
     let (a, b) = (env.client().await, env.client().await);
-    let dead_for = Duration::from_secs(60);
+    let dead_for = Duration::from_mins(1);
     write_ghost(&env, "stuck", "dead-client:1", dead_for).await;
     let waiter = tokio::spawn({
         let lock = b.fair_lock("stuck");
