@@ -124,11 +124,9 @@ async fn run_service(url: &str) -> Result<Report, BoxError> {
     create_db(&db)?;
     // Names unique to this run: a shared Redis may hold an earlier run's.
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let client = redisync::Client::connect(url).await?;
-    client
-        .semaphore(&format!("service:{run}:payments"))
-        .try_set_permits(PAYMENT_PERMITS)
-        .await?;
+    // The workers declare the payment semaphore's size themselves
+    // (`with_permits`), so nothing is set up here, and a Redis that
+    // restarted empty gets it back at the next acquisition.
 
     let mut children = Vec::new();
     let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
@@ -176,7 +174,6 @@ async fn run_service(url: &str) -> Result<Report, BoxError> {
                 .push(format!("worker {i} exited with {status}"));
         }
     }
-    client.shutdown().await?;
     check_db(&db, &mut report)?;
     if report.payment_peak > PAYMENT_PERMITS {
         report.violations.push(format!(
@@ -339,7 +336,9 @@ async fn worker_main() -> Result<(), BoxError> {
     let worker = Worker {
         index,
         db: PathBuf::from(var("SERVICE_DB")?),
-        payments: client.semaphore(&format!("service:{run}:payments")),
+        payments: client
+            .semaphore(&format!("service:{run}:payments"))
+            .with_permits(PAYMENT_PERMITS),
         run,
         client,
     };

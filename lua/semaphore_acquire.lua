@@ -6,6 +6,8 @@
 --          says how many permits it holds, see permits_of in prelude.lua)
 -- ARGV[1]  permit id (unique per acquisition)
 -- ARGV[2]  lease, milliseconds
+-- ARGV[3]  the permit total the handle declares ('' for none): set when the
+--          semaphore is not set up
 -- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
 -- until the earliest lease ends; {0, ms} busy (ms: -1 when no lease ends);
 -- {-1, 0} not initialised; {-2, total} more permits than the semaphore has.
@@ -25,10 +27,16 @@ local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
-if not h[1] then
-  return {-1, 0}
-end
 local total = tonumber(h[1])
+if not total then
+  -- Not set up (never, or lost in a restart): a handle that declares its
+  -- total sets it up now, in this script.
+  total = tonumber(ARGV[3])
+  if not total then
+    return {-1, 0}
+  end
+  redis.call('hset', sem, '~permits', total)
+end
 if wanted > total then
   return {-2, total}
 end

@@ -619,3 +619,64 @@ async fn local_waiters_cost_ten_commands_per_acquisition() {
         tasks * rounds
     );
 }
+
+/// A handle that declares its size (`with_permits`) needs no set-up, and a
+/// semaphore lost when Redis restarted empty comes back with the same total
+/// at the next acquisition. A handle without a declared size still gets
+/// `NotInitialized` after such a restart (what a worker that never sets
+/// permits met before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_total_sets_the_semaphore_up_again_after_an_empty_restart() {
+    let mut env = Env::start().await;
+    let client = env.client().await;
+    let plain = client.semaphore("payments");
+    let declared = plain.with_permits(2);
+    let first = declared
+        .acquire(1)
+        .await
+        .expect("set up by the acquisition");
+    assert_eq!(plain.available_permits().await.unwrap(), 1);
+    let second = declared.acquire(1).await.unwrap();
+    assert!(declared
+        .try_acquire(1, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_none());
+    drop((first, second));
+    env.server.remove_snapshot().expect("no snapshot");
+    env.server.restart().await;
+    assert!(
+        matches!(
+            plain.try_acquire(1, Duration::ZERO).await,
+            Err(Error::NotInitialized { .. })
+        ),
+        "a handle without a declared total cannot set it up"
+    );
+    // (The client reconnects to the restarted server first.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match declared.try_acquire(1, Duration::ZERO).await {
+            Ok(Some(permit)) => break permit,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the declared total did not set it up again: {other:?}"),
+        }
+    };
+    assert_eq!(plain.available_permits().await.unwrap(), 1);
+    again.release().await.unwrap();
+
+    // A total set already is kept.
+    let three = client.semaphore("sized");
+    assert!(three.try_set_permits(3).await.unwrap());
+    let held = three
+        .with_permits(1)
+        .acquire(3)
+        .await
+        .expect("the stored total counts");
+    held.release().await.unwrap();
+    assert!(matches!(
+        client.semaphore("zero").with_permits(0).acquire(1).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}

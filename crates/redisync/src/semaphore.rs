@@ -59,6 +59,8 @@ pub struct Semaphore {
 struct SemaphoreInner {
     named: Named,
     leases: Key,
+    /// The permit total this handle declares (see [`Semaphore::with_permits`]).
+    declared: Option<u32>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -83,9 +85,38 @@ impl Semaphore {
         Semaphore {
             inner: Arc::new(SemaphoreInner {
                 leases: named.role(Role::Leases),
+                declared: None,
                 named,
             }),
         }
+    }
+
+    /// The same semaphore, declaring its permit total: an acquisition
+    /// through this handle that finds the semaphore not set up (never, or
+    /// lost when Redis restarted without persistence) sets it up with
+    /// `total` permits in the same script, so workers need no set-up call
+    /// and a restarted semaphore comes back at once with its size. A
+    /// semaphore already set up keeps its total (change it with
+    /// [`set_permits`](Semaphore::set_permits)).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let payments = client.semaphore("billing:payments").with_permits(4);
+    /// let permit = payments.acquire(1).await?; // no try_set_permits needed
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A total of zero makes every acquisition an
+    /// [`Error::InvalidArgument`].
+    #[must_use]
+    pub fn with_permits(&self, total: u32) -> Semaphore {
+        let named = &self.inner.named;
+        let mut declared = Semaphore::new(named.client.clone(), &named.name);
+        if let Some(inner) = Arc::get_mut(&mut declared.inner) {
+            inner.declared = Some(total);
+        }
+        declared
     }
 
     /// The semaphore's name as given to [`Client::semaphore`].
@@ -431,6 +462,12 @@ impl Spec for Semaphore {
         if permits == 0 {
             return Err(Error::InvalidArgument("acquire at least one permit".into()));
         }
+        if self.inner.declared == Some(0) {
+            return Err(Error::InvalidArgument(format!(
+                "semaphore {:?} is declared with 0 permits (with_permits(0)): declare at least one",
+                self.inner.named.name
+            )));
+        }
         Ok(())
     }
     fn holder(&self, owner: &Arc<str>, permits: u32) -> Arc<str> {
@@ -457,7 +494,13 @@ impl Spec for Semaphore {
                 &client.redis,
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
-                vec![Value::String(t.holder.into()), Value::Integer(t.lease_ms)],
+                vec![
+                    Value::String(t.holder.into()),
+                    Value::Integer(t.lease_ms),
+                    self.inner
+                        .declared
+                        .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
+                ],
             )
             .await?;
         match reply[..] {
