@@ -221,3 +221,89 @@ async fn renewals_count_only_when_replicas_acknowledge_them() {
     replica.resume();
     assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
 }
+
+/// Whether the replica (resumed after a pause) acknowledges the primary's
+/// writes again within a generous bound.
+async fn caught_up(admin: &fred::clients::Client) -> bool {
+    common::eventually(Duration::from_secs(10), || async {
+        let acked: i64 = admin
+            .custom(
+                fred::types::CustomCommand::new_static("WAIT", ClusterHash::FirstKey, false),
+                vec![1, 500],
+            )
+            .await
+            .unwrap();
+        acked >= 1
+    })
+    .await
+}
+
+/// The fixed lease of the guards below: long enough for a loaded machine to
+/// run every step while they hold, far below the lease they are asked to
+/// extend or re-enter with ([`LONG`]).
+const LEASE: Duration = Duration::from_secs(45);
+const LONG: Duration = Duration::from_mins(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_extend_does_not_lengthen_the_guard() {
+    let (primary, replica, client) = synced_pair(Duration::from_secs(30)).await;
+    let admin = common::admin(&primary.url()).await;
+    let sem = client.semaphore("s");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let lock = client.lock("l").lock_with_lease(LEASE).await.unwrap();
+    let fair = client.fair_lock("f").lock_with_lease(LEASE).await.unwrap();
+    let read = client.rw_lock("r").read().lock_with_lease(LEASE).await;
+    let read = read.unwrap();
+    let write = client.rw_lock("w").write().lock_with_lease(LEASE).await;
+    let write = write.unwrap();
+    let permit = sem.acquire_with_lease(1, LEASE).await.unwrap();
+
+    // A failover now would promote a replica with the old lease: the guard
+    // must not believe the longer one.
+    replica.pause();
+    let mut wrong = Vec::new();
+    macro_rules! unsynced {
+        ($what:literal, $g:expr) => {{
+            let r = $g.extend(LONG).await;
+            let v = $g.validity();
+            if !is_replica_sync(&r) || v > LEASE {
+                wrong.push(format!("{}: {r:?}, validity {v:?}", $what));
+            }
+        }};
+    }
+    unsynced!("lock", lock);
+    unsynced!("fair lock", fair);
+    unsynced!("read lock", read);
+    unsynced!("write lock", write);
+    unsynced!("semaphore", permit);
+    assert!(
+        wrong.is_empty(),
+        "an unacknowledged extend did not fail with the guard's lease as it was: {wrong:#?}"
+    );
+
+    // Acknowledged, an extend lengthens the guard.
+    replica.resume();
+    assert!(
+        caught_up(&admin).await,
+        "the resumed replica never acknowledged"
+    );
+    macro_rules! synced {
+        ($what:literal, $g:expr) => {{
+            $g.extend(LONG)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", $what));
+            let v = $g.validity();
+            assert!(v > LEASE, "{}: an acknowledged extend gave {v:?}", $what);
+        }};
+    }
+    synced!("lock", lock);
+    synced!("fair lock", fair);
+    synced!("read lock", read);
+    synced!("write lock", write);
+    synced!("semaphore", permit);
+    lock.unlock().await.unwrap();
+    fair.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+    write.unlock().await.unwrap();
+    permit.release().await.unwrap();
+}

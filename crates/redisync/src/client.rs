@@ -178,10 +178,15 @@ impl ClientBuilder {
     ///   stays) and reported as [`Error::ReplicaSync`] (or the error), so no
     ///   lock is left behind that was reported as failed.
     /// - **Watchdog renewals** count only when acknowledged: a guard's lease
-    ///   estimate (`lease_left`, `lost`) advances only with renewals the
+    ///   estimate (`validity`, `lost`) advances only with renewals the
     ///   replicas have, so it never runs past the lease a synced replica
     ///   would keep after a failover. Replicas lagging for a whole lease make
     ///   the guard lost (the lock then ends with its lease on the primary).
+    /// - **Extensions** (`extend` of any guard) count only when acknowledged
+    ///   too: otherwise `extend` reports [`Error::ReplicaSync`] and the
+    ///   guard's lease estimate stays as it was (the primary may keep the
+    ///   longer lease; the lock then outlives the guard's belief, not the
+    ///   other way round).
     /// - **Releases** are followed by `WAIT` too; too few acknowledgements
     ///   are only logged (the release happened; a failover to a replica
     ///   without it leaves the lock there until its lease ends).

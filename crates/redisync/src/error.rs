@@ -29,9 +29,10 @@ pub enum Error {
     },
     /// Replica sync is on and too few replicas acknowledged an acquisition
     /// within the timeout: the acquisition was undone (it holds nothing; an
-    /// outer re-entrant hold of the same owner stays).
+    /// outer re-entrant hold of the same owner stays, its lease estimate as
+    /// it was). From `extend`: the guard's lease estimate stays as it was.
     #[error(
-        "lock {name:?}: {acked} of {required} replicas acknowledged the acquisition; it was undone"
+        "lock {name:?}: {acked} of {required} replicas acknowledged the write; an acquisition was undone, an extension left the guard's lease as it was"
     )]
     ReplicaSync {
         /// The lock's name.

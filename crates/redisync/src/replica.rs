@@ -80,6 +80,23 @@ where
     })
 }
 
+/// After an `extend` of `name` (Redis key `key`) raised its lease: whether
+/// the longer lease counts. With replica sync on it counts only once enough
+/// replicas acknowledged it (a failover to one without it would keep the old
+/// lease); otherwise [`Error::ReplicaSync`] (or the `WAIT`'s error), and the
+/// caller keeps its lease estimate as it was.
+pub(crate) async fn extension_synced(client: &ClientInner, name: &str, key: &str) -> Result<()> {
+    match wait_for_replicas(client, key).await {
+        Synced::Enough => Ok(()),
+        Synced::Short { acked, required } => Err(Error::ReplicaSync {
+            name: name.to_owned(),
+            acked,
+            required,
+        }),
+        Synced::Failed(e) => Err(e),
+    }
+}
+
 /// After a release that wrote something: with replica sync on, `WAIT`s and
 /// logs when too few replicas acknowledged (the release already happened on
 /// the primary; a failover to a replica without it leaves the lock there

@@ -78,7 +78,8 @@ impl Held {
     }
 
     /// Raises the lease in Redis to at least `lease` (one renewal of this
-    /// hold); the local estimate follows the reply.
+    /// hold); the local estimate follows the reply (with replica sync, only
+    /// once enough replicas acknowledged it).
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = checked_ms("lease", lease)?;
         self.client.check_connected()?;
@@ -95,6 +96,10 @@ impl Held {
             .run_idempotent(&self.client.redis, &hold.key, keys, args)
             .await?;
         if flags.first() == Some(&1) {
+            // A replica without the longer lease would keep the old one
+            // after a failover: unacknowledged, the estimate stays (the
+            // longer lease left in Redis only outlives our belief: safe).
+            crate::replica::extension_synced(&self.client, &self.name, &hold.key).await?;
             hold.extend_validity(sent_at, lease);
             Ok(())
         } else {
