@@ -307,3 +307,69 @@ async fn an_unacknowledged_extend_does_not_lengthen_the_guard() {
     write.unlock().await.unwrap();
     permit.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undone_reentry_leaves_the_outer_hold_as_it_was() {
+    let (primary, replica, client) = synced_pair(Duration::from_secs(30)).await;
+    let admin = common::admin(&primary.url()).await;
+    let (lock, fair) = (client.lock("l"), client.fair_lock("f"));
+    let (read, write) = (client.rw_lock("r").read(), client.rw_lock("w").write());
+    let lock_outer = lock.lock_with_lease(LEASE).await.unwrap();
+    let fair_outer = fair.lock_with_lease(LEASE).await.unwrap();
+    let read_outer = read.lock_with_lease(LEASE).await.unwrap();
+    let write_outer = write.lock_with_lease(LEASE).await.unwrap();
+
+    // The re-entry is undone: the outer guard keeps its lease estimate (a
+    // failover would promote a replica with the old lease) and its count.
+    replica.pause();
+    let mut wrong = Vec::new();
+    macro_rules! undone {
+        ($what:literal, $lock:expr, $outer:expr) => {{
+            let r = $lock.lock_with_lease(LONG).await;
+            let v = $outer.validity();
+            if !is_replica_sync(&r) || v > LEASE {
+                wrong.push(format!("{}: {r:?}, outer validity {v:?}", $what));
+            }
+        }};
+    }
+    undone!("lock", lock, lock_outer);
+    undone!("fair lock", fair, fair_outer);
+    undone!("read lock", read, read_outer);
+    undone!("write lock", write, write_outer);
+    assert!(
+        wrong.is_empty(),
+        "an undone re-entry did not leave the outer guard's lease as it was: {wrong:#?}"
+    );
+    replica.resume();
+    assert!(
+        caught_up(&admin).await,
+        "the resumed replica never acknowledged"
+    );
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "lock");
+    assert_eq!(fair.hold_count().await.unwrap(), 1, "fair lock");
+    assert_eq!(read.hold_count().await.unwrap(), 1, "read lock");
+    assert_eq!(write.hold_count().await.unwrap(), 1, "write lock");
+
+    // Acknowledged, a re-entry lengthens the hold both guards share.
+    macro_rules! reentered {
+        ($what:literal, $lock:expr, $outer:expr) => {{
+            let inner = $lock
+                .lock_with_lease(LONG)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", $what));
+            let v = $outer.validity();
+            assert!(v > LEASE, "{}: an acknowledged re-entry gave {v:?}", $what);
+            assert_eq!($lock.hold_count().await.unwrap(), 2, "{}", $what);
+            inner.unlock().await.unwrap();
+        }};
+    }
+    reentered!("lock", lock, lock_outer);
+    reentered!("fair lock", fair, fair_outer);
+    reentered!("read lock", read, read_outer);
+    reentered!("write lock", write, write_outer);
+    lock_outer.unlock().await.unwrap();
+    fair_outer.unlock().await.unwrap();
+    read_outer.unlock().await.unwrap();
+    write_outer.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap() && !fair.is_locked().await.unwrap());
+}

@@ -74,7 +74,7 @@ async fn acquire_unboxed<S: Spec>(
 
     if let Some(hold) = spec.reentrant().then(|| slot.holder(&holder)).flatten() {
         if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
-            return grant.synced(held).await.map(Some);
+            return Ok(Some(held));
         }
     }
 
@@ -295,9 +295,9 @@ impl<S: Spec> Grant<'_, S> {
     }
 }
 
-/// The calling owner holds already: count one more hold on the same token.
-/// `Ok(None)` when that hold turned out to be lost (the caller then waits
-/// like anybody else).
+/// The calling owner holds already: count one more hold on the same token,
+/// replica synced (see [`Grant::synced`]). `Ok(None)` when that hold turned
+/// out to be lost (the caller then waits like anybody else).
 async fn reenter<S: Spec>(
     grant: &Grant<'_, S>,
     hold: &Arc<Hold>,
@@ -331,7 +331,14 @@ async fn reenter<S: Spec>(
     }
     match reply? {
         Reply::Granted { token, .. } if token == hold.token => {
-            Ok(Some(grant.held(reserved.confirm(sent_at, grant.lease))))
+            // The lease estimate grows only once replicas acknowledged the
+            // re-entry: undone, the outer hold keeps its estimate, and the
+            // undo (releasing this guard) counts the hold down in Redis.
+            // The lease the re-entry raised there stays longer than the
+            // estimate: it only outlives our belief, which is safe.
+            let guard = grant.synced(grant.held(reserved.confirm())).await?;
+            hold.extend_validity(sent_at, grant.lease);
+            Ok(Some(guard))
         }
         Reply::Granted { token, .. } => {
             // Our earlier acquisition had expired; this is a new one, and
@@ -342,7 +349,8 @@ async fn reenter<S: Spec>(
                 .then(|| slot.gate.clone().try_acquire_owned().ok())
                 .flatten();
             let holder = hold.owner_str.clone();
-            Ok(Some(grant.new_held(holder, token, sent_at, permit)))
+            let fresh = grant.new_held(holder, token, sent_at, permit);
+            grant.synced(fresh).await.map(Some)
         }
         Reply::Busy { .. } => {
             hold.mark_lost("re-entry found it held by another owner");
@@ -467,14 +475,12 @@ impl Reservation {
         })
     }
 
-    /// The re-entry was granted with the hold's token: the guard is real.
-    fn confirm(mut self, sent_at: Instant, lease: Duration) -> Arc<Hold> {
-        let hold = self
-            .hold
+    /// The re-entry was granted with the hold's token: the guard is real
+    /// (its lease estimate is the caller's to raise, once synced).
+    fn confirm(mut self) -> Arc<Hold> {
+        self.hold
             .take()
-            .unwrap_or_else(|| unreachable!("confirmed twice"));
-        hold.extend_validity(sent_at, lease);
-        hold
+            .unwrap_or_else(|| unreachable!("confirmed twice"))
     }
 }
 
