@@ -457,3 +457,74 @@ async fn multi_lock_guard_is_a_guard_with_an_owned_lost_signal() {
         .expect("cancelled on the loss");
     assert!(matches!(stopped, Ok(Outcome::Cancelled)), "{stopped:?}");
 }
+
+/// Defect 5, `MultiLock` side: it follows the handles it is built
+/// from. Over `non_reentrant()` handles, a second `MultiLock` of the same
+/// task waits like any other contender and then takes every member with
+/// higher tokens; over ordinary handles it re-enters every member, with
+/// the same tokens, as `Lock` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_multi_lock_of_the_same_task_follows_its_handles() {
+    let nodes = RedisNodes::start(2).await;
+    let p = pair(&nodes).await;
+    let lease = Some(Duration::from_secs(10));
+    let strict = |p: &Pair| {
+        MultiLock::new(vec![
+            p.a.lock("x").non_reentrant(),
+            p.a.lock("y").non_reentrant(),
+            p.b.lock("z").non_reentrant(),
+        ])
+        .expect("multi")
+    };
+    let (first, second) = (strict(&p), strict(&p));
+    let held = first
+        .try_lock(Duration::ZERO, lease)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let again = second.try_lock(wait, None).await.expect("busy is Ok(None)");
+    if let Some(g) = &again {
+        panic!(
+            "re-entered through non-reentrant handles: tokens {:?} (the first's: {:?})",
+            g.fencing_tokens(),
+            held.fencing_tokens()
+        );
+    }
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    let before = held.fencing_tokens();
+    held.unlock().await.expect("unlock");
+    let after = second
+        .try_lock(Duration::from_secs(10), None)
+        .await
+        .expect("try_lock")
+        .expect("free once the first is released");
+    for (b, a) in before.iter().zip(after.fencing_tokens()) {
+        assert!(a > *b, "{before:?} then {:?}", after.fencing_tokens());
+    }
+    after.unlock().await.expect("unlock");
+    assert!(all_free(&p.a, &["x", "y"], Duration::from_secs(5)).await);
+    assert!(all_free(&p.b, &["z"], Duration::from_secs(5)).await);
+
+    // Ordinary handles: the task is one owner, so the second re-enters.
+    let (first, second) = (xyz(&p), xyz(&p));
+    let held = first
+        .try_lock(Duration::ZERO, lease)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    let inner = timeout(
+        Duration::from_secs(5),
+        second.try_lock(Duration::ZERO, lease),
+    )
+    .await
+    .expect("one round")
+    .expect("try_lock")
+    .expect("re-entered");
+    assert_eq!(inner.fencing_tokens(), held.fencing_tokens());
+    inner.unlock().await.expect("unlock the inner hold");
+    assert!(locked(&p.a, "x").await && locked(&p.a, "y").await && locked(&p.b, "z").await);
+    held.unlock().await.expect("unlock");
+    assert!(!locked(&p.a, "x").await && !locked(&p.a, "y").await && !locked(&p.b, "z").await);
+}

@@ -1048,3 +1048,55 @@ async fn redlock_guard_is_a_guard_with_an_owned_lost_signal() {
         .expect("cancelled on the loss");
     assert!(matches!(stopped, Ok(Outcome::Cancelled)), "{stopped:?}");
 }
+
+/// Defect 5: a Redlock is not reentrant, also across `Redlock` values.
+/// Two values over the same clients and name, used by one task: each
+/// node's `Lock` re-enters per task, so the second used to be granted at
+/// once, with the first's token, while the first was held. It waits like
+/// any other contender, and takes the lock with a higher token once the
+/// first is released (unlocked, or dropped: released in the background).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_redlock_of_the_same_task_waits_for_the_first() {
+    let nodes = RedisNodes::start(3).await;
+    let cs = clients(&nodes).await;
+    let (first, second) = (redlock(&cs, "twice"), redlock(&cs, "twice"));
+    let wait = Duration::from_millis(300);
+    let mut last = 0;
+    for drop_it in [false, true] {
+        let held = first
+            .try_lock(Duration::ZERO, None)
+            .await
+            .expect("try_lock")
+            .expect("free");
+        assert!(held.fencing_token() > last);
+        let started = Instant::now();
+        let again = second.try_lock(wait, None).await.expect("busy is Ok(None)");
+        if let Some(g) = &again {
+            panic!(
+                "re-entered the first guard's hold: token {} (the first's: {})",
+                g.fencing_token(),
+                held.fencing_token()
+            );
+        }
+        assert!(started.elapsed() >= Duration::from_millis(290));
+        let t1 = held.fencing_token();
+        if drop_it {
+            drop(held);
+        } else {
+            held.unlock().await.expect("unlock");
+        }
+        let after = second
+            .try_lock(Duration::from_secs(10), None)
+            .await
+            .expect("try_lock")
+            .expect("free once the first is released");
+        assert!(
+            after.fencing_token() > t1,
+            "{t1} then {}",
+            after.fencing_token()
+        );
+        last = after.fencing_token();
+        after.unlock().await.expect("unlock");
+    }
+    assert!(released_on(&nodes, "twice", &[0, 1, 2]).await);
+}

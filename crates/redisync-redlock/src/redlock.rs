@@ -173,7 +173,10 @@ impl RedlockBuilder {
             .locks
             .into_iter()
             .map(|lock| Node {
-                lock,
+                // Every acquisition its own owner: a Redlock never re-enters
+                // a hold of the same task (another `Redlock` value over these
+                // locks, or a plain `Lock` held on a node).
+                lock: lock.non_reentrant(),
                 health: AtomicU8::new(HEALTHY),
                 old_on: AtomicU64::new(0),
             })
@@ -223,7 +226,12 @@ impl RedlockBuilder {
 /// Tasks of one process sharing a `Redlock` (clones included) queue in
 /// FIFO order and only the first of them contends for the nodes; across
 /// processes it is not fair. It is not reentrant: a task that holds it and
-/// asks again waits for itself, like `tokio::sync::Mutex`.
+/// asks again waits for itself, like `tokio::sync::Mutex`, through the same
+/// `Redlock` or another one over the same locks. Each node's lock is taken
+/// through its [`non_reentrant`](redisync::Lock::non_reentrant) handle, so
+/// every acquisition is an owner of its own on every node: it re-enters
+/// neither another Redlock guard of the task nor a plain [`Lock`] hold the
+/// task has on a node (that node refuses it, as it refuses any contender).
 ///
 /// # Restarted nodes
 ///
