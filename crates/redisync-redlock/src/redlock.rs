@@ -31,6 +31,11 @@ const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Redis reports `uptime_in_seconds` as the difference of two wall-clock
 /// times truncated to seconds (now and the start), so it can overstate the
 /// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
+/// Whole seconds, so with any `max_lease` above zero a restarted node counts
+/// only after more than 1 s: past every token floor it honoured before the
+/// restart (at most 1 s ahead of its clock, `next_token` in prelude.lua), so
+/// a counter lost with a snapshot does not take tokens back (tests/redlock.rs
+/// `a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back`).
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
 /// How a node did in its last attempt. A node whose attempt timed out or
@@ -251,7 +256,10 @@ impl RedlockBuilder {
 /// across acquisitions as long as that node kept its counter: persistence,
 /// or never a majority of nodes losing their data at once (a node that lost
 /// its counter resumes from its clock in microseconds, which in practice is
-/// larger still).
+/// larger still). A token floor (below) may set a node's counter up to 1 s
+/// ahead of its clock; a node restarted from an older snapshot then counts
+/// again only after more than 1 s of uptime (the restart guard, whatever
+/// `max_lease` above zero), when its clock is past every such floor.
 ///
 /// # Examples
 /// ```no_run
