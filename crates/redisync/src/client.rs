@@ -635,8 +635,10 @@ impl Client {
     /// Shuts the client down now: refuses new acquisitions, fails every
     /// waiting acquisition with [`Error::Shutdown`] at once, marks every live
     /// guard [`lost`](crate::LockGuard::lost) *before* releasing its hold,
-    /// stops the watchdog, lets releases of guards dropped before it finish
-    /// (for up to the command timeout) and closes the connections.
+    /// stops the watchdog, releases every hold at once while releases of
+    /// guards dropped before it finish, and closes the connections. All of
+    /// it takes at most about one command timeout, however many locks a
+    /// hung server leaves unanswered (those end with their leases).
     /// Afterwards every call on this client, its handles and its guards
     /// returns [`Error::Shutdown`] at once (`unlock` and `release` included).
     ///
@@ -665,26 +667,37 @@ impl Client {
         for t in tasks {
             t.abort();
         }
-        for slot in self.inner.hub.all_slots() {
-            for hold in slot.holders() {
-                // Tell the guard before its hold is given away.
-                hold.mark_lost("client shut down");
-                if let Err(e) = (hold.ops.release)(
-                    &self.inner.redis,
-                    self.inner.hub.publish_command(),
-                    &hold,
-                    true,
-                )
-                .await
-                {
-                    tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "release at shutdown failed");
-                }
-            }
+        // One bound for all of it: a hung server would otherwise cost a
+        // command timeout per lock (the releases run at once, next to the
+        // background ones); what is unanswered by then ends with its lease.
+        let deadline = tokio::time::Instant::now() + self.inner.settings.command_timeout;
+        let holds: Vec<_> = self
+            .inner
+            .hub
+            .all_slots()
+            .iter()
+            .flat_map(|slot| slot.holders())
+            .collect();
+        // Tell every guard before any hold is given away.
+        for hold in &holds {
+            hold.mark_lost("client shut down");
         }
-        self.inner
-            .background_finished(self.inner.settings.command_timeout)
-            .await;
-        self.inner.close_connections().await;
+        let releases = futures::future::join_all(holds.iter().map(|hold| async move {
+            let release = (hold.ops.release)(
+                &self.inner.redis,
+                self.inner.hub.publish_command(),
+                hold,
+                true,
+            );
+            let error = match tokio::time::timeout_at(deadline, release).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no answer within the command timeout".to_owned(),
+            };
+            tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error, "release at shutdown failed");
+        }));
+        futures::join!(releases, self.inner.background_finished(deadline));
+        self.inner.close_connections(deadline).await;
         Ok(())
     }
 }
@@ -716,8 +729,8 @@ impl ClientInner {
         Some(task)
     }
 
-    /// Resolves once no background task is in flight, or after `within`.
-    async fn background_finished(&self, within: Duration) {
+    /// Resolves once no background task is in flight, or at `deadline`.
+    async fn background_finished(&self, deadline: tokio::time::Instant) {
         let idle = async {
             loop {
                 let notified = self.background_idle.notified();
@@ -729,18 +742,23 @@ impl ClientInner {
                 notified.await;
             }
         };
-        if tokio::time::timeout(within, idle).await.is_err() {
+        if tokio::time::timeout_at(deadline, idle).await.is_err() {
             tracing::debug!("background releases still running at shutdown; closing anyway");
         }
     }
 
-    /// Tells both connections to quit, once. Both quits are sent at the
-    /// first poll, so a dropped shutdown future leaves no connection open.
-    async fn close_connections(&self) {
+    /// Tells both connections to quit, once, and stops them at `deadline`
+    /// at the latest (a hung server never answers the quit). Both quits are
+    /// sent at the first poll (a timeout polls its future before it looks
+    /// at the clock), so a dropped shutdown future leaves no connection open.
+    async fn close_connections(&self, deadline: tokio::time::Instant) {
         if self.connections_closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = futures::join!(self.hub.subscriber.quit(), self.redis.quit());
+        let quits = futures::future::join(self.hub.subscriber.quit(), self.redis.quit());
+        if tokio::time::timeout_at(deadline, quits).await.is_err() {
+            tracing::debug!("the server did not answer the quit in time; closing anyway");
+        }
         stop_routers(self.take_routers());
     }
 
