@@ -41,9 +41,17 @@ async fn run(client: Weak<ClientInner>) {
     // renews in its own task, so a slow node (a paused primary, for up to
     // the command timeout) only delays its own groups, never the others;
     // a group still in flight skips a round.
-    let in_flight: Arc<Mutex<HashSet<(usize, u16)>>> = Arc::default();
+    let in_flight: Arc<Mutex<HashSet<Group>>> = Arc::default();
+    // The group tasks live in this task: aborting it (shutdown, the client
+    // dropped) aborts them, so no renewal outlives the client.
+    let mut renewals = tokio::task::JoinSet::new();
     loop {
         ticker.tick().await;
+        while let Some(ended) = renewals.try_join_next() {
+            if ended.is_err_and(|e| e.is_panic()) {
+                tracing::error!(target: "redisync.watchdog.renew", "a renewal panicked; its group is renewed again next period");
+            }
+        }
         let Some(client) = client.upgrade() else {
             return;
         };
@@ -74,17 +82,45 @@ async fn run(client: Weak<ClientInner>) {
         }
         for (spec, slot, list) in kinds {
             let group = (std::ptr::from_ref(spec) as usize, slot);
-            if !lock_unpoisoned(&in_flight).insert(group) {
+            let Some(entered) = InFlight::enter(&in_flight, group) else {
                 continue;
-            }
-            let (client, in_flight) = (client.clone(), in_flight.clone());
-            tokio::spawn(async move {
+            };
+            let client = client.clone();
+            renewals.spawn(async move {
+                let _entered = entered;
                 for batch in list.chunks(RENEW_BATCH) {
                     renew(&client, spec, batch).await;
                 }
-                lock_unpoisoned(&in_flight).remove(&group);
             });
         }
+    }
+}
+
+/// A group of holds renewed together: its kind (the address of its
+/// [`HoldOps`]) and its hash slot.
+type Group = (usize, u16);
+
+/// A group's entry in the in-flight set, removed when its renewal task ends
+/// however it ends (done, panicked or aborted): a group left in the set
+/// would never be renewed again.
+struct InFlight {
+    set: Arc<Mutex<HashSet<Group>>>,
+    group: Group,
+}
+
+impl InFlight {
+    /// Enters `group`, unless its renewal is still in flight.
+    fn enter(set: &Arc<Mutex<HashSet<Group>>>, group: Group) -> Option<InFlight> {
+        lock_unpoisoned(set).insert(group).then(|| InFlight {
+            set: set.clone(),
+            group,
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock_unpoisoned(&self.set).remove(&self.group);
     }
 }
 
@@ -149,5 +185,24 @@ async fn renew_batch(
                 let _ = h.is_lost();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A renewal that panics gives its group back: the next round renews it.
+    #[test]
+    fn a_panicking_renewal_leaves_its_group_renewable() {
+        let set: Arc<Mutex<HashSet<Group>>> = Arc::default();
+        let entered = InFlight::enter(&set, (1, 0)).expect("enters");
+        assert!(InFlight::enter(&set, (1, 0)).is_none(), "in flight");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _entered = entered;
+            panic!("a renewal failed");
+        }));
+        assert!(panicked.is_err());
+        assert!(InFlight::enter(&set, (1, 0)).is_some(), "left in flight");
     }
 }
