@@ -1208,6 +1208,96 @@ async fn force_unlock_after_a_grant_in_flight_loses_that_grant(kind: Kind) {
     panic!("{kind:?}: every acquisition answered within its first poll");
 }
 
+/// Runs [`Kind::prepare`] through a reconnect (after a server restart).
+async fn prepare_retrying(kind: Kind, client: &Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let done = match kind {
+            Kind::Semaphore => client.semaphore(name).try_set_permits(1).await.map(|_| ()),
+            _ => Ok(()),
+        };
+        match done {
+            Ok(()) => return,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{kind:?}: set-up after the restart: {e}"),
+        }
+    }
+}
+
+/// 18. With the restart guard, a server restarted empty grants nothing
+///     until every lease granted before the restart could have ended (a
+///     zero wait answers `None`, a wait is granted after that), and a fresh
+///     server likewise. Leases and extensions above the bound are refused.
+async fn restart_guard_grants_nothing_until_old_leases_could_have_ended(kind: Kind) {
+    let mut env = Env::start().await;
+    let max_lease = Duration::from_secs(2);
+    let guarded = || {
+        Client::builder(&env.server.url())
+            .restart_guard(max_lease)
+            .watchdog_timeout(max_lease)
+            .connect()
+    };
+    let (a, b) = (
+        guarded().await.expect("connect"),
+        guarded().await.expect("connect"),
+    );
+    let name = "restarted";
+    kind.prepare(&a, name).await;
+    // A fresh server is young too.
+    assert!(
+        kind.acquire(&a, name, ZERO, None)
+            .await
+            .expect("try")
+            .is_none(),
+        "{kind:?}: a server up for less than max_lease granted"
+    );
+    assert!(matches!(
+        kind.acquire(&a, name, ZERO, Some(max_lease * 2)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let held = kind
+        .acquire(&a, name, FOREVER, Some(max_lease))
+        .await
+        .expect("acquire")
+        .expect("granted once the server is old enough");
+    let granted_at = Instant::now();
+    assert!(matches!(
+        held.extend(max_lease * 2).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(
+        !held.is_lost(),
+        "{kind:?}: a refused extension changes nothing"
+    );
+    env.server.remove_snapshot().expect("no snapshot");
+    env.server.restart().await;
+    prepare_retrying(kind, &b, name).await;
+    // Through the reconnect: a zero wait is `None` (or a retryable error
+    // while the client reconnects), never a grant.
+    loop {
+        match kind.exclusive().acquire(&b, name, ZERO, None).await {
+            Ok(None) => break,
+            Err(e) if e.is_retryable() => sleep(Duration::from_millis(50)).await,
+            other => panic!("{kind:?}: a restarted server granted at once: {other:?}"),
+        }
+    }
+    let second = kind
+        .exclusive()
+        .acquire(&b, name, FOREVER, None)
+        .await
+        .expect("acquire after the restart")
+        .expect("granted");
+    assert!(
+        granted_at.elapsed() >= max_lease,
+        "{kind:?}: granted {:?} after the first grant, within its {max_lease:?} lease",
+        granted_at.elapsed()
+    );
+    second.unlock().await.expect("unlock");
+    drop(held);
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1256,6 +1346,7 @@ conformance! {
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
+        restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
@@ -1275,6 +1366,7 @@ conformance! {
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
+        restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
     }
     read: Read {
         cancel_at_every_await_point: ok,
@@ -1294,6 +1386,7 @@ conformance! {
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
+        restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1313,6 +1406,7 @@ conformance! {
         watchdog_reentry_over_a_fixed_lease_is_renewed: ok,
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
+        restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1337,5 +1431,6 @@ conformance! {
         watchdog_reentry_over_a_fixed_lease_is_renewed: na,
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
+        restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
     }
 }

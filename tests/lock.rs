@@ -794,3 +794,48 @@ async fn a_zero_wait_try_lock_does_not_wait_for_an_undo_queued_behind_another_ho
     }
     other.unlock().await.unwrap();
 }
+
+/// The restart guard reads the server's uptime once per connection, not
+/// per acquisition, and refuses a watchdog lease above its bound at
+/// connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restart_guard_reads_the_uptime_once_per_connection() {
+    let env = Env::start().await;
+    let max_lease = Duration::from_secs(1);
+    let refused = redisync::Client::builder(&env.server.url())
+        .restart_guard(max_lease)
+        .connect()
+        .await;
+    assert!(
+        matches!(&refused, Err(redisync::Error::InvalidArgument(m)) if m.contains("watchdog_timeout")),
+        "the default 30 s watchdog lease is above a 1 s bound: {refused:?}"
+    );
+    let client = redisync::Client::builder(&env.server.url())
+        .restart_guard(max_lease)
+        .watchdog_timeout(max_lease)
+        .connect()
+        .await
+        .unwrap();
+    let lock = client.lock("aged");
+    // Waits for the fresh server's age, then takes it repeatedly.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let before = common::command_calls(&env)
+        .await
+        .get("info")
+        .copied()
+        .unwrap_or(0);
+    for _ in 0..20 {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let after = common::command_calls(&env)
+        .await
+        .get("info")
+        .copied()
+        .unwrap_or(0);
+    // The counts' own INFO calls aside (one each).
+    assert!(
+        after - before <= 1,
+        "{} INFO calls for 20 acquisitions",
+        after - before
+    );
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::{join, join_all, select_all};
 use futures::stream::{FuturesUnordered, StreamExt};
-use redisync::{Lock, LockGuard, LostSignal};
+use redisync::{Lock, LockGuard, LostSignal, RestartGuard};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -28,15 +28,14 @@ const LOCK_UNAVAILABLE_ATTEMPTS: u32 = 3;
 /// (366 days).
 const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
 
-/// Redis reports `uptime_in_seconds` as the difference of two wall-clock
-/// times truncated to seconds (now and the start), so it can overstate the
-/// real uptime by up to a second: a reading `u` only proves more than `u - 1 s`.
-/// Whole seconds, so with any `max_lease` above zero a restarted node counts
-/// only after more than 1 s: past every token floor it honoured before the
-/// restart (at most 1 s ahead of its clock, `next_token` in prelude.lua), so
-/// a counter lost with a snapshot does not take tokens back (tests/redlock.rs
-/// `a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back`).
-const UPTIME_SLACK: Duration = Duration::from_secs(1);
+// The restart guard of each node is `redisync::RestartGuard`, the one a
+// guarded `Client` uses: it counts a reading `u` of `uptime_in_seconds` as
+// more than `u - 1 s` only (whole seconds of truncated wall-clock times).
+// So with any `max_lease` above zero a restarted node counts only after
+// more than 1 s: past every token floor it honoured before the restart (at
+// most 1 s ahead of its clock, `next_token` in prelude.lua), so a counter
+// lost with a snapshot does not take tokens back (tests/redlock.rs
+// `a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back`).
 
 /// How a node did in its last attempt. A node whose attempt timed out or
 /// failed may answer the next ones "busy" from its client's local queue,
@@ -174,6 +173,7 @@ impl RedlockBuilder {
         let watchdogs = self.locks.iter().map(|l| l.client().watchdog_timeout());
         let watchdog_max = watchdogs.clone().max().unwrap_or_default();
         let watchdog_min = watchdogs.min().unwrap_or_default();
+        let max_lease = self.max_lease.unwrap_or(watchdog_max);
         let nodes: Vec<Node> = self
             .locks
             .into_iter()
@@ -183,7 +183,7 @@ impl RedlockBuilder {
                 // locks, or a plain `Lock` held on a node).
                 lock: lock.non_reentrant(),
                 health: AtomicU8::new(HEALTHY),
-                old_on: AtomicU64::new(0),
+                restart: RestartGuard::new(max_lease),
             })
             .collect();
         Ok(Redlock {
@@ -191,7 +191,7 @@ impl RedlockBuilder {
                 name: nodes[0].lock.name().to_owned(),
                 quorum: quorum(nodes.len()),
                 nodes,
-                max_lease: self.max_lease.unwrap_or(watchdog_max),
+                max_lease,
                 node_timeout: self.node_timeout,
                 drift_factor: self.drift_factor,
                 retry_delay: self.retry_delay,
@@ -308,11 +308,11 @@ const TOKEN_FLOOR_LEAD: Duration = Duration::from_millis(10);
 struct Node {
     lock: Lock,
     health: AtomicU8,
-    /// `g + 1` once the node was seen up for at least `max_lease` on its
-    /// client's connection generation `g` (0: not seen). A restart closes
-    /// the connection, so while the generation stays `g` the node has not
-    /// restarted since and its grants count without reading its uptime.
-    old_on: AtomicU64,
+    /// Whether the node was seen up for at least `max_lease` on its
+    /// client's current connection: a restart closes the connection, so
+    /// while it lasts the node has not restarted since and its grants count
+    /// without reading its uptime.
+    restart: RestartGuard,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -643,7 +643,7 @@ impl Inner {
         let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
         let client = node.lock.client();
         let generation = client.connection_generation();
-        let proven_old = node.old_on.load(Ordering::Acquire) == generation + 1;
+        let proven_old = node.restart.is_proven_old(client);
         if healthy && (!guarded || proven_old) {
             let vote = match tokio::time::timeout(self.node_timeout, acquire).await {
                 Err(_) => Vote::TimedOut,
@@ -655,9 +655,10 @@ impl Inner {
                 // Reconnected meanwhile: the grant may come from a restarted
                 // node; its uptime decides (read now, after the grant).
                 Vote::Granted(g) if guarded && client.connection_generation() != generation => {
-                    node.old_on.store(0, Ordering::Release);
+                    node.restart.forget();
+                    let now_on = client.connection_generation();
                     match tokio::time::timeout(self.node_timeout, client.server_uptime()).await {
-                        Ok(up) => self.judge_grant(node, g, up),
+                        Ok(up) => self.judge_grant(node, g, now_on, up),
                         Err(_) => Vote::TimedOut,
                     }
                 }
@@ -678,24 +679,30 @@ impl Inner {
             Ok((Err(e), _)) => Vote::Failed(e, None),
             // The uptime was read only to learn that the node answers.
             Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
-            Ok((Ok(Some(g)), up)) => {
-                let vote = self.judge_grant(node, g, up);
-                // Old on the connection both replies came over: remembered
-                // for this connection generation.
-                if matches!(vote, Vote::Granted(_)) && client.connection_generation() == generation
-                {
-                    node.old_on.store(generation + 1, Ordering::Release);
-                }
-                vote
-            }
+            // Old on the connection both replies came over: remembered for
+            // that connection generation.
+            Ok((Ok(Some(g)), up)) => self.judge_grant(node, g, generation, up),
         }
     }
 
     /// A grant of a node whose uptime was read in the same attempt: it
     /// counts when the node has been up for at least `max_lease`.
-    fn judge_grant(&self, node: &Node, g: LockGuard, up: redisync::Result<Duration>) -> Vote {
+    fn judge_grant(
+        &self,
+        node: &Node,
+        g: LockGuard,
+        generation: u64,
+        up: redisync::Result<Duration>,
+    ) -> Vote {
         match up {
-            Ok(up) if up.saturating_sub(UPTIME_SLACK) >= self.max_lease => Vote::Granted(g),
+            Ok(up)
+                if node
+                    .restart
+                    .judge(node.lock.client(), generation, up)
+                    .is_none() =>
+            {
+                Vote::Granted(g)
+            }
             Ok(up) => {
                 tracing::debug!(lock.key = %self.name, redis.node = ?node.lock.client(), ?up, "node restarted less than max_lease ago: its grant does not count");
                 Vote::Restarted(g)

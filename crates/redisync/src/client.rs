@@ -45,6 +45,8 @@ pub(crate) struct Settings {
     fence_ttl: Duration,
     /// Metrics carry the lock name as a label.
     pub(crate) metrics_lock_names: bool,
+    /// The restart guard's bound (see [`ClientBuilder::restart_guard`]).
+    restart_guard: Option<Duration>,
 }
 
 impl Settings {
@@ -87,6 +89,11 @@ impl Settings {
             return Err(Error::InvalidArgument(
                 "connect_timeout must not be zero".into(),
             ));
+        }
+        if let Some(max_lease) = self.restart_guard {
+            crate::script::checked_ms("restart_guard's max_lease", max_lease)?;
+            crate::engine::restart::RestartGuard::new(max_lease)
+                .check_lease("watchdog_timeout", self.watchdog_timeout)?;
         }
         Ok(())
     }
@@ -209,6 +216,32 @@ impl ClientBuilder {
         self
     }
 
+    /// The restart guard (the single-server analogue of Redlock's
+    /// `max_lease`): a Redis restarted without persistence has forgotten
+    /// every lease it granted, so a second holder could get a lock while
+    /// the first still works. With the guard, this client takes nothing
+    /// from a server that has been up for less than `max_lease`: its
+    /// acquisitions wait until every lease granted before the restart could
+    /// have ended (a zero-wait `try_lock` answers `None`), and leases above
+    /// `max_lease` are refused at once ([`Error::InvalidArgument`]): fixed
+    /// leases, extensions, and a `watchdog_timeout` above it (at connect).
+    ///
+    /// Cost: the server's uptime is read once per connection (one `INFO`;
+    /// nothing per acquisition while the connection lasts), and a server
+    /// that restarted, or a fresh one, grants nothing for up to `max_lease`
+    /// (plus a second: the uptime is in whole seconds). Every client that
+    /// takes the names must have it for it to close the gap. It does not
+    /// cover a failover to a replica that missed a grant (see
+    /// [`replica_sync`](ClientBuilder::replica_sync)), and it needs a single
+    /// server or a Sentinel set: a cluster is refused at connect (its nodes
+    /// restart one by one; use a Redlock over independent servers there).
+    ///
+    /// Default: off.
+    pub fn restart_guard(mut self, max_lease: Duration) -> Self {
+        self.settings.restart_guard = Some(max_lease);
+        self
+    }
+
     /// Connects both connections and starts the background tasks.
     ///
     /// # Errors
@@ -267,6 +300,8 @@ pub(crate) struct ClientInner {
     /// The connection tasks of both connections: stopped once they were
     /// told to quit (see [`ClientInner::close_connections`]).
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
+    /// See [`ClientBuilder::restart_guard`].
+    pub(crate) restart_guard: Option<crate::engine::restart::RestartGuard>,
 }
 
 /// Starts `client`'s connection task and waits until it is connected, as
@@ -427,6 +462,7 @@ impl Client {
                 replica_sync: None,
                 fence_ttl: DEFAULT_FENCE_TTL,
                 metrics_lock_names: false,
+                restart_guard: None,
             },
         }
     }
@@ -486,11 +522,23 @@ impl Client {
                 minimum: MIN_SERVER_NAME,
             });
         }
+        if settings.restart_guard.is_some() && redis.is_clustered() {
+            let _ = futures::join!(redis.quit(), subscriber.quit());
+            stop_routers(routers);
+            return Err(Error::InvalidArgument(
+                "restart_guard needs a single server or a Sentinel set, not a cluster (its nodes \
+                 restart one by one); use a Redlock over independent servers"
+                    .into(),
+            ));
+        }
         // Sharded pub/sub from Redis 7 on; classic PUBLISH/SUBSCRIBE before
         // (and when the version is unknown: INFO refused by an ACL).
         let sharded = version.is_some_and(|v| v.major >= 7);
         let id = uuid::Uuid::new_v4();
         let reconnects = std::sync::Mutex::new((redis.reconnect_rx(), 0));
+        let restart_guard = settings
+            .restart_guard
+            .map(crate::engine::restart::RestartGuard::new);
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),
@@ -505,6 +553,7 @@ impl Client {
             tasks: std::sync::Mutex::new(Vec::new()),
             reconnects,
             routers: std::sync::Mutex::new(routers),
+            restart_guard,
         });
         let mut tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
@@ -589,22 +638,7 @@ impl Client {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn server_uptime(&self) -> Result<Duration> {
-        self.inner.check_open()?;
-        let info: String = self
-            .inner
-            .redis
-            .info(Some(fred::types::InfoKind::Server))
-            .await?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs)
-            .ok_or_else(|| {
-                Error::Redis(fred::error::Error::new(
-                    fred::error::ErrorKind::Parse,
-                    "INFO server has no uptime_in_seconds",
-                ))
-            })
+        self.inner.server_uptime().await
     }
 
     /// How many times the command connection was established again since
@@ -619,17 +653,7 @@ impl Client {
     /// closes the connection). `redisync-redlock` uses this to read a
     /// node's uptime once per connection instead of once per attempt.
     pub fn connection_generation(&self) -> u64 {
-        use tokio::sync::broadcast::error::TryRecvError;
-        let mut guard = crate::hold::lock_unpoisoned(&self.inner.reconnects);
-        let (rx, count) = &mut *guard;
-        loop {
-            match rx.try_recv() {
-                Ok(_) => *count += 1,
-                // Missed announcements were reconnections too.
-                Err(TryRecvError::Lagged(n)) => *count += n + 1,
-                Err(TryRecvError::Empty | TryRecvError::Closed) => return *count,
-            }
-        }
+        self.inner.connection_generation()
     }
 
     /// Shuts the client down now: refuses new acquisitions, fails every
@@ -703,6 +727,37 @@ impl Client {
 }
 
 impl ClientInner {
+    /// See [`Client::server_uptime`].
+    pub(crate) async fn server_uptime(&self) -> Result<Duration> {
+        self.check_open()?;
+        let info: String = self.redis.info(Some(fred::types::InfoKind::Server)).await?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Parse,
+                    "INFO server has no uptime_in_seconds",
+                ))
+            })
+    }
+
+    /// See [`Client::connection_generation`].
+    pub(crate) fn connection_generation(&self) -> u64 {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut guard = crate::hold::lock_unpoisoned(&self.reconnects);
+        let (rx, count) = &mut *guard;
+        loop {
+            match rx.try_recv() {
+                Ok(_) => *count += 1,
+                // Missed announcements were reconnections too.
+                Err(TryRecvError::Lagged(n)) => *count += n + 1,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return *count,
+            }
+        }
+    }
+
     /// Keeps a background task of this client: aborted at shutdown or when
     /// the client is dropped (at once if that happened already).
     pub(crate) fn add_task(&self, task: JoinHandle<()>) {

@@ -28,6 +28,7 @@ mod script;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
+pub use engine::restart::RestartGuard;
 pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};

@@ -61,6 +61,9 @@ async fn acquire_unboxed<S: Spec>(
     }
     let lease = lease.unwrap_or(client.settings.watchdog_timeout);
     let lease_ms = checked_ms("lease", lease)?;
+    if let Some(guard) = &client.restart_guard {
+        guard.check_lease("lease", lease)?;
+    }
     let owner = named.owner_id();
     let holder = spec.holder(&owner, ask);
     let slot = client.hub.slot(&named.key, &named.channel);
@@ -73,7 +76,11 @@ async fn acquire_unboxed<S: Spec>(
     };
 
     if let Some(hold) = spec.reentrant().then(|| slot.holder(&holder)).flatten() {
-        if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
+        // A server too young since its restart has lost the hold: it is
+        // not re-entered, and the acquisition waits like a new one.
+        if restart_young(client).await?.is_some() {
+            hold.mark_lost("the server restarted");
+        } else if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
             return Ok(Some(held));
         }
     }
@@ -129,6 +136,23 @@ async fn contend<S: Spec>(
         else {
             return Ok(None);
         };
+        // A server too young since its restart grants nothing: wait (a
+        // release message or its coming of age wakes us).
+        let generation = client.connection_generation();
+        if let Some(left) = restart_young(client).await? {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            park(
+                wakeup,
+                since,
+                Instant::now() + left,
+                deadline,
+                &named.labels,
+            )
+            .await;
+            continue;
+        }
         // Subscribed before the attempt: a release after it is heard.
         let heard = slot.is_subscribed();
         let sent_at = Instant::now();
@@ -159,14 +183,29 @@ async fn contend<S: Spec>(
                 return Err(e);
             }
             Ok(Reply::Granted { token, exhausted }) => {
-                undo.disarm();
-                slot.note_exhausted(
-                    since,
-                    exhausted.filter(|_| heard && gate == Gate::UntilGranted),
-                );
-                let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
-                let held = grant.new_held(holder.clone(), token, sent_at, permit);
-                return grant.synced(held).await.map(Some);
+                // Granted over a newer connection: the server may have
+                // restarted since it was judged. Its uptime decides; a young
+                // server's grant is undone (the undo stays armed until then).
+                let young = if client.connection_generation() == generation {
+                    None
+                } else {
+                    restart_young(client).await?
+                };
+                if let Some(left) = young {
+                    spec.undo(slot, holder, None).await?;
+                    undo.disarm();
+                    queued = false;
+                    Instant::now() + left
+                } else {
+                    undo.disarm();
+                    slot.note_exhausted(
+                        since,
+                        exhausted.filter(|_| heard && gate == Gate::UntilGranted),
+                    );
+                    let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
+                    let held = grant.new_held(holder.clone(), token, sent_at, permit);
+                    return grant.synced(held).await.map(Some);
+                }
             }
             Ok(Reply::Busy { until, queued: q }) => {
                 queued = q;
@@ -190,6 +229,16 @@ async fn contend<S: Spec>(
             continue;
         }
         park(wakeup, since, until, deadline, &named.labels).await;
+    }
+}
+
+/// How long the server stays too young to grant under the client's restart
+/// guard (see [`super::restart`]); `None` without a guard or when it is old
+/// enough.
+async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Duration>> {
+    match &client.restart_guard {
+        Some(guard) => guard.young_for_inner(client).await,
+        None => Ok(None),
     }
 }
 

@@ -82,6 +82,9 @@ impl Held {
     /// once enough replicas acknowledged it).
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = checked_ms("lease", lease)?;
+        if let Some(guard) = &self.client.restart_guard {
+            guard.check_lease("extension", lease)?;
+        }
         self.client.check_connected()?;
         let hold = self.hold();
         if hold.is_lost() {

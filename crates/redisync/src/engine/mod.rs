@@ -24,6 +24,7 @@ use crate::script::LuaScript;
 
 pub(crate) mod acquire;
 pub(crate) mod held;
+pub(crate) mod restart;
 pub(crate) mod undo;
 pub(crate) mod watchdog;
 

@@ -1,0 +1,150 @@
+//! The restart guard. A Redis server restarted without persistence has
+//! forgotten every lease it granted, so a second holder could get a lock
+//! while the first still works. The guard makes a server count as able to
+//! grant only once it has been up for at least `max_lease` (the longest
+//! lease a guarded client issues): by then every lease granted before the
+//! restart has ended. Written once, for a [`Client`] on one server (which
+//! then grants nothing while young) and for each node of a Redlock (whose
+//! grants then do not count while young).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+
+/// `INFO`'s `uptime_in_seconds` is whole seconds of truncated wall-clock
+/// times: it may overstate the real uptime by up to this much.
+const UPTIME_SLACK: Duration = Duration::from_secs(1);
+
+/// What a restart guard knows of one server: its bound, and the connection
+/// on which the server was last seen old enough (a restart closes the
+/// connection, so a server seen old on the current connection still is).
+///
+/// `redisync` runs one per guarded [`Client`] (see
+/// [`ClientBuilder::restart_guard`](crate::ClientBuilder::restart_guard));
+/// `redisync-redlock` one per node of a `Redlock` with a `max_lease`.
+#[derive(Debug)]
+pub struct RestartGuard {
+    max_lease: Duration,
+    /// The connection generation + 1 on which the server was seen up for
+    /// at least `max_lease`; 0: not seen yet.
+    old_on: AtomicU64,
+}
+
+impl RestartGuard {
+    /// A guard for leases of at most `max_lease`.
+    pub fn new(max_lease: Duration) -> RestartGuard {
+        RestartGuard {
+            max_lease,
+            old_on: AtomicU64::new(0),
+        }
+    }
+
+    /// The longest lease this guard allows.
+    pub fn max_lease(&self) -> Duration {
+        self.max_lease
+    }
+
+    /// Refuses a lease (or an extension, `what`) above the bound: a server
+    /// restarted within it could grant the lock twice.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming both durations.
+    pub fn check_lease(&self, what: &str, lease: Duration) -> Result<()> {
+        if lease > self.max_lease {
+            return Err(Error::InvalidArgument(format!(
+                "{what} of {lease:?} is longer than the restart guard's max_lease of {:?}: a \
+                 server restarted within that lease could grant the lock twice; raise max_lease \
+                 or take a shorter lease",
+                self.max_lease
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the server behind `client` was seen old enough on its
+    /// current connection (no I/O).
+    pub fn is_proven_old(&self, client: &Client) -> bool {
+        self.proven_old_on(client.inner.connection_generation())
+    }
+
+    fn proven_old_on(&self, generation: u64) -> bool {
+        self.old_on.load(Ordering::Acquire) == generation + 1
+    }
+
+    /// Judges an `uptime` read over connection `generation` of `client`:
+    /// `None` when the server is old enough (remembered for that connection
+    /// if it is still the current one), else how long it stays too young.
+    pub fn judge(&self, client: &Client, generation: u64, uptime: Duration) -> Option<Duration> {
+        self.judge_inner(&client.inner, generation, uptime)
+    }
+
+    fn judge_inner(
+        &self,
+        client: &ClientInner,
+        generation: u64,
+        uptime: Duration,
+    ) -> Option<Duration> {
+        let left = young_left(self.max_lease, uptime);
+        if left.is_none() {
+            if client.connection_generation() == generation {
+                self.old_on.store(generation + 1, Ordering::Release);
+            }
+        } else {
+            self.forget();
+        }
+        left
+    }
+
+    /// Forgets that the server was seen old (a grant of it did not count).
+    pub fn forget(&self) {
+        self.old_on.store(0, Ordering::Release);
+    }
+
+    /// `None` when the server behind `client` is old enough (seen so on
+    /// this connection, else asked now: one `INFO` per connection), else
+    /// how long it stays too young to grant.
+    ///
+    /// # Errors
+    /// What reading the uptime fails with.
+    pub async fn young_for(&self, client: &Client) -> Result<Option<Duration>> {
+        self.young_for_inner(&client.inner).await
+    }
+
+    pub(crate) async fn young_for_inner(&self, client: &ClientInner) -> Result<Option<Duration>> {
+        let generation = client.connection_generation();
+        if self.proven_old_on(generation) {
+            return Ok(None);
+        }
+        let uptime = client.server_uptime().await?;
+        Ok(self.judge_inner(client, generation, uptime))
+    }
+}
+
+/// How much longer a server up for `uptime` is too young for leases of
+/// `max_lease`, `None` when it is old enough.
+fn young_left(max_lease: Duration, uptime: Duration) -> Option<Duration> {
+    let up = uptime.saturating_sub(UPTIME_SLACK);
+    max_lease.checked_sub(up).filter(|left| !left.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_uptime_counts_one_second_less_and_a_young_server_waits_out_the_rest() {
+        let guard = RestartGuard::new(Duration::from_secs(10));
+        let up = |secs| Duration::from_secs(secs);
+        let young = |uptime| young_left(guard.max_lease(), uptime);
+        assert_eq!(young(up(0)), Some(up(10)));
+        assert_eq!(young(up(10)), Some(up(1)));
+        assert_eq!(young(up(11)), None);
+        assert!(guard.check_lease("lease", up(10)).is_ok());
+        assert!(matches!(
+            guard.check_lease("lease", up(11)),
+            Err(Error::InvalidArgument(m)) if m.contains("max_lease")
+        ));
+    }
+}
