@@ -446,7 +446,10 @@ impl Worker {
     }
 
     /// The fenced write: the effect lands only if the order is not done and
-    /// no newer token has written to it.
+    /// no newer token has written to it. `fence <= token`, as the README's
+    /// recipe: a token is one acquisition, so an equal token is the same
+    /// holder writing again (a section may write several times); only an
+    /// older one is stale.
     async fn write_fenced(&self, order: u32, token: i64) -> Result<Handled, BoxError> {
         let (db, worker) = (self.db.clone(), self.index);
         let handled = tokio::task::spawn_blocking(move || -> rusqlite::Result<Handled> {
@@ -454,7 +457,7 @@ impl Worker {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let updated = tx.execute(
                 "UPDATE orders SET done = 1, fence = ?2, worker = ?3
-                 WHERE id = ?1 AND done = 0 AND fence < ?2",
+                 WHERE id = ?1 AND done = 0 AND fence <= ?2",
                 params![order, token, worker],
             )?;
             if updated == 0 {
