@@ -528,3 +528,71 @@ async fn a_second_multi_lock_of_the_same_task_follows_its_handles() {
     held.unlock().await.expect("unlock");
     assert!(!locked(&p.a, "x").await && !locked(&p.a, "y").await && !locked(&p.b, "z").await);
 }
+
+/// A process stalled past the lease: the MultiLock's lost signal and
+/// `lost()` are ready at the first poll after it (before any timer fires),
+/// and `run_locked` does not poll its work past its next await.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_past_the_lease_wins_over_the_work() {
+    let env = common::Env::start().await;
+    let url = env.server.url();
+    common::on_one_thread(move || async move {
+        let lease = Duration::from_millis(300);
+        let client = Client::builder(&url)
+            .watchdog_timeout(lease)
+            .connect()
+            .await
+            .unwrap();
+        let multi = MultiLock::new(vec![client.lock("stall:a"), client.lock("stall:b")]).unwrap();
+        for fixed in [Some(lease), None] {
+            let guard = multi
+                .try_lock(Duration::from_secs(5), fixed)
+                .await
+                .unwrap()
+                .unwrap();
+            let past = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let in_work = past.clone();
+            let outcome = tokio::spawn(redisync::run_locked(
+                std::future::ready(Ok::<_, Error>(guard)),
+                async move |_| {
+                    common::stall(lease * 3);
+                    common::woken_at_once().await;
+                    in_work.store(true, Ordering::SeqCst);
+                },
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+            assert!(
+                !past.load(Ordering::SeqCst),
+                "the work went on after the stall ({fixed:?})"
+            );
+            assert_eq!(outcome, redisync::Outcome::Cancelled);
+
+            let guard = multi
+                .try_lock(Duration::from_secs(5), fixed)
+                .await
+                .unwrap()
+                .unwrap();
+            let signal = guard.lost_signal();
+            {
+                let mut lost = std::pin::pin!(guard.lost());
+                assert!(futures::poll!(lost.as_mut()).is_pending());
+                assert!(futures::poll!(signal.clone()).is_pending());
+                common::stall(lease * 3);
+                assert!(
+                    futures::poll!(signal.clone()).is_ready(),
+                    "signal ({fixed:?})"
+                );
+                assert!(
+                    futures::poll!(lost.as_mut()).is_ready(),
+                    "lost() ({fixed:?})"
+                );
+            }
+            assert!(guard.is_lost() && guard.validity().is_zero());
+            drop(guard);
+        }
+        client.shutdown().await.unwrap();
+    })
+    .await;
+}
