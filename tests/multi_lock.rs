@@ -529,7 +529,7 @@ async fn a_second_multi_lock_of_the_same_task_follows_its_handles() {
     assert!(!locked(&p.a, "x").await && !locked(&p.a, "y").await && !locked(&p.b, "z").await);
 }
 
-/// A process stalled past the lease: the MultiLock's lost signal and
+/// A process stalled past the lease: the `MultiLock` guard's lost signal and
 /// `lost()` are ready at the first poll after it (before any timer fires),
 /// and `run_locked` does not poll its work past its next await.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
