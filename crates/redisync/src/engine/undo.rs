@@ -135,8 +135,16 @@ fn spawn_undo<S: Spec>(
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
                 result => {
-                    if let Err(e) = result {
-                        tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
+                    match result {
+                        // Shut down meanwhile: the shutdown's own report
+                        // covers it (a crash-like end; leases clean up).
+                        Err(e) if client.check_open().is_err() => {
+                            tracing::debug!(lock_key = %slot.key, error = %e, "undo cut short by the shutdown; it expires with its lease");
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
+                        }
+                        Ok(()) => {}
                     }
                     if ordered {
                         slot.remove_pending_undo(&holder);
