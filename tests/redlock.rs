@@ -1216,3 +1216,60 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
     next.unlock().await.expect("unlock");
     busy.unlock().await.expect("unlock");
 }
+
+/// Review finding 1: under the watchdog a `RedlockGuard`'s loss is not for
+/// good. Its validity is read from the nodes' lease estimates minus the
+/// drift; once it reads zero the lost signal fires (and `run_locked` cancels
+/// its work), but `Loss::validity` does not remember it: a renewal that
+/// gets through later makes the same signal say "not lost" again, and the
+/// guard say it holds. `LostSignal::with_validity` promises "zero once it
+/// is lost (and then for good)". The nodes are paused (no renewal) until
+/// the signal says lost, then resumed before the nodes' own leases end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding 1: a Redlock watchdog guard's lost signal un-fires after a late renewal"]
+async fn review_watchdog_loss_is_for_good() {
+    let nodes = RedisNodes::start(3).await;
+    // 6 s watchdog lease, renewed every 2 s; drift 3 s: the guard's validity
+    // ends 3 s before the nodes' leases, room for a renewal after the resume.
+    let cs = clients_with_watchdog(&nodes, Duration::from_secs(6)).await;
+    let rl = Redlock::builder(cs.iter().map(|c| c.lock("unlost")).collect())
+        .node_timeout(NODE_TIMEOUT)
+        .max_lease(Duration::ZERO)
+        .retry_delay(Duration::from_millis(50))
+        .drift_factor(0.5)
+        .build()
+        .expect("build");
+    let guard = held_on_all(&rl, 3, Duration::from_secs(5), None).await;
+    let signal = guard.lost_signal();
+    assert!(!signal.is_lost());
+    for node in &*nodes {
+        node.pause();
+    }
+    // Only the signal is asked (asking the guard would mark the loss).
+    let said_lost = common::eventually(Duration::from_secs(10), || {
+        let s = signal.clone();
+        async move { s.is_lost() }
+    })
+    .await;
+    for node in &*nodes {
+        node.resume();
+    }
+    assert!(said_lost, "the signal never said lost with every node paused");
+    // The signal fired: a run_locked work would have been cancelled here.
+    timeout(Duration::from_secs(1), signal.clone())
+        .await
+        .expect("a signal that says lost is ready");
+    // From now on every view must agree that the guard is lost.
+    let unlost = common::eventually(Duration::from_secs(5), || {
+        let s = signal.clone();
+        async move { !s.is_lost() }
+    })
+    .await;
+    assert!(
+        !unlost,
+        "the lost signal fired, then said not lost again (guard validity {:?}, guard is_lost {})",
+        guard.validity(),
+        guard.is_lost()
+    );
+    assert!(guard.is_lost(), "the signal fired but the guard says it holds");
+}
