@@ -1254,7 +1254,10 @@ async fn review_watchdog_loss_is_for_good() {
     for node in &*nodes {
         node.resume();
     }
-    assert!(said_lost, "the signal never said lost with every node paused");
+    assert!(
+        said_lost,
+        "the signal never said lost with every node paused"
+    );
     // The signal fired: a run_locked work would have been cancelled here.
     timeout(Duration::from_secs(1), signal.clone())
         .await
@@ -1271,5 +1274,8 @@ async fn review_watchdog_loss_is_for_good() {
         guard.validity(),
         guard.is_lost()
     );
-    assert!(guard.is_lost(), "the signal fired but the guard says it holds");
+    assert!(
+        guard.is_lost(),
+        "the signal fired but the guard says it holds"
+    );
 }
