@@ -3,9 +3,11 @@
 -- KEYS[2]  fencing counter
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  unlock channel
--- Returns {1, last} if it was locked, {0, last} if not, `last` the last
--- fencing token issued: every acquisition with a token up to it ran before
--- this script and is gone. A key of another type is an error.
+-- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
+-- last fencing token issued (the counter, or the server time in us when the
+-- counter expired: tokens are never below the time of their grant): every
+-- acquisition with a token up to it ran before this script and is gone. A
+-- key of another type is an error.
 local err = wrong_type({KEYS[1], 'hash'})
 if err then
   return err
@@ -15,6 +17,8 @@ last, err = read_fence(KEYS[2])
 if err then
   return err
 end
+local _, now_us = server_time()
+last = math.max(last, now_us)
 if redis.call('del', KEYS[1]) == 0 then
   return {0, last}
 end

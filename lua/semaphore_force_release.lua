@@ -5,8 +5,8 @@
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  release channel
 -- Returns {1, last} if any permit was held, {0, last} if none (nothing
--- written then), `last` the last fencing token issued: every acquisition
--- with a token up to it ran before this script and is gone. The reads
+-- written then), `last` at least the last fencing token issued: every
+-- acquisition with a token up to it ran before this script and is gone. The reads
 -- validate both keys before anything is written.
 local sem, leases = KEYS[1], KEYS[2]
 local h = redis.pcall('hmget', sem, '~used', '~t')
@@ -14,7 +14,10 @@ local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
-local used, last = h[1], tonumber(h[2] or '0') or 0
+local _, now_us = server_time()
+-- At least the last token issued: '~t', or the server time in us (a token
+-- is never below the time of its grant).
+local used, last = h[1], math.max(tonumber(h[2] or '0') or 0, now_us)
 local held = redis.pcall('zcard', leases)
 err = read_error(held, leases, 'semaphore lease zset')
 if err then

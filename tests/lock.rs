@@ -848,8 +848,7 @@ async fn the_restart_guard_reads_the_uptime_once_per_connection() {
 /// be 1 s (`fence_ttl`); the grant's reply is held back by a proxy until
 /// the counter is gone and the force-unlock has run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding 2: force_unlock after the fence counter expired misses a grant in flight"]
-async fn review_force_unlock_after_the_counter_expired_loses_a_grant_in_flight() {
+async fn force_unlock_after_the_counter_expired_loses_a_grant_in_flight() {
     use redisync_testkit::{Direction, FaultProxy};
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;

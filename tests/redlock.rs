@@ -1101,23 +1101,6 @@ async fn a_second_redlock_of_the_same_task_waits_for_the_first() {
     assert!(released_on(&nodes, "twice", &[0, 1, 2]).await);
 }
 
-/// The server clock in microseconds (`TIME`).
-async fn server_us(admin: &fred::clients::Client) -> u64 {
-    use fred::prelude::ClientLike;
-    let (secs, micros): (String, String) = admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "TIME",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            Vec::<String>::new(),
-        )
-        .await
-        .expect("TIME");
-    secs.parse::<u64>().expect("seconds") * 1_000_000 + micros.parse::<u64>().expect("micros")
-}
-
 /// Suspicion (a), settled: a token floor lets a node's fencing counter run
 /// up to 1 s ahead of the node's clock (a Redlock's floor is its client's
 /// clock, and a node honours a floor up to 1 s ahead of its own), so a node
@@ -1163,7 +1146,7 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
     // missed its attempt): both honour its floor.
     let ahead = clients(&nodes).await;
     let admin1 = common::admin(&nodes[1].url()).await;
-    let floor = server_us(&admin1).await + 950_000;
+    let floor = common::server_us(&admin1).await + 950_000;
     let mut lost = 0;
     for c in &ahead[..2] {
         let g = c
@@ -1190,7 +1173,7 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
         counter.is_none_or(|c| c < lost),
         "node 1's counter after the restart: {counter:?} (lost {lost})"
     );
-    let behind = lost.saturating_sub(server_us(&admin1).await);
+    let behind = lost.saturating_sub(common::server_us(&admin1).await);
     eprintln!("node 1's clock is {behind} us below the token it lost");
     // Node 0 is busy: the next majority is nodes 1 and 2, neither of which
     // has the lost token.
@@ -1226,8 +1209,7 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
 /// is lost (and then for good)". The nodes are paused (no renewal) until
 /// the signal says lost, then resumed before the nodes' own leases end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding 1: a Redlock watchdog guard's lost signal un-fires after a late renewal"]
-async fn review_watchdog_loss_is_for_good() {
+async fn a_watchdog_redlock_loss_is_for_good() {
     let nodes = RedisNodes::start(3).await;
     // 6 s watchdog lease, renewed every 2 s; drift 3 s: the guard's validity
     // ends 3 s before the nodes' leases, room for a renewal after the resume.

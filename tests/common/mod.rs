@@ -162,6 +162,11 @@ where
 /// The server's clock in milliseconds (`TIME`), for writing what a crashed
 /// holder would have left behind.
 pub async fn server_ms(admin: &fred::clients::Client) -> i64 {
+    i64::try_from(server_us(admin).await / 1000).expect("milliseconds fit")
+}
+
+/// The server's clock in microseconds (`TIME`).
+pub async fn server_us(admin: &fred::clients::Client) -> u64 {
     let (secs, micros): (String, String) = admin
         .custom(
             fred::types::CustomCommand::new_static(
@@ -173,7 +178,7 @@ pub async fn server_ms(admin: &fred::clients::Client) -> i64 {
         )
         .await
         .expect("TIME");
-    secs.parse::<i64>().expect("seconds") * 1000 + micros.parse::<i64>().expect("micros") / 1000
+    secs.parse::<u64>().expect("seconds") * 1_000_000 + micros.parse::<u64>().expect("micros")
 }
 
 /// `ZADD key score member` with an exact integer score.

@@ -495,6 +495,8 @@ impl Redlock {
                                 quorum: inner.quorum,
                                 drift,
                                 fixed: lease.is_some(),
+                                name: inner.name.clone(),
+                                token,
                             }),
                             nodes: round.granted,
                             token,
@@ -795,6 +797,9 @@ struct Loss {
     drift: Duration,
     /// A fixed lease (not renewed by watchdogs).
     fixed: bool,
+    /// For the loss warning.
+    name: String,
+    token: u64,
 }
 
 impl Loss {
@@ -822,10 +827,26 @@ impl Loss {
             .collect();
         let by_nodes = kth_largest(&mut left, self.quorum)
             .map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));
-        if self.fixed {
+        let left = if self.fixed {
             by_nodes.min(self.valid_until().saturating_duration_since(Instant::now()))
         } else {
             by_nodes
+        };
+        if left.is_zero() {
+            // For good, whoever looked: a renewal that lands later must not
+            // make a guard (or a signal that fired) hold again.
+            self.mark_lost();
+        }
+        left
+    }
+
+    /// Marks the loss once, tells the waiters.
+    fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            if !self.released.load(Ordering::Acquire) {
+                tracing::warn!(target: "redisync.lease.lost", lock_key = %self.name, token = self.token, "redlock lost: its validity ran out, an extension failed, or fewer than a majority of nodes still hold it");
+            }
+            self.notify.notify_waiters();
         }
     }
 
@@ -908,18 +929,11 @@ impl RedlockGuard {
     /// Zero once lost. [`lost_signal`](RedlockGuard::lost_signal) fires
     /// when it ends.
     pub fn validity(&self) -> Duration {
-        let left = self.loss.validity();
-        if left.is_zero() {
-            self.mark_lost();
-        }
-        left
+        self.loss.validity()
     }
 
     fn mark_lost(&self) {
-        if !self.loss.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "redisync.lease.lost", lock_key = %self.inner.name, token = self.token, "redlock lost: its validity ran out, an extension failed, or fewer than a majority of nodes still hold it");
-            self.loss.notify.notify_waiters();
-        }
+        self.loss.mark_lost();
     }
 
     /// Whether the lock is known to be lost: its validity ran out, fewer
@@ -1210,6 +1224,8 @@ mod tests {
             quorum: 2,
             drift: Duration::from_millis(2),
             fixed: false,
+            name: "test".into(),
+            token: 1,
         })
     }
 
