@@ -14,7 +14,7 @@ use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{self, Kind, Role};
-use crate::lock::{lock_renew_args, RENEW as LOCK_RENEW_SCRIPT};
+use crate::lock::{lock_renew_args, rebind_lock_hash, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::checked_ms;
 use crate::script::{lua_script, token_arg};
 use fred::clients::Client as RedisClient;
@@ -29,6 +29,9 @@ static FAIR_HOLD: HoldOps = HoldOps {
     renew: &LOCK_RENEW_SCRIPT,
     hold_args: lock_renew_args,
     release: |redis, publish, hold, last| Box::pin(release_fair(redis, publish, hold, last)),
+    rebind: Some(|redis, hold, from, to| {
+        Box::pin(rebind_lock_hash(redis, hold, from, to, "fair lock"))
+    }),
 };
 
 /// Releases one hold of `hold` (`last`: the acquisition), keys derived from
@@ -51,7 +54,7 @@ async fn release_fair(
                 keys::sibling_key(key, Role::Deadlines),
             ],
             vec![
-                hold.owner.clone(),
+                hold.owner(),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(publish.into()),
@@ -573,6 +576,52 @@ impl std::fmt::Debug for FairLockGuard {
 guard_accessors!(FairLockGuard);
 
 impl FairLockGuard {
+    /// Call this before moving the guard to another task. A guard belongs
+    /// to the owner that took it (by default its task; see
+    /// [`Owner`](crate::Owner)), wherever the guard goes: moved into a
+    /// spawned task, it is still re-entered at once, with the same token,
+    /// by the task that took it, whose next `lock()` for the same name
+    /// would then share the critical section with the moved guard. This
+    /// rebinds the hold, in Redis and in this client, to an owner id of its
+    /// own, in one script that keeps its fencing token, its lease and the
+    /// watchdog's renewal: afterwards nobody re-enters it, and the old
+    /// owner's next acquisition waits for its release like any other.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let lock = client.fair_lock("customer:7");
+    /// let mut guard = lock.lock().await?;
+    /// guard.hand_off().await?;
+    /// tokio::spawn(async move {
+    ///     // ... work under guard.fencing_token() ...
+    ///     let _ = guard.unlock().await;
+    /// });
+    /// // The next message for customer 7 waits for the background work.
+    /// let next = lock.lock().await?;
+    /// # drop(next); Ok(()) }
+    /// ```
+    ///
+    /// It takes `&mut self` rather than the guard: a refusal leaves the
+    /// guard as it was, still held and still its owner's.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the hold is re-entered (another
+    /// guard of the same owner shares it: a re-entered hold belongs to its
+    /// owner), nothing changed; [`Error::NotHeld`] when this acquisition no
+    /// longer holds the lock (nothing written; the guard reports lost);
+    /// [`Error::WrongType`] when the key holds something else (nothing
+    /// written); [`Error::Redis`]; [`Error::Shutdown`] after a shutdown.
+    ///
+    /// # Cancel safety
+    /// One script, done or not done. If it fails with an unknown outcome
+    /// (a timeout, a dropped connection) or the future is dropped before
+    /// the reply, the guard keeps the new owner id: if Redis never ran the
+    /// hand-off, the next renewal finds nothing under it and the guard
+    /// reports [`lost`](Self::lost) (it is never held twice).
+    pub async fn hand_off(&mut self) -> Result<()> {
+        self.held.hand_off().await
+    }
+
     /// The lock this guard holds.
     pub fn lock(&self) -> &FairLock {
         &self.lock

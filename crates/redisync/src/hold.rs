@@ -3,7 +3,7 @@
 //! `LockGuard::lost()`.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -37,6 +37,31 @@ pub(crate) struct HoldOps {
     /// (`publish`/`spublish`). Only a final release may be sent twice.
     pub(crate) release:
         for<'a> fn(&'a RedisClient, &'static str, &'a Hold, bool) -> ReleaseFuture<'a>,
+    /// Rebinds the acquisition in Redis from owner id `from` to `to` in one
+    /// script, keeping its token, lease and count (a hand-off); `None` for
+    /// kinds that cannot be handed off. Owner- and token-checked and
+    /// idempotent (a repeat finds it rebound): `Ok(false)` when that
+    /// acquisition no longer holds (nothing written).
+    pub(crate) rebind: Option<RebindFn>,
+}
+
+/// See [`HoldOps::rebind`]: (redis, hold, from, to).
+pub(crate) type RebindFn = for<'a> fn(
+    &'a RedisClient,
+    &'a Hold,
+    &'a str,
+    &'a str,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = crate::error::Result<bool>> + Send + 'a>,
+>;
+
+/// Why [`Hold::begin_rebind`] refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RebindRefused {
+    /// More than one guard shares the hold (a re-entered hold): the count.
+    Shared(u32),
+    /// The last guard is gone.
+    Released,
 }
 
 /// What [`HoldOps::release`] returns.
@@ -69,8 +94,13 @@ impl Released {
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
     pub(crate) ops: &'static HoldOps,
-    pub(crate) owner: Value,
-    pub(crate) owner_str: std::sync::Arc<str>,
+    /// The owner id the acquisition is bound to in Redis; changes only by a
+    /// hand-off (see [`Hold::begin_rebind`]).
+    owner: Mutex<Arc<str>>,
+    /// Bumped at the start and at the end of each hand-off (odd while one
+    /// is in flight): a renewal built under another epoch than the one its
+    /// reply comes back in cannot tell that the hold is gone.
+    owner_epoch: AtomicU64,
     pub(crate) token: u64,
     /// The hold key (its local slot's key) and the release channel.
     pub(crate) key: Arc<str>,
@@ -115,8 +145,8 @@ impl Hold {
     ) -> Hold {
         Hold {
             ops,
-            owner: Value::String(owner.as_ref().into()),
-            owner_str: owner,
+            owner: Mutex::new(owner),
+            owner_epoch: AtomicU64::new(0),
             token,
             key,
             channel,
@@ -132,16 +162,69 @@ impl Hold {
         }
     }
 
-    /// One more guard of the same acquisition (a re-entry), unless the last
-    /// guard is gone already (its final release may be on its way): a
-    /// released hold is never revived.
-    pub(crate) fn add_guard(&self, watchdog: bool) -> bool {
+    /// The owner id the acquisition is bound to now.
+    pub(crate) fn owner_str(&self) -> Arc<str> {
+        lock_unpoisoned(&self.owner).clone()
+    }
+
+    /// The owner id as a script argument.
+    pub(crate) fn owner(&self) -> Value {
+        Value::String(self.owner_str().as_ref().into())
+    }
+
+    /// See the field; read it before [`Hold::owner`] for a renewal.
+    pub(crate) fn owner_epoch(&self) -> u64 {
+        self.owner_epoch.load(Ordering::Acquire)
+    }
+
+    /// Starts a hand-off: binds the hold to `to` locally and returns the id
+    /// it was bound to, unless another guard shares it (a re-entered hold
+    /// belongs to its owner) or its last guard is gone. From here on no
+    /// re-entry of the old owner finds it ([`Hold::add_guard`] checks the
+    /// owner under the same lock), and the watchdog leaves it alone until
+    /// [`Hold::end_rebind`].
+    pub(crate) fn begin_rebind(&self, to: Arc<str>) -> Result<Arc<str>, RebindRefused> {
+        let mut owner = lock_unpoisoned(&self.owner);
+        if self.released.load(Ordering::Acquire) {
+            return Err(RebindRefused::Released);
+        }
+        match self.holds.load(Ordering::Acquire) {
+            1 => {}
+            0 => return Err(RebindRefused::Released),
+            n => return Err(RebindRefused::Shared(n)),
+        }
+        self.owner_epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(std::mem::replace(&mut *owner, to))
+    }
+
+    /// Ends a hand-off; `revert`: the id to bind back to (the script
+    /// surely did not run).
+    pub(crate) fn end_rebind(&self, revert: Option<Arc<str>>) {
+        let mut owner = lock_unpoisoned(&self.owner);
+        if let Some(from) = revert {
+            *owner = from;
+        }
+        self.owner_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One more guard of the same acquisition (a re-entry by `owner`),
+    /// unless the last guard is gone already (its final release may be on
+    /// its way: a released hold is never revived) or the hold was handed
+    /// off to another owner id meanwhile.
+    pub(crate) fn add_guard(&self, owner: &str, watchdog: bool) -> bool {
+        // Under the owner lock: a hand-off sees this guard, or this sees
+        // the hand-off.
+        let bound = lock_unpoisoned(&self.owner);
+        if **bound != *owner {
+            return false;
+        }
         let added = self
             .holds
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)
             })
             .is_ok();
+        drop(bound);
         if added && watchdog {
             self.watchdog_holds.fetch_add(1, Ordering::AcqRel);
         }
@@ -180,7 +263,8 @@ impl Hold {
     }
 
     pub(crate) fn renewed_by_watchdog(&self) -> bool {
-        self.watchdog_holds.load(Ordering::Acquire) > 0
+        self.owner_epoch() % 2 == 0
+            && self.watchdog_holds.load(Ordering::Acquire) > 0
             && !self.released.load(Ordering::Acquire)
             && !self.lost.load(Ordering::Acquire)
     }
@@ -223,7 +307,7 @@ impl Hold {
             tracing::warn!(
                 target: "redisync.lease.lost",
                 lock_key = %self.key,
-                owner = %self.owner_str,
+                owner = %self.owner_str(),
                 token = self.token,
                 why,
                 "lock lost while a guard was alive"

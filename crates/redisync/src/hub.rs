@@ -115,7 +115,7 @@ impl Slot {
     pub(crate) fn holder(&self, owner: &str) -> Option<Arc<Hold>> {
         lock_unpoisoned(&self.holders)
             .iter()
-            .find(|h| &*h.owner_str == owner && !h.is_lost())
+            .find(|h| &*h.owner_str() == owner && !h.is_lost())
             .cloned()
     }
 

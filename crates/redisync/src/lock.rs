@@ -24,6 +24,7 @@ lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
 lua_script!(PUBLISH_IDENTITY, "lock_publish_identity.lua");
+lua_script!(HAND_OFF, "lock_hand_off.lua");
 
 /// Lock holds: renewed by `lock_renew.lua` with (owner, token); released
 /// by `lock_release.lua` (3: another client contended meanwhile).
@@ -31,6 +32,7 @@ pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: lock_renew_args,
     release: |redis, publish, hold, last| Box::pin(release_hold(redis, publish, hold, last)),
+    rebind: Some(|redis, hold, from, to| Box::pin(rebind_lock_hash(redis, hold, from, to, "lock"))),
 };
 
 /// Keys and arguments of `lock_renew.lua` for one hold of the lock hash
@@ -38,8 +40,35 @@ pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
 pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
     (
         vec![Key::from(&*h.key)],
-        vec![h.owner.clone(), Value::String(h.token.to_string().into())],
+        vec![h.owner(), Value::String(h.token.to_string().into())],
     )
+}
+
+/// `lock_hand_off.lua`: moves `hold`'s acquisition in a hash of the lock
+/// layout from owner id `from` to `to` (shared with the fair lock; `what`
+/// names the kind in a wrong-type error). `Ok(false)`: not held.
+pub(crate) async fn rebind_lock_hash(
+    redis: &RedisClient,
+    hold: &Hold,
+    from: &str,
+    to: &str,
+    what: &'static str,
+) -> Result<bool> {
+    // Idempotent: a repeat finds the field moved already.
+    let done: i64 = HAND_OFF
+        .run_idempotent(
+            redis,
+            &hold.key,
+            vec![Key::from(&*hold.key)],
+            vec![
+                Value::String(from.into()),
+                Value::String(to.into()),
+                Value::String(hold.token.to_string().into()),
+                Value::String(what.into()),
+            ],
+        )
+        .await?;
+    Ok(done == 1)
 }
 
 /// The highest value [`Lock::advance_fencing_token`] takes: tokens are
@@ -452,7 +481,7 @@ async fn release_hold(
             key,
             vec![Key::from(&**key)],
             vec![
-                hold.owner.clone(),
+                hold.owner(),
                 Value::String(hold.token.to_string().into()),
                 Value::String(if last { "1" } else { "0" }.into()),
                 Value::String(publish.into()),
@@ -491,6 +520,52 @@ impl std::fmt::Debug for LockGuard {
 guard_accessors!(LockGuard);
 
 impl LockGuard {
+    /// Call this before moving the guard to another task. A guard belongs
+    /// to the owner that took it (by default its task; see
+    /// [`Owner`](crate::Owner)), wherever the guard goes: moved into a
+    /// spawned task, it is still re-entered at once, with the same token,
+    /// by the task that took it, whose next `lock()` for the same name
+    /// would then share the critical section with the moved guard. This
+    /// rebinds the hold, in Redis and in this client, to an owner id of its
+    /// own, in one script that keeps its fencing token, its lease and the
+    /// watchdog's renewal: afterwards nobody re-enters it, and the old
+    /// owner's next acquisition waits for its release like any other.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// let lock = client.lock("customer:7");
+    /// let mut guard = lock.lock().await?;
+    /// guard.hand_off().await?;
+    /// tokio::spawn(async move {
+    ///     // ... work under guard.fencing_token() ...
+    ///     let _ = guard.unlock().await;
+    /// });
+    /// // The next message for customer 7 waits for the background work.
+    /// let next = lock.lock().await?;
+    /// # drop(next); Ok(()) }
+    /// ```
+    ///
+    /// It takes `&mut self` rather than the guard: a refusal leaves the
+    /// guard as it was, still held and still its owner's.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the hold is re-entered (another
+    /// guard of the same owner shares it: a re-entered hold belongs to its
+    /// owner), nothing changed; [`Error::NotHeld`] when this acquisition no
+    /// longer holds the lock (nothing written; the guard reports lost);
+    /// [`Error::WrongType`] when the key holds something else (nothing
+    /// written); [`Error::Redis`]; [`Error::Shutdown`] after a shutdown.
+    ///
+    /// # Cancel safety
+    /// One script, done or not done. If it fails with an unknown outcome
+    /// (a timeout, a dropped connection) or the future is dropped before
+    /// the reply, the guard keeps the new owner id: if Redis never ran the
+    /// hand-off, the next renewal finds nothing under it and the guard
+    /// reports [`lost`](Self::lost) (it is never held twice).
+    pub async fn hand_off(&mut self) -> Result<()> {
+        self.held.hand_off().await
+    }
+
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
         &self.lock
@@ -507,7 +582,7 @@ impl LockGuard {
                 &hold.key,
                 vec![self.lock.inner.hold.clone()],
                 vec![
-                    hold.owner.clone(),
+                    hold.owner(),
                     Value::String(hold.token.to_string().into()),
                     Value::String(identity.into()),
                 ],

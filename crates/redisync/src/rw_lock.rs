@@ -71,7 +71,7 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
     (
         vec![Key::from(key), keys::sibling_key(key, Role::Readers)],
         vec![
-            Value::String(raw_owner(&h.owner_str).into()),
+            Value::String(raw_owner(&h.owner_str()).into()),
             Value::String(h.token.to_string().into()),
             Value::String(side.tag().into()),
         ],
@@ -84,6 +84,7 @@ static READ_HOLD: HoldOps = HoldOps {
     release: |redis, publish, hold, last| {
         Box::pin(release_side(redis, publish, hold, Side::Read, last))
     },
+    rebind: None,
 };
 
 static WRITE_HOLD: HoldOps = HoldOps {
@@ -92,6 +93,7 @@ static WRITE_HOLD: HoldOps = HoldOps {
     release: |redis, publish, hold, last| {
         Box::pin(release_side(redis, publish, hold, Side::Write, last))
     },
+    rebind: None,
 };
 
 fn mark_ms() -> i64 {
@@ -106,10 +108,11 @@ async fn release_side(
     side: Side,
     last: bool,
 ) -> Result<Released> {
+    let owner = hold.owner_str();
     let code = RwRelease {
         key: &hold.key,
         channel: &hold.channel,
-        owner: raw_owner(&hold.owner_str),
+        owner: raw_owner(&owner),
         side,
         token: Some(hold.token),
         last,

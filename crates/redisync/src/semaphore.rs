@@ -546,10 +546,11 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
     hold_args: |h| {
         (
             vec![keys::sibling_key(&h.key, Role::Leases)],
-            vec![h.owner.clone()],
+            vec![h.owner()],
         )
     },
     release: |redis, publish, hold, _| Box::pin(release_permit(redis, publish, hold)),
+    rebind: None,
 };
 
 /// Gives back the permits of `hold`.
@@ -558,7 +559,7 @@ async fn release_permit(
     publish: &'static str,
     hold: &Hold,
 ) -> Result<Released> {
-    let freed = give_back(redis, publish, &hold.key, &hold.channel, hold.owner.clone()).await?;
+    let freed = give_back(redis, publish, &hold.key, &hold.channel, hold.owner()).await?;
     Ok(Released::from_code(freed))
 }
 

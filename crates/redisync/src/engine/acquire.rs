@@ -80,7 +80,7 @@ async fn acquire_unboxed<S: Spec>(
         // not re-entered, and the acquisition waits like a new one.
         if restart_young(client).await?.is_some() {
             hold.mark_lost("the server restarted");
-        } else if let Some(held) = reenter(&grant, &hold, lease_ms).await? {
+        } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
             return Ok(Some(held));
         }
     }
@@ -349,26 +349,28 @@ impl<S: Spec> Grant<'_, S> {
 /// out to be lost (the caller then waits like anybody else).
 async fn reenter<S: Spec>(
     grant: &Grant<'_, S>,
+    holder: &Arc<str>,
     hold: &Arc<Hold>,
     lease_ms: i64,
 ) -> Result<Option<Held>> {
     // Reserved first: the last other guard dropped meanwhile then only
-    // counts down, and a hold already released is never revived.
-    let Some(reserved) = Reservation::new(grant.slot, hold, grant.watchdog) else {
+    // counts down, a hold already released is never revived, and one
+    // handed off to another owner id meanwhile is not re-entered.
+    let Some(reserved) = Reservation::new(grant.slot, holder, hold, grant.watchdog) else {
         return Ok(None);
     };
     let (spec, slot) = (grant.spec, grant.slot);
     let sent_at = Instant::now();
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
-    let mut undo = Undo::new(spec, slot, &hold.owner_str, Some(hold.token), None);
+    let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
     undo.arm(sent_at + spec.linger(grant.lease));
     let reply = spec
         .named()
         .client_inner()
         .hub
         .unless_closing(spec.attempt(Try {
-            holder: &hold.owner_str,
+            holder,
             lease_ms,
             keep: Some(hold.token),
             enqueue: false,
@@ -397,8 +399,7 @@ async fn reenter<S: Spec>(
             let permit = kept_turn
                 .then(|| slot.gate.clone().try_acquire_owned().ok())
                 .flatten();
-            let holder = hold.owner_str.clone();
-            let fresh = grant.new_held(holder, token, sent_at, permit);
+            let fresh = grant.new_held(holder.clone(), token, sent_at, permit);
             grant.synced(fresh).await.map(Some)
         }
         Reply::Busy { .. } => {
@@ -516,8 +517,8 @@ struct Reservation {
 
 impl Reservation {
     /// `None` once the hold's last guard is gone (see [`Hold::add_guard`]).
-    fn new(slot: &SlotRef, hold: &Arc<Hold>, watchdog: bool) -> Option<Reservation> {
-        hold.add_guard(watchdog).then(|| Reservation {
+    fn new(slot: &SlotRef, owner: &str, hold: &Arc<Hold>, watchdog: bool) -> Option<Reservation> {
+        hold.add_guard(owner, watchdog).then(|| Reservation {
             slot: slot.clone(),
             hold: Some(hold.clone()),
             watchdog,

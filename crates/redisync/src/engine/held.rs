@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
-use crate::hold::{Hold, Released};
+use crate::hold::{Hold, RebindRefused, Released};
 use crate::hub::SlotRef;
 use crate::script::checked_ms;
 
@@ -37,7 +37,7 @@ impl std::fmt::Debug for Held {
         let mut d = f.debug_struct("Held");
         d.field("name", &self.name);
         if let Some(h) = &self.hold {
-            d.field("owner", &h.owner_str).field("token", &h.token);
+            d.field("owner", &h.owner_str()).field("token", &h.token);
         }
         d.field("watchdog", &self.watchdog).finish_non_exhaustive()
     }
@@ -111,6 +111,63 @@ impl Held {
         }
     }
 
+    /// Hands the hold off: rebinds it, in Redis (one script, token and
+    /// lease kept) and locally (the slot finds holds by owner id), from its
+    /// owner to an owner id of its own, so its owner's next acquisition
+    /// waits like any other instead of re-entering it. Only the only guard
+    /// of its hold may (`&mut`: no other call on this guard meanwhile).
+    ///
+    /// The local binding changes first: a re-entry of the old owner cannot
+    /// slip in between (see [`Hold::begin_rebind`]). If the script surely
+    /// did not run, it is bound back; if its outcome is unknown, the new id
+    /// stays, and a renewal that finds nothing under it marks the hold lost
+    /// (never held twice: the old owner's field ends with its lease).
+    pub(crate) async fn hand_off(&mut self) -> Result<()> {
+        let hold = self.hold().clone();
+        let Some(rebind) = hold.ops.rebind else {
+            return Err(Error::InvalidArgument(format!(
+                "{:?}: this kind of hold cannot be handed off",
+                self.name
+            )));
+        };
+        self.client.check_connected()?;
+        if hold.is_lost() {
+            return Err(self.not_held());
+        }
+        let to = self.client.acquisition_owner_id();
+        let from = match hold.begin_rebind(to.clone()) {
+            Ok(from) => from,
+            Err(RebindRefused::Shared(n)) => {
+                return Err(Error::InvalidArgument(format!(
+                "{:?} is re-entered ({n} guards share the hold): a re-entered hold belongs to its \
+                     owner; hand off the only guard of a hold",
+                self.name
+            )))
+            }
+            Err(RebindRefused::Released) => return Err(self.not_held()),
+        };
+        // Dropped (cancelled) before the reply: the outcome is unknown, the
+        // new id stays (see above).
+        let mut settle = EndRebind {
+            hold: &hold,
+            revert: None,
+        };
+        let result = rebind(&self.client.redis, &hold, &from, &to).await;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                hold.mark_lost("hand-off found it gone");
+                Err(self.not_held())
+            }
+            Err(e) => {
+                if !e.outcome_unknown() {
+                    settle.revert = Some(from);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Releases this guard's hold (the acquisition once its owner's last
     /// guard goes). Renewal stops before the release is sent. A final
     /// release that fails for a retryable reason, or whose future is
@@ -147,6 +204,18 @@ impl Held {
             return Err(self.not_held());
         }
         Ok(())
+    }
+}
+
+/// Ends a hand-off however its future ends (see [`Hold::end_rebind`]).
+struct EndRebind<'a> {
+    hold: &'a Hold,
+    revert: Option<Arc<str>>,
+}
+
+impl Drop for EndRebind<'_> {
+    fn drop(&mut self) {
+        self.hold.end_rebind(self.revert.take());
     }
 }
 

@@ -131,23 +131,29 @@ async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
     let mut args: Vec<Value> = vec![Value::Integer(
         i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
     )];
+    let mut epochs = Vec::with_capacity(batch.len());
     for h in batch {
+        // The epoch before the owner id: a hand-off after it changes it.
+        epochs.push(h.owner_epoch());
         let (hold_keys, hold_args) = (spec.hold_args)(h);
         keys.extend(hold_keys);
         args.extend(hold_args);
     }
-    renew_batch(client, batch, spec.renew, keys, args).await;
+    renew_batch(client, batch, &epochs, spec.renew, keys, args).await;
 }
 
 /// Runs a batched renewal script whose reply has one flag per hold (1
 /// renewed, 0 gone) and applies it: renewed holds get a new lease estimate,
 /// gone ones are lost; on a connection error (or, with replica sync, too few
 /// replica acknowledgements) every hold is lost once its lease estimate has
-/// run out (retried next period until then).
+/// run out (retried next period until then). A hold handed off to another
+/// owner id since its `epochs` entry was read (or while it was) is not
+/// judged by a "gone": the renewal asked under an id it may no longer have.
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
 async fn renew_batch(
     client: &ClientInner,
     batch: &[Arc<Hold>],
+    epochs: &[u64],
     script: &LuaScript,
     keys: Vec<Key>,
     args: Vec<Value>,
@@ -162,7 +168,7 @@ async fn renew_batch(
         Ok(flags) => {
             let counts =
                 !flags.contains(&1) || crate::replica::renewal_counts(client, &span_key).await;
-            for (h, ok) in batch.iter().zip(flags) {
+            for ((h, ok), epoch) in batch.iter().zip(flags).zip(epochs) {
                 if ok == 1 {
                     if counts {
                         h.extend_validity(sent_at, lease);
@@ -172,7 +178,7 @@ async fn renew_batch(
                         // Marks it lost once the synced lease would have run out.
                         let _ = h.is_lost();
                     }
-                } else {
+                } else if epoch % 2 == 0 && h.owner_epoch() == *epoch {
                     h.mark_lost("the watchdog found it gone (expired, forced or lost by Redis)");
                 }
             }
