@@ -42,6 +42,15 @@ thread_local! {
 /// ([`Owner::current`] + [`Owner::scope`]) for it to re-enter the parent's
 /// holds. For no re-entry at all, use a primitive's `non_reentrant()` handle.
 ///
+/// A guard stays its owner's wherever it goes: moved into another task, it
+/// is still re-entered, at once and with the same token, by the task that
+/// took it, whose next acquisition of the same name then shares the
+/// critical section with the moved guard. Before moving a guard away, call
+/// [`LockGuard::hand_off`](crate::LockGuard::hand_off) (or
+/// [`FairLockGuard::hand_off`](crate::FairLockGuard::hand_off)): it rebinds
+/// the hold to an owner id of its own, and the task then waits for it like
+/// any other owner.
+///
 /// ```no_run
 /// use futures::StreamExt;
 /// use redisync::Owner;
