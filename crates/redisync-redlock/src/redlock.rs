@@ -657,12 +657,7 @@ impl Inner {
                 // Reconnected meanwhile: the grant may come from a restarted
                 // node; its uptime decides (read now, after the grant).
                 Vote::Granted(g) if guarded && client.connection_generation() != generation => {
-                    node.restart.forget();
-                    let now_on = client.connection_generation();
-                    match tokio::time::timeout(self.node_timeout, client.server_uptime()).await {
-                        Ok(up) => self.judge_grant(node, g, now_on, up),
-                        Err(_) => Vote::TimedOut,
-                    }
+                    self.judge_after_reconnect(node, g).await
                 }
                 vote => vote,
             };
@@ -681,9 +676,27 @@ impl Inner {
             Ok((Err(e), _)) => Vote::Failed(e, None),
             // The uptime was read only to learn that the node answers.
             Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
-            // Old on the connection both replies came over: remembered for
-            // that connection generation.
-            Ok((Ok(Some(g)), up)) => self.judge_grant(node, g, generation, up),
+            // Both replies came over one connection: its uptime judges the
+            // grant (and is remembered for that connection generation).
+            Ok((Ok(Some(g)), up)) if client.connection_generation() == generation => {
+                self.judge_grant(node, g, generation, up)
+            }
+            // Reconnected between the two: the uptime may be another server
+            // instance's than the grant's.
+            Ok((Ok(Some(g)), _)) => self.judge_after_reconnect(node, g).await,
+        }
+    }
+
+    /// A grant that came over a newer connection than the node was judged
+    /// on: the node may have restarted; its uptime, read now (after the
+    /// grant), decides.
+    async fn judge_after_reconnect(&self, node: &Node, g: LockGuard) -> Vote {
+        node.restart.forget();
+        let client = node.lock.client();
+        let now_on = client.connection_generation();
+        match tokio::time::timeout(self.node_timeout, client.server_uptime()).await {
+            Ok(up) => self.judge_grant(node, g, now_on, up),
+            Err(_) => Vote::TimedOut,
         }
     }
 

@@ -209,8 +209,11 @@ pub enum Outcome<T> {
     /// was released.
     Completed(T),
     /// The lock was lost while the work ran: the work was dropped at its
-    /// next await point (what it did before may need undoing; fencing
-    /// tokens make the store reject its late writes).
+    /// next await point that was not ready at once (what it did before may
+    /// need undoing; fencing tokens make the store reject its late writes).
+    /// An await whose future is ready when first polled (a message already
+    /// waiting, a free mutex) does not yield, so the work runs on through it
+    /// within the same poll.
     Cancelled,
     /// The work ran to its end, but the lock was found lost when it ended
     /// or at its release: its last effects may overlap another holder's.

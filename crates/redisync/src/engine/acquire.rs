@@ -77,11 +77,20 @@ async fn acquire_unboxed<S: Spec>(
 
     if let Some(hold) = spec.reentrant().then(|| slot.holder(&holder)).flatten() {
         // A server too young since its restart has lost the hold: it is
-        // not re-entered, and the acquisition waits like a new one.
+        // not re-entered, and the acquisition waits like a new one. So does
+        // a re-entry that came over a newer connection from a young server
+        // (it may be a fresh grant there): what it took is given back.
+        let generation = client.connection_generation();
         if restart_young(client).await?.is_some() {
             hold.mark_lost("the server restarted");
         } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
-            return Ok(Some(held));
+            if client.connection_generation() == generation
+                || restart_young(client).await?.is_none()
+            {
+                return Ok(Some(held));
+            }
+            hold.mark_lost("the server restarted");
+            let _ = held.release().await;
         }
     }
 
