@@ -80,11 +80,11 @@ async fn acquire_unboxed<S: Spec>(
         // not re-entered, and the acquisition waits like a new one. So does
         // a re-entry that came over a newer connection from a young server
         // (it may be a fresh grant there): what it took is given back.
-        let generation = client.connection_generation();
+        let generation = guarded_generation(client);
         if restart_young(client).await?.is_some() {
             hold.mark_lost("the server restarted");
         } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
-            if client.connection_generation() == generation
+            if guarded_generation(client) == generation
                 || restart_young(client).await?.is_none()
             {
                 return Ok(Some(held));
@@ -147,7 +147,7 @@ async fn contend<S: Spec>(
         };
         // A server too young since its restart grants nothing: wait (a
         // release message or its coming of age wakes us).
-        let generation = client.connection_generation();
+        let generation = guarded_generation(client);
         if let Some(left) = restart_young(client).await? {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -195,7 +195,7 @@ async fn contend<S: Spec>(
                 // Granted over a newer connection: the server may have
                 // restarted since it was judged. Its uptime decides; a young
                 // server's grant is undone (the undo stays armed until then).
-                let young = if client.connection_generation() == generation {
+                let young = if guarded_generation(client) == generation {
                     None
                 } else {
                     restart_young(client).await?
@@ -238,6 +238,17 @@ async fn contend<S: Spec>(
             continue;
         }
         park(wakeup, since, until, deadline, &named.labels).await;
+    }
+}
+
+/// The command connection's generation when the client has a restart
+/// guard (a grant over a newer connection is judged again), else 0 (nothing
+/// to judge: no lock and no channel read on the hot path).
+fn guarded_generation(client: &crate::client::ClientInner) -> u64 {
+    if client.restart_guard.is_some() {
+        client.connection_generation()
+    } else {
+        0
     }
 }
 
