@@ -645,7 +645,7 @@ impl Inner {
         let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
         let client = node.lock.client();
         let generation = client.connection_generation();
-        let proven_old = node.restart.is_proven_old(client);
+        let proven_old = node.restart.is_proven_old_on(generation);
         if healthy && (!guarded || proven_old) {
             let vote = match tokio::time::timeout(self.node_timeout, acquire).await {
                 Err(_) => Vote::TimedOut,
@@ -713,7 +713,7 @@ impl Inner {
             Ok(up)
                 if node
                     .restart
-                    .judge(node.lock.client(), generation, up)
+                    .judge(generation, node.lock.client().connection_generation(), up)
                     .is_none() =>
             {
                 Vote::Granted(g)

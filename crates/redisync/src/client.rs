@@ -92,7 +92,7 @@ impl Settings {
         }
         if let Some(max_lease) = self.restart_guard {
             crate::script::checked_ms("restart_guard's max_lease", max_lease)?;
-            crate::engine::restart::RestartGuard::new(max_lease)
+            crate::restart::RestartGuard::new(max_lease)
                 .check_lease("watchdog_timeout", self.watchdog_timeout)?;
         }
         Ok(())
@@ -301,7 +301,7 @@ pub(crate) struct ClientInner {
     /// told to quit (see [`ClientInner::close_connections`]).
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
     /// See [`ClientBuilder::restart_guard`].
-    pub(crate) restart_guard: Option<crate::engine::restart::RestartGuard>,
+    pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
 }
 
 /// Starts `client`'s connection task and waits until it is connected, as
@@ -538,7 +538,7 @@ impl Client {
         let reconnects = std::sync::Mutex::new((redis.reconnect_rx(), 0));
         let restart_guard = settings
             .restart_guard
-            .map(crate::engine::restart::RestartGuard::new);
+            .map(crate::restart::RestartGuard::new);
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),

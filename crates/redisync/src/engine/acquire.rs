@@ -84,9 +84,7 @@ async fn acquire_unboxed<S: Spec>(
         if restart_young(client).await?.is_some() {
             hold.mark_lost("the server restarted");
         } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
-            if guarded_generation(client) == generation
-                || restart_young(client).await?.is_none()
-            {
+            if guarded_generation(client) == generation || restart_young(client).await?.is_none() {
                 return Ok(Some(held));
             }
             hold.mark_lost("the server restarted");
@@ -253,13 +251,20 @@ fn guarded_generation(client: &crate::client::ClientInner) -> u64 {
 }
 
 /// How long the server stays too young to grant under the client's restart
-/// guard (see [`super::restart`]); `None` without a guard or when it is old
+/// guard (see [`crate::restart`]); `None` without a guard or when it is old
 /// enough.
 async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Duration>> {
-    match &client.restart_guard {
-        Some(guard) => guard.young_for_inner(client).await,
-        None => Ok(None),
+    let Some(guard) = &client.restart_guard else {
+        return Ok(None);
+    };
+    // Seen old on this connection: it has not restarted since (a restart
+    // closes the connection). Else one INFO, remembered for the connection.
+    let generation = client.connection_generation();
+    if guard.is_proven_old_on(generation) {
+        return Ok(None);
     }
+    let uptime = client.server_uptime().await?;
+    Ok(guard.judge(generation, client.connection_generation(), uptime))
 }
 
 /// Parks until woken (a release was heard) or `until` (the server's bound),

@@ -24,7 +24,6 @@ use crate::script::LuaScript;
 
 pub(crate) mod acquire;
 pub(crate) mod held;
-pub(crate) mod restart;
 pub(crate) mod undo;
 pub(crate) mod watchdog;
 

@@ -10,7 +10,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 
 /// `INFO`'s `uptime_in_seconds` is whole seconds of truncated wall-clock
@@ -21,7 +20,7 @@ const UPTIME_SLACK: Duration = Duration::from_secs(1);
 /// on which the server was last seen old enough (a restart closes the
 /// connection, so a server seen old on the current connection still is).
 ///
-/// `redisync` runs one per guarded [`Client`] (see
+/// `redisync` runs one per guarded [`Client`](crate::Client) (see
 /// [`ClientBuilder::restart_guard`](crate::ClientBuilder::restart_guard));
 /// `redisync-redlock` one per node of a `Redlock` with a `max_lease`.
 #[derive(Debug)]
@@ -63,33 +62,21 @@ impl RestartGuard {
         Ok(())
     }
 
-    /// Whether the server behind `client` was seen old enough on its
-    /// current connection (no I/O).
-    pub fn is_proven_old(&self, client: &Client) -> bool {
-        self.proven_old_on(client.inner.connection_generation())
-    }
-
-    fn proven_old_on(&self, generation: u64) -> bool {
+    /// Whether the server was seen old enough on connection `generation`
+    /// (the client's current one: then it has not restarted since).
+    pub fn is_proven_old_on(&self, generation: u64) -> bool {
         self.old_on.load(Ordering::Acquire) == generation + 1
     }
 
-    /// Judges an `uptime` read over connection `generation` of `client`:
-    /// `None` when the server is old enough (remembered for that connection
-    /// if it is still the current one), else how long it stays too young.
-    pub fn judge(&self, client: &Client, generation: u64, uptime: Duration) -> Option<Duration> {
-        self.judge_inner(&client.inner, generation, uptime)
-    }
-
-    fn judge_inner(
-        &self,
-        client: &ClientInner,
-        generation: u64,
-        uptime: Duration,
-    ) -> Option<Duration> {
+    /// Judges an `uptime` read over connection `judged_on`, the client's
+    /// connection being `current` now: `None` when the server is old enough
+    /// (remembered for that connection if it is still the current one),
+    /// else how long it stays too young to grant.
+    pub fn judge(&self, judged_on: u64, current: u64, uptime: Duration) -> Option<Duration> {
         let left = young_left(self.max_lease, uptime);
         if left.is_none() {
-            if client.connection_generation() == generation {
-                self.old_on.store(generation + 1, Ordering::Release);
+            if judged_on == current {
+                self.old_on.store(judged_on + 1, Ordering::Release);
             }
         } else {
             self.forget();
@@ -100,25 +87,6 @@ impl RestartGuard {
     /// Forgets that the server was seen old (a grant of it did not count).
     pub fn forget(&self) {
         self.old_on.store(0, Ordering::Release);
-    }
-
-    /// `None` when the server behind `client` is old enough (seen so on
-    /// this connection, else asked now: one `INFO` per connection), else
-    /// how long it stays too young to grant.
-    ///
-    /// # Errors
-    /// What reading the uptime fails with.
-    pub async fn young_for(&self, client: &Client) -> Result<Option<Duration>> {
-        self.young_for_inner(&client.inner).await
-    }
-
-    pub(crate) async fn young_for_inner(&self, client: &ClientInner) -> Result<Option<Duration>> {
-        let generation = client.connection_generation();
-        if self.proven_old_on(generation) {
-            return Ok(None);
-        }
-        let uptime = client.server_uptime().await?;
-        Ok(self.judge_inner(client, generation, uptime))
     }
 }
 
@@ -141,6 +109,13 @@ mod tests {
         assert_eq!(young(up(0)), Some(up(10)));
         assert_eq!(young(up(10)), Some(up(1)));
         assert_eq!(young(up(11)), None);
+        // Remembered only for the connection the uptime came over.
+        assert_eq!(guard.judge(3, 4, up(11)), None);
+        assert!(!guard.is_proven_old_on(3) && !guard.is_proven_old_on(4));
+        assert_eq!(guard.judge(4, 4, up(11)), None);
+        assert!(guard.is_proven_old_on(4) && !guard.is_proven_old_on(5));
+        assert_eq!(guard.judge(5, 5, up(2)), Some(up(9)));
+        assert!(!guard.is_proven_old_on(4), "a young reading forgets");
         assert!(guard.check_lease("lease", up(10)).is_ok());
         assert!(matches!(
             guard.check_lease("lease", up(11)),
