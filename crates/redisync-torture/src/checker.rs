@@ -87,7 +87,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::history::{Access, History, Section, Server};
+use crate::history::{client_of, is_guarded, Access, History, Kind, Section, Server, Work};
 
 /// One broken guarantee.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +149,18 @@ pub enum Violation {
         at_us: u64,
         /// The section whose token the store had.
         fenced_by: Section,
+    },
+    /// (e) A step of work under a lock ran although its holder's lease
+    /// clock had said lost before it: the library polled the work after
+    /// the loss was known.
+    StepAfterLoss {
+        /// The work (its steps included).
+        work: Work,
+        /// When the step ran.
+        at_us: u64,
+        /// The end of the validity known at the step before (that step's
+        /// time plus its validity; the step's own time when lost).
+        known_end_us: u64,
     },
     /// (d) A lock stayed held or renewed after every guard was gone (found
     /// by the runner on the servers).
@@ -225,6 +237,19 @@ impl fmt::Display for Violation {
                 f,
                 "(c) valid write rejected on {lock} at {at_us}: writer {writer}, store had {fenced_by}"
             ),
+            Violation::StepAfterLoss {
+                work,
+                at_us,
+                known_end_us,
+            } => write!(
+                f,
+                "(e) step after loss on {}: {} {} token {} ran a step at {at_us}, {} us after the validity end {known_end_us} it knew",
+                work.lock,
+                work.kind,
+                work.client,
+                work.token,
+                at_us.saturating_sub(*known_end_us),
+            ),
             Violation::Run { what } => write!(f, "(run) {what}"),
             Violation::Residue { what } => write!(f, "(d) {what}"),
         }
@@ -259,6 +284,15 @@ pub struct Report {
     /// Valid writes rejected because of such a restart, within the writer's
     /// lease after the kill (likewise).
     pub excused_rejections: usize,
+    /// Conflicts explained by a force-unlock (the forced holder learning of
+    /// it at once on the forcing client, within its lease elsewhere).
+    pub forced_overlaps: usize,
+    /// Valid writes rejected because of a force-unlock (likewise).
+    pub forced_rejections: usize,
+    /// Runs of work under a lock (`run_locked` sections, leader jobs).
+    pub works: usize,
+    /// Their steps.
+    pub steps: usize,
 }
 
 /// A fenced resource: per lock, the largest token seen so far; a write
@@ -317,6 +351,11 @@ impl Kills {
         if server != other {
             return false;
         }
+        // Restart-guarded clients take nothing from a server up for less
+        // than their longest lease: a restart explains nothing between them.
+        if is_guarded(&old.client) && is_guarded(&new.client) {
+            return false;
+        }
         let Some(times) = self.0.get(&server) else {
             return false;
         };
@@ -328,15 +367,95 @@ impl Kills {
     }
 }
 
-/// Checks (a), (b) and (c) on `history`.
+/// Why a conflict is not a violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// A restart that lost data, within the old holder's lease.
+    Restart,
+    /// A force-unlock, within what its holder may take to learn of it.
+    Forced,
+}
+
+/// The force-unlocks of each lock, by when they were asked.
+struct Forces<'h>(BTreeMap<&'h str, Vec<&'h crate::history::Force>>);
+
+impl<'h> Forces<'h> {
+    fn new(history: &'h History) -> Forces<'h> {
+        let mut by_lock: BTreeMap<&str, Vec<&crate::history::Force>> = BTreeMap::new();
+        for f in &history.forces {
+            by_lock.entry(&f.lock).or_default().push(f);
+        }
+        for fs in by_lock.values_mut() {
+            fs.sort_by_key(|f| f.asked_us);
+        }
+        Forces(by_lock)
+    }
+
+    /// Whether a force-unlock `F` of the lock explains `old` (granted
+    /// before `F` returned) meeting `new` (granted after `F` was asked) as
+    /// long as `old` believed in its lease until `until` at the latest: a
+    /// holder on the forcing client knows at once (`until < F.done`, when
+    /// `F` returned `Ok`), any other within its lease (`until <= F.done +
+    /// old.lease`: its next renewal finds the lock gone, or its lease ends).
+    fn excuse(&self, old: &Section, new: &Section, until: u64) -> bool {
+        let Some(forces) = self.0.get(old.lock.as_str()) else {
+            return false;
+        };
+        let asked_before = forces.partition_point(|f| f.asked_us < new.start_us);
+        forces[..asked_before].iter().rev().any(|f| {
+            let same_client = f.ok && client_of(&f.client) == client_of(&old.client);
+            let bound = if same_client {
+                f.done_us
+            } else {
+                f.done_us.saturating_add(old.lease_us)
+            };
+            old.start_us <= f.done_us && until <= bound
+        })
+    }
+}
+
+/// Every excuse of a run.
+struct Excuses<'h> {
+    kills: Kills,
+    forces: Forces<'h>,
+}
+
+impl Excuses<'_> {
+    fn excuse(&self, old: &Section, new: &Section, until: u64) -> Option<Why> {
+        if self.kills.excuse(old, new, until) {
+            Some(Why::Restart)
+        } else if self.forces.excuse(old, new, until) {
+            Some(Why::Forced)
+        } else {
+            None
+        }
+    }
+}
+
+impl Report {
+    fn excused(&mut self, why: Why) {
+        match why {
+            Why::Restart => self.excused_overlaps += 1,
+            Why::Forced => self.forced_overlaps += 1,
+        }
+    }
+}
+
+/// Checks (a), (b) and (c) on `history` (its sections and the leaderships
+/// derived from its leader jobs), and (e) on its work.
 pub fn check(history: &History) -> Report {
+    let leaderships = leader_sections(history);
     let mut report = Report {
-        sections: history.sections.len(),
+        sections: history.sections.len() + leaderships.len(),
+        works: history.works.len(),
         ..Report::default()
     };
-    let kills = Kills::new(history);
+    let excuses = Excuses {
+        kills: Kills::new(history),
+        forces: Forces::new(history),
+    };
     let mut by_lock: BTreeMap<&str, Vec<&Section>> = BTreeMap::new();
-    for s in &history.sections {
+    for s in history.sections.iter().chain(&leaderships) {
         by_lock.entry(&s.lock).or_default().push(s);
         report.grants += usize::from(s.valid_at_start());
         report.lost += usize::from(s.lost_at_us.is_some());
@@ -348,11 +467,116 @@ pub fn check(history: &History) -> Report {
             .copied()
             .filter(|s| s.valid_at_start())
             .collect();
-        check_exclusion(lock, &grants, &kills, &mut report);
+        check_exclusion(lock, &grants, &excuses, &mut report);
         check_tokens(lock, &grants, &mut report);
-        check_fencing(lock, &sections, &grants, &kills, &mut report);
+        check_fencing(lock, &sections, &grants, &excuses, &mut report);
+    }
+    for w in &history.works {
+        check_work(w, history, &mut report);
     }
     report
+}
+
+/// How late a step may run past the validity end its holder knew, for the
+/// race between the library's last look at the lease clock and the step's
+/// own clock read (a preempted thread). The bug it catches costs far more:
+/// work polled after a stall longer than the lease.
+pub const STEP_SLACK_US: u64 = 100_000;
+
+/// Whether a pause of `holder`'s process overlaps `(from, to)`.
+fn paused(history: &History, holder: &str, from: u64, to: u64) -> bool {
+    let process = holder.split('.').next().unwrap_or(holder);
+    history
+        .pauses
+        .iter()
+        .any(|p| p.process == process && p.from_us < to && p.to_us > from)
+}
+
+/// (e): no step of work runs once its holder's lease clock said lost: a
+/// step that finds the validity zero is a violation when the step before
+/// had found it zero already (lost is for good, the library looked again
+/// before this step), or when it runs later than the validity end the step
+/// before knew, by more than [`STEP_SLACK_US`] (unless its process was
+/// paused in between: the step's clock read is then late, not the step).
+fn check_work(w: &Work, history: &History, report: &mut Report) {
+    report.steps += w.steps.len();
+    for pair in w.steps.windows(2) {
+        let [before, step] = pair else { continue };
+        let (Some(known), Some(left)) = (before.left_us, step.left_us) else {
+            continue;
+        };
+        if left > 0 {
+            continue;
+        }
+        let known_end = before.at_us.saturating_add(known);
+        let late = if known == 0 {
+            true
+        } else {
+            step.at_us > known_end.saturating_add(STEP_SLACK_US)
+                && !paused(history, &w.client, before.at_us, step.at_us)
+        };
+        if late {
+            report.violations.push(Violation::StepAfterLoss {
+                work: w.clone(),
+                at_us: step.at_us,
+                known_end_us: known_end,
+            });
+            return;
+        }
+    }
+}
+
+/// The leaderships of the leader jobs: one section per holder and token,
+/// from its first job step to its last, valid until the last step the
+/// library could have let run only while leading (a step after a pause of
+/// its process may have been stamped after the lead ended: valid up to the
+/// step before). Tokens change with every leadership, so a holder's steps
+/// of one token are one leadership.
+pub fn leader_sections(history: &History) -> Vec<Section> {
+    let mut by_lead: BTreeMap<(&str, &str, u64), Vec<&Work>> = BTreeMap::new();
+    for w in history.works.iter().filter(|w| w.kind == Kind::Leader) {
+        by_lead
+            .entry((&w.lock, &w.client, w.token))
+            .or_default()
+            .push(w);
+    }
+    let mut out = Vec::new();
+    for ((lock, client, token), works) in by_lead {
+        let mut steps: Vec<u64> = works
+            .iter()
+            .flat_map(|w| w.steps.iter().map(|s| s.at_us))
+            .collect();
+        steps.sort_unstable();
+        let (Some(&start), Some(&end)) = (steps.first(), steps.last()) else {
+            continue;
+        };
+        let requested = works.iter().map(|w| w.requested_us).min().unwrap_or(start);
+        let mut prev = requested;
+        let mut valid_until = None;
+        for &at in &steps {
+            if !paused(history, client, prev, at) {
+                valid_until = Some(at);
+            }
+            prev = at;
+        }
+        let valid_at_end = valid_until == Some(end);
+        out.push(Section {
+            lock: lock.to_owned(),
+            kind: Kind::Leader,
+            access: Access::Exclusive,
+            client: client.to_owned(),
+            guards: 1,
+            lease_us: works.iter().map(|w| w.lease_us).max().unwrap_or(0),
+            token,
+            requested_us: requested.min(start),
+            start_us: start,
+            end_us: end,
+            valid_until_us: valid_until,
+            valid_at_end,
+            lost_at_us: (!valid_at_end).then_some(end),
+        });
+    }
+    out
 }
 
 /// The end of `s`'s valid interval (its start when it has none).
@@ -384,7 +608,7 @@ fn permits_held<'a>(holders: impl Iterator<Item = &'a Section>) -> u32 {
 
 /// (a): at each grant's start, its valid interval against those active
 /// then. `grants` are sorted by start.
-fn check_exclusion(lock: &str, grants: &[&Section], kills: &Kills, report: &mut Report) {
+fn check_exclusion(lock: &str, grants: &[&Section], excuses: &Excuses<'_>, report: &mut Report) {
     let of = grants
         .iter()
         .filter_map(|s| match s.access {
@@ -405,8 +629,11 @@ fn check_exclusion(lock: &str, grants: &[&Section], kills: &Kills, report: &mut 
             if a.client == s.client || !incompatible(a.access, s.access) {
                 continue;
             }
-            if kills.excuse(a, s, valid_until(a)) || kills.excuse(s, a, until) {
-                report.excused_overlaps += 1;
+            let why = excuses
+                .excuse(a, s, valid_until(a))
+                .or_else(|| excuses.excuse(s, a, until));
+            if let Some(why) = why {
+                report.excused(why);
             } else {
                 report.violations.push(Violation::Overlap {
                     lock: lock.to_owned(),
@@ -418,14 +645,20 @@ fn check_exclusion(lock: &str, grants: &[&Section], kills: &Kills, report: &mut 
         }
         active.push(s);
         if matches!(s.access, Access::Permits { .. }) {
-            permit_excess(lock, &active, of, kills, report);
+            permit_excess(lock, &active, of, excuses, report);
         }
     }
 }
 
 /// (a) for permits: `active` are the valid sections at the start of the
 /// newest, its last. Checked when the newest adds to what its client holds.
-fn permit_excess(lock: &str, active: &[&Section], of: u32, kills: &Kills, report: &mut Report) {
+fn permit_excess(
+    lock: &str,
+    active: &[&Section],
+    of: u32,
+    excuses: &Excuses<'_>,
+    report: &mut Report,
+) {
     let Some((&newest, others)) = active.split_last() else {
         return;
     };
@@ -437,11 +670,9 @@ fn permit_excess(lock: &str, active: &[&Section], of: u32, kills: &Kills, report
     }
     // Without the holders a restart explains (asked before a kill, still
     // within their lease after it), does the rest fit?
-    let rest = active
-        .iter()
-        .copied()
-        .filter(permits)
-        .filter(|x| std::ptr::eq(*x, newest) || !kills.excuse(x, newest, valid_until(x)));
+    let rest = active.iter().copied().filter(permits).filter(|x| {
+        std::ptr::eq(*x, newest) || excuses.excuse(x, newest, valid_until(x)).is_none()
+    });
     if permits_held(rest) <= of {
         report.excused_overlaps += 1;
     } else {
@@ -499,7 +730,7 @@ fn check_fencing(
     lock: &str,
     sections: &[&Section],
     grants: &[&Section],
-    kills: &Kills,
+    excuses: &Excuses<'_>,
     report: &mut Report,
 ) {
     let mut ops: Vec<(u64, Op, &Section)> = Vec::with_capacity(sections.len() * 2);
@@ -554,8 +785,11 @@ fn check_fencing(
         } else if let Some(h) = holder {
             if h.client == writer.client && h.start_us > writer.start_us {
                 report.downgrade_writes_rejected += 1;
-            } else if kills.excuse(writer, h, at_us) {
-                report.excused_rejections += 1;
+            } else if let Some(why) = excuses.excuse(writer, h, at_us) {
+                match why {
+                    Why::Restart => report.excused_rejections += 1,
+                    Why::Forced => report.forced_rejections += 1,
+                }
             } else {
                 report.violations.push(Violation::ValidWriteRejected {
                     lock: lock.to_owned(),
@@ -571,7 +805,7 @@ fn check_fencing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Kill, Kind};
+    use crate::history::{Kill, Step};
 
     /// An exclusive section of lock "l" (kind `Lock`, lease 1000, asked 5
     /// before its start) that was valid from `start` to `valid_until`
@@ -625,7 +859,7 @@ mod tests {
     fn history(sections: Vec<Section>) -> History {
         History {
             sections,
-            kills: Vec::new(),
+            ..History::default()
         }
     }
 
@@ -639,6 +873,7 @@ mod tests {
                     at_us,
                 })
                 .collect(),
+            ..History::default()
         }
     }
 
@@ -653,6 +888,7 @@ mod tests {
                 Violation::StaleWriteAccepted { .. } => "stale-accepted",
                 Violation::ValidWriteRejected { .. } => "valid-rejected",
                 Violation::Residue { .. } => "residue",
+                Violation::StepAfterLoss { .. } => "step-after-loss",
                 Violation::Run { .. } => "run",
             })
             .collect()
@@ -1147,6 +1383,172 @@ mod tests {
         let report = check(&history(sections));
         assert_clean(&report);
         assert_eq!(report.grants, 20_000);
+    }
+
+    /// A `run_locked` work of "l" by `client` with steps `(at, left)`.
+    fn work(client: &str, token: u64, steps: &[(u64, u64)]) -> Work {
+        Work {
+            lock: "l".into(),
+            kind: Kind::RunLocked,
+            client: client.into(),
+            token,
+            lease_us: 1_000_000,
+            requested_us: 0,
+            steps: steps
+                .iter()
+                .map(|&(at_us, left)| Step {
+                    at_us,
+                    left_us: Some(left),
+                })
+                .collect(),
+        }
+    }
+
+    fn with_works(works: Vec<Work>) -> History {
+        History {
+            works,
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn work_whose_steps_stop_at_the_loss_passes() {
+        // Steps every 5 ms while valid, the last one finds it lost at the
+        // end it knew (a lease that ran out): cancelled there.
+        let report = check(&with_works(vec![work(
+            "a",
+            1,
+            &[(1_000, 20_000), (6_000, 15_000), (21_000, 0)],
+        )]));
+        assert_clean(&report);
+        assert_eq!((report.works, report.steps), (1, 3));
+        // A step that finds it lost within the slack of the end it knew
+        // (the library looked just before the lease ended).
+        let report = check(&with_works(vec![work(
+            "a",
+            1,
+            &[(1_000, 20_000), (21_000 + STEP_SLACK_US, 0)],
+        )]));
+        assert_clean(&report);
+        // A long gap is fine when the watchdog renewed meanwhile.
+        let report = check(&with_works(vec![work(
+            "a",
+            1,
+            &[(1_000, 20_000), (2_000_000, 500_000)],
+        )]));
+        assert_clean(&report);
+    }
+
+    #[test]
+    fn a_step_after_the_loss_was_known_is_a_violation() {
+        // The step before found it lost already: the library looked again
+        // before this step and must have cancelled the work.
+        let report = check(&with_works(vec![work("a", 1, &[(1_000, 0), (1_001, 0)])]));
+        assert_eq!(kinds(&report), ["step-after-loss"], "{report:#?}");
+        // A stall: the step before knew the lease ended at 21 000; the work
+        // was polled again at 1.5 s, found lost by the clock.
+        let report = check(&with_works(vec![work(
+            "a",
+            1,
+            &[(1_000, 20_000), (1_500_000, 0)],
+        )]));
+        assert_eq!(kinds(&report), ["step-after-loss"], "{report:#?}");
+        let text = report.violations[0].to_string();
+        assert!(
+            text.starts_with("(e) step after loss on l: run-locked a token 1"),
+            "{text}"
+        );
+        // Unless the process was paused in between: its clock read is late.
+        let mut h = with_works(vec![work(
+            "p1.direct.k0",
+            1,
+            &[(1_000, 20_000), (1_500_000, 0)],
+        )]);
+        h.pauses.push(crate::history::Pause {
+            process: "p1".into(),
+            from_us: 10_000,
+            to_us: 1_400_000,
+        });
+        assert_clean(&check(&h));
+        h.pauses[0].process = "p0".into();
+        assert_eq!(kinds(&check(&h)), ["step-after-loss"]);
+    }
+
+    /// A job run of leader `client` (token `token`) with steps at `at`.
+    fn job(client: &str, token: u64, requested: u64, at: &[u64]) -> Work {
+        Work {
+            kind: Kind::Leader,
+            requested_us: requested,
+            steps: at
+                .iter()
+                .map(|&at_us| Step {
+                    at_us,
+                    left_us: None,
+                })
+                .collect(),
+            ..work(client, token, &[])
+        }
+    }
+
+    #[test]
+    fn leaders_taking_turns_pass() {
+        // `a` leads (token 10) with two job runs, `b` leads after (11).
+        let h = with_works(vec![
+            job("a", 10, 50, &[100, 105]),
+            job("a", 10, 50, &[200, 205]),
+            job("b", 11, 60, &[300, 305]),
+            job("a", 12, 205, &[400]),
+        ]);
+        let report = check(&h);
+        assert_clean(&report);
+        let leads = leader_sections(&h);
+        assert_eq!(leads.len(), 3);
+        assert_eq!(report.grants, 3);
+        let a = &leads[0];
+        assert_eq!(
+            (a.token, a.start_us, a.end_us, a.valid_until_us),
+            (10, 100, 205, Some(205))
+        );
+    }
+
+    #[test]
+    fn two_leaders_jobs_overlapping_are_a_violation() {
+        let report = check(&with_works(vec![
+            job("a", 10, 50, &[100, 105]),
+            job("a", 10, 50, &[300, 305]),
+            job("b", 11, 60, &[200, 205]),
+        ]));
+        assert!(kinds(&report).contains(&"overlap"), "{report:#?}");
+        // The same token is one leadership (one holder): no conflict, nor
+        // a token inversion between its runs.
+        let report = check(&with_works(vec![
+            job("a", 10, 50, &[100, 105]),
+            job("a", 10, 50, &[300, 305]),
+        ]));
+        assert_clean(&report);
+    }
+
+    #[test]
+    fn a_leader_job_step_right_after_a_pause_of_its_process_is_not_belief() {
+        // `p1...` ran a step at 300 right after its process was paused from
+        // 150 to 290: the lead may have ended before the pause. `b` led
+        // from 200.
+        let mut h = with_works(vec![
+            job("p1.direct.d0", 10, 50, &[100, 105]),
+            job("p1.direct.d0", 10, 50, &[300]),
+            job("p0.direct.d0", 11, 60, &[200, 205]),
+        ]);
+        h.pauses.push(crate::history::Pause {
+            process: "p1".into(),
+            from_us: 150,
+            to_us: 290,
+        });
+        let report = check(&h);
+        // Its stamp at 300 is a write of a holder that may have lost: fenced.
+        assert_clean(&report);
+        assert_eq!(report.stale_writes_rejected, 1);
+        h.pauses.clear();
+        assert!(kinds(&check(&h)).contains(&"overlap"));
     }
 
     #[test]

@@ -34,11 +34,17 @@ pub enum Kind {
     MultiLock,
     /// `redisync_redlock::Redlock` over three nodes.
     Redlock,
+    /// `redisync::run_locked` over a `Lock`: the work records its steps
+    /// ([`Work`]) and is cancelled when the lock is lost.
+    RunLocked,
+    /// A `redisync::Leader::run` leadership: one section per leadership
+    /// (token), derived from its jobs' steps by the checker.
+    Leader,
 }
 
 impl Kind {
     /// Every kind, in summary order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Lock,
         Kind::FairLock,
         Kind::RwRead,
@@ -46,6 +52,8 @@ impl Kind {
         Kind::Semaphore,
         Kind::MultiLock,
         Kind::Redlock,
+        Kind::RunLocked,
+        Kind::Leader,
     ];
 
     /// The name used in history lines and summaries.
@@ -58,6 +66,8 @@ impl Kind {
             Kind::Semaphore => "semaphore",
             Kind::MultiLock => "multi-lock",
             Kind::Redlock => "redlock-3",
+            Kind::RunLocked => "run-locked",
+            Kind::Leader => "leader",
         }
     }
 
@@ -318,6 +328,217 @@ pub struct Kill {
     pub at_us: u64,
 }
 
+/// One step of work under a lock: the time read first, then what was left
+/// of the guard's lease by the holder's lease clock (`validity()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// When the step ran (read before the validity).
+    pub at_us: u64,
+    /// The guard's validity then, in microseconds (0: known lost); `None`
+    /// when the work cannot see its guard (a `Leader::run` job gets only
+    /// its token).
+    pub left_us: Option<u64>,
+}
+
+/// Work run under a lock and cancelled by the library when the lock is
+/// known lost: a `run_locked` section's work, or one `Leader::run` job run.
+/// The library must never poll the work once the holder's lease clock says
+/// lost (the checker's rule (e)), and two leaders' job runs must never
+/// overlap (leaderships are derived from the job runs and checked like any
+/// section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The lock (see [`Section::lock`]); for a leader, its lock's name.
+    pub lock: String,
+    /// [`Kind::RunLocked`] or [`Kind::Leader`].
+    pub kind: Kind,
+    /// Who ran it (see [`Section::client`]).
+    pub client: String,
+    /// The fencing token (the leadership's, for a job).
+    pub token: u64,
+    /// The longest lease the holder was granted, in microseconds.
+    pub lease_us: u64,
+    /// When the holder started to ask for the lock (a leader: when it
+    /// started campaigning, at the latest).
+    pub requested_us: u64,
+    /// Its steps, in order.
+    pub steps: Vec<Step>,
+}
+
+impl Work {
+    /// One tab-separated line (no newline), read back by [`Work::from_line`].
+    pub fn to_line(&self) -> String {
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|s| match s.left_us {
+                Some(l) => format!("{}:{l}", s.at_us),
+                None => format!("{}:-", s.at_us),
+            })
+            .collect();
+        format!(
+            "W\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.lock,
+            self.kind.name(),
+            self.client,
+            self.token,
+            self.lease_us,
+            self.requested_us,
+            steps.join(","),
+        )
+    }
+
+    /// Parses a line made by [`Work::to_line`].
+    ///
+    /// # Errors
+    /// A message naming what is wrong with the line.
+    pub fn from_line(line: &str) -> Result<Work, String> {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let ["W", lock, kind, client, token, lease, requested, steps] = fields[..] else {
+            return Err(format!("not a work line: {line:?}"));
+        };
+        let num = |what: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|e| format!("bad {what} {v:?} in {line:?}: {e}"))
+        };
+        let mut parsed = Vec::new();
+        for step in steps.split(',').filter(|s| !s.is_empty()) {
+            let (at, left) = step
+                .split_once(':')
+                .ok_or_else(|| format!("bad step {step:?} in {line:?}"))?;
+            parsed.push(Step {
+                at_us: num("step time", at)?,
+                left_us: if left == "-" {
+                    None
+                } else {
+                    Some(num("step validity", left)?)
+                },
+            });
+        }
+        Ok(Work {
+            lock: lock.to_owned(),
+            kind: Kind::parse(kind).ok_or_else(|| format!("bad kind {kind:?} in {line:?}"))?,
+            client: client.to_owned(),
+            token: num("token", token)?,
+            lease_us: num("lease", lease)?,
+            requested_us: num("requested", requested)?,
+            steps: parsed,
+        })
+    }
+}
+
+/// A `force_unlock` of a lock by a worker: every holder of the lock loses
+/// it. Holders on the forcing client must know at once (the call marks
+/// them lost before it returns); others learn at their next renewal, or
+/// when their lease ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Force {
+    /// The lock (see [`Section::lock`]).
+    pub lock: String,
+    /// Who forced it (see [`Section::client`]); its client is the part
+    /// before the last dot.
+    pub client: String,
+    /// When the call was made.
+    pub asked_us: u64,
+    /// When it returned.
+    pub done_us: u64,
+    /// Whether it returned `Ok` (then the forcing client's holders were
+    /// marked lost); an error may still have deleted the lock.
+    pub ok: bool,
+}
+
+impl Force {
+    /// One tab-separated line (no newline), read back by [`Force::from_line`].
+    pub fn to_line(&self) -> String {
+        format!(
+            "F\t{}\t{}\t{}\t{}\t{}",
+            self.lock,
+            self.client,
+            self.asked_us,
+            self.done_us,
+            u8::from(self.ok)
+        )
+    }
+
+    /// Parses a line made by [`Force::to_line`].
+    ///
+    /// # Errors
+    /// A message naming what is wrong with the line.
+    pub fn from_line(line: &str) -> Result<Force, String> {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let ["F", lock, client, asked, done, ok] = fields[..] else {
+            return Err(format!("not a force line: {line:?}"));
+        };
+        let num = |what: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|e| format!("bad {what} {v:?} in {line:?}: {e}"))
+        };
+        Ok(Force {
+            lock: lock.to_owned(),
+            client: client.to_owned(),
+            asked_us: num("asked", asked)?,
+            done_us: num("done", done)?,
+            ok: ok == "1",
+        })
+    }
+}
+
+/// The client (`"<process>.<client set>"`) of a holder
+/// (`"<process>.<client set>.<task>"`).
+pub fn client_of(holder: &str) -> &str {
+    holder.rsplit_once('.').map_or(holder, |(c, _)| c)
+}
+
+/// Whether a holder's client set has the restart guard on (its label is
+/// `"<process>.guarded"`): such sets take names of their own.
+pub fn is_guarded(holder: &str) -> bool {
+    holder.split('.').nth(1) == Some("guarded")
+}
+
+/// A worker process frozen (`SIGSTOP`) for a while: whatever its tasks
+/// did then is stamped with the time after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pause {
+    /// The process (`"p1"`).
+    pub process: String,
+    /// When it was stopped.
+    pub from_us: u64,
+    /// When it was resumed.
+    pub to_us: u64,
+}
+
+/// What a worker sends while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A critical section.
+    Section(Section),
+    /// Work under a lock.
+    Work(Work),
+    /// A force-unlock.
+    Force(Force),
+}
+
+impl Record {
+    /// Its line (see each type's `to_line`).
+    pub fn to_line(&self) -> String {
+        match self {
+            Record::Section(s) => s.to_line(),
+            Record::Work(w) => w.to_line(),
+            Record::Force(f) => f.to_line(),
+        }
+    }
+
+    /// Parses a line of any record; `None` when it is none.
+    pub fn from_line(line: &str) -> Option<Result<Record, String>> {
+        match line.split('\t').next() {
+            Some("S") => Some(Section::from_line(line).map(Record::Section)),
+            Some("W") => Some(Work::from_line(line).map(Record::Work)),
+            Some("F") => Some(Force::from_line(line).map(Record::Force)),
+            _ => None,
+        }
+    }
+}
+
 /// What the checker reads: the sections of every process and the kills.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -325,6 +546,23 @@ pub struct History {
     pub sections: Vec<Section>,
     /// Every server kill.
     pub kills: Vec<Kill>,
+    /// Every run of work under a lock (`run_locked`, leader jobs).
+    pub works: Vec<Work>,
+    /// Every force-unlock.
+    pub forces: Vec<Force>,
+    /// Every worker process pause.
+    pub pauses: Vec<Pause>,
+}
+
+impl History {
+    /// Adds a record.
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Section(s) => self.sections.push(s),
+            Record::Work(w) => self.works.push(w),
+            Record::Force(f) => self.forces.push(f),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -360,6 +598,49 @@ mod tests {
         assert_eq!(Section::from_line(&s.to_line()), Ok(s));
         assert!(Section::from_line("S\tx").is_err());
         assert!(Section::from_line("C\tlock\t1").is_err());
+    }
+
+    #[test]
+    fn work_and_force_lines_round_trip() {
+        let mut w = Work {
+            lock: "lock/torture:a".into(),
+            kind: Kind::RunLocked,
+            client: "p0.direct.k1".into(),
+            token: 42,
+            lease_us: 900_000,
+            requested_us: 5,
+            steps: vec![
+                Step {
+                    at_us: 10,
+                    left_us: Some(800_000),
+                },
+                Step {
+                    at_us: 20,
+                    left_us: Some(0),
+                },
+            ],
+        };
+        let line = w.to_line();
+        assert_eq!(Record::from_line(&line), Some(Ok(Record::Work(w.clone()))));
+        w.kind = Kind::Leader;
+        w.steps = vec![Step {
+            at_us: 7,
+            left_us: None,
+        }];
+        assert_eq!(Work::from_line(&w.to_line()), Ok(w.clone()));
+        w.steps.clear();
+        assert_eq!(Work::from_line(&w.to_line()), Ok(w));
+        let f = Force {
+            lock: "lock/torture:a".into(),
+            client: "p1.proxied.l0".into(),
+            asked_us: 1,
+            done_us: 2,
+            ok: true,
+        };
+        assert_eq!(Record::from_line(&f.to_line()), Some(Ok(Record::Force(f))));
+        assert_eq!(Record::from_line("C\tlock"), None);
+        assert_eq!(client_of("p1.proxied.l0"), "p1.proxied");
+        assert!(is_guarded("p0.guarded.l1") && !is_guarded("p0.direct.l1"));
     }
 
     #[test]

@@ -56,6 +56,9 @@ mod worker;
 mod workload;
 
 pub use faults::{FaultKind, FaultRecord};
-pub use history::{now_us, Access, History, Kill, Kind, Section, Server};
+pub use history::{
+    client_of, is_guarded, now_us, Access, Force, History, Kill, Kind, Pause, Record, Section,
+    Server, Step, Work,
+};
 pub use run::{run, worker_process, Config, Summary};
 pub use workload::Counts;

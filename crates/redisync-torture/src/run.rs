@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::checker::{check, Report, Violation};
 use crate::faults::{Cluster, FaultKind, FaultRecord, KeyTtl, Schedule};
-use crate::history::{History, Kind, Section, Server};
+use crate::history::{History, Kind, Pause, Record, Section, Server};
 use crate::worker::{Urls, Workers};
 use crate::workload::{Counts, Settings, NAMES, SEMAPHORE_PERMITS};
 
@@ -151,7 +151,7 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "per kind: grants (sections valid at their start), acquisitions, busy (wait ran out), cancelled, errors, failed releases, re-entries, extends, guards moved to another task, downgrades (rw-read) / upgrades refused (rw-write):"
+            "per kind: grants (sections valid at their start), acquisitions, busy (wait ran out), cancelled, errors, failed releases, re-entries, extends, guards moved to another task (run-locked: stalls of the runtime thread in the work), downgrades (rw-read) / upgrades refused (rw-write) / works cancelled or lost at end (run-locked) / job runs (leader):"
         )?;
         for kind in Kind::ALL {
             let n = self.counts.get(&kind).copied().unwrap_or_default();
@@ -171,6 +171,8 @@ impl fmt::Display for Summary {
                 match kind {
                     Kind::RwRead => format!("{} downgrades", n.special),
                     Kind::RwWrite => format!("{} upgrades refused", n.special),
+                    Kind::RunLocked => format!("{} cancelled or lost at end", n.special),
+                    Kind::Leader => format!("{} job runs", n.special),
                     _ => String::new(),
                 }
             )?;
@@ -209,35 +211,45 @@ impl fmt::Display for Summary {
             "excused (a restart that lost data, within the first holder's lease; documented): {} overlaps, {} rejected valid writes",
             r.excused_overlaps, r.excused_rejections
         )?;
+        writeln!(
+            f,
+            "work under a lock (run_locked sections, leader job runs): {} runs, {} steps checked against the holder's lease clock (e); force-unlocks excused {} overlaps, {} rejected valid writes",
+            r.works, r.steps, r.forced_overlaps, r.forced_rejections
+        )?;
         for (kind, samples) in &self.errors {
             for e in samples.iter().take(2) {
                 writeln!(f, "  e.g. {kind} error: {e}")?;
             }
         }
-        // Per class ("(a)", "(b)", ..., "(run)"): how many, and the first few.
-        let mut classes: BTreeMap<String, Vec<&Violation>> = BTreeMap::new();
-        for v in &r.violations {
-            let text = v.to_string();
-            let class = text.split_whitespace().next().unwrap_or("?").to_owned();
-            classes.entry(class).or_default().push(v);
-        }
-        let per_class: Vec<String> = classes
-            .iter()
-            .map(|(c, vs)| format!("{c} {}", vs.len()))
-            .collect();
-        writeln!(
-            f,
-            "violations: {} ({})",
-            r.violations.len(),
-            per_class.join(", ")
-        )?;
-        for vs in classes.values() {
-            for v in vs.iter().take(5) {
-                writeln!(f, "  {v}")?;
-            }
-        }
-        Ok(())
+        write_violations(f, &r.violations)
     }
+}
+
+/// Violations per class ("(a)", "(b)", ..., "(run)"): how many, and the
+/// first few of each.
+fn write_violations(f: &mut fmt::Formatter<'_>, violations: &[Violation]) -> fmt::Result {
+    let mut classes: BTreeMap<String, Vec<&Violation>> = BTreeMap::new();
+    for v in violations {
+        let text = v.to_string();
+        let class = text.split_whitespace().next().unwrap_or("?").to_owned();
+        classes.entry(class).or_default().push(v);
+    }
+    let per_class: Vec<String> = classes
+        .iter()
+        .map(|(c, vs)| format!("{c} {}", vs.len()))
+        .collect();
+    writeln!(
+        f,
+        "violations: {} ({})",
+        violations.len(),
+        per_class.join(", ")
+    )?;
+    for vs in classes.values() {
+        for v in vs.iter().take(5) {
+            writeln!(f, "  {v}")?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs the torture test: starts four `redis-server`s (the main one and
@@ -287,14 +299,17 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     let (child_stopped, ()) = tokio::join!(child.stop(), workers.stop(STOP_WITHIN));
     child_stopped?;
     let mut history = History {
-        sections: Vec::new(),
         kills: schedule.kills.clone(),
+        pauses: client_pauses(&schedule.log),
+        ..History::default()
     };
-    while let Ok(s) = sections.try_recv() {
-        history.sections.push(s);
+    while let Ok(r) = sections.try_recv() {
+        history.push(r);
     }
     let child_output = child.output();
-    history.sections.extend(child_output.sections);
+    for r in child_output.records {
+        history.push(r);
+    }
 
     // (d), while every client (both processes) is still connected: a leaked
     // hold would still be renewed by its client's watchdog.
@@ -317,8 +332,9 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     let worker_violations = workers.stats.violations();
     workers.shutdown().await;
 
+    let leaderships = crate::checker::leader_sections(&history);
     let mut sections_by_process = BTreeMap::new();
-    for s in &history.sections {
+    for s in history.sections.iter().chain(&leaderships) {
         let process = s.client.split('.').next().unwrap_or("?").to_owned();
         *sections_by_process.entry(process).or_insert(0) += 1;
     }
@@ -326,14 +342,19 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     report.violations.extend(residue);
     let mut run_violations = worker_violations;
     run_violations.extend(child_output.violations);
-    run_violations.extend(missing_grants(&history));
+    run_violations.extend(missing_grants(&history, &leaderships));
     report.violations.extend(
         run_violations
             .into_iter()
             .map(|what| Violation::Run { what }),
     );
     let mut grants = BTreeMap::new();
-    for s in history.sections.iter().filter(|s| s.valid_at_start()) {
+    for s in history
+        .sections
+        .iter()
+        .chain(&leaderships)
+        .filter(|s| s.valid_at_start())
+    {
         *grants.entry(s.kind).or_insert(0) += 1;
     }
     Ok(Summary {
@@ -348,18 +369,30 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     })
 }
 
+/// The pauses of the worker process (`p1`), for the checker.
+fn client_pauses(log: &[FaultRecord]) -> Vec<Pause> {
+    log.iter()
+        .filter(|f| f.kind == FaultKind::ClientPause && f.error.is_none())
+        .map(|f| Pause {
+            process: "p1".into(),
+            from_us: f.start_us,
+            to_us: f.end_us,
+        })
+        .collect()
+}
+
 /// A run that checked nothing proves nothing: every client set of every
 /// process must have been granted every kind of lock at least once.
-fn missing_grants(history: &History) -> Vec<String> {
+fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
     let mut missing = Vec::new();
     for process in ["p0", "p1"] {
         for set in ["direct", "proxied"] {
             let prefix = format!("{process}.{set}.");
             for kind in Kind::ALL {
-                let granted = history
-                    .sections
-                    .iter()
-                    .any(|s| s.kind == kind && s.valid_at_start() && s.client.starts_with(&prefix));
+                let granted =
+                    history.sections.iter().chain(leaderships).any(|s| {
+                        s.kind == kind && s.valid_at_start() && s.client.starts_with(&prefix)
+                    });
                 if !granted {
                     missing.push(format!(
                         "client set {process}.{set} was never granted a {kind}: nothing was checked there"
@@ -468,7 +501,7 @@ fn grew(earlier: &KeyTtl, later: &KeyTtl) -> bool {
 /// What the worker process reported.
 #[derive(Debug, Default)]
 struct ChildOutput {
-    sections: Vec<Section>,
+    records: Vec<Record>,
     counts: BTreeMap<Kind, Counts>,
     errors: BTreeMap<Kind, Vec<String>>,
     /// What its workers saw go wrong outside the history.
@@ -625,9 +658,9 @@ async fn read_child(
     let mut lines = BufReader::new(stdout).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let mut out = output.lock().unwrap_or_else(PoisonError::into_inner);
-        if line.starts_with("S\t") {
-            match Section::from_line(&line) {
-                Ok(s) => out.sections.push(s),
+        if let Some(record) = Record::from_line(&line) {
+            match record {
+                Ok(r) => out.records.push(r),
                 Err(e) => out.other.push(e),
             }
         } else if let Some((kind, counts)) = Counts::from_line(&line) {
@@ -689,7 +722,7 @@ pub async fn worker_process(args: &[String]) -> Result<(), String> {
         num("--drop-percent")?,
     );
     let tasks = usize::try_from(num("--tasks")?).map_err(|e| e.to_string())?;
-    let (sink, mut sections) = mpsc::unbounded_channel::<Section>();
+    let (sink, mut sections) = mpsc::unbounded_channel::<Record>();
     let mut workers = Workers::start(
         process,
         &urls("--main", "--nodes")?,

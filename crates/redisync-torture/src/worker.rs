@@ -11,7 +11,7 @@ use redisync::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::history::{now_us, Section};
+use crate::history::{now_us, Record};
 use crate::rng::Rng;
 use crate::workload::{self, Ctx, Family, Handles, Settings, Stats, TaskState};
 
@@ -95,7 +95,7 @@ pub(crate) struct Workers {
     pub(crate) stats: Arc<Stats>,
     /// Open sections of tasks that did not finish go here; dropped once
     /// stopped, so the reader sees the end of the sections.
-    sink: Option<mpsc::UnboundedSender<Section>>,
+    sink: Option<mpsc::UnboundedSender<Record>>,
     sets: Vec<ClientSet>,
 }
 
@@ -109,7 +109,7 @@ impl Workers {
         settings: Settings,
         tasks_per_family: usize,
         seed: u64,
-        sink: &mpsc::UnboundedSender<Section>,
+        sink: &mpsc::UnboundedSender<Record>,
     ) -> Result<Workers, String> {
         let sets = vec![
             ClientSet::connect(&format!("{process}.direct"), direct, settings).await?,
@@ -194,7 +194,7 @@ impl Workers {
             ));
             for s in state.open_sections() {
                 if let Some(sink) = &sink {
-                    let _ = sink.send(s);
+                    let _ = sink.send(Record::Section(s));
                 }
             }
         }

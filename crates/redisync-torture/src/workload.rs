@@ -28,14 +28,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redisync::{
-    Client, FairLock, FairLockGuard, Lock, LockGuard, ReadLock, RwLockGuard, Semaphore,
-    SemaphorePermit, WriteLock,
+    run_locked, Client, FairLock, FairLockGuard, Leader, Lock, LockGuard, Outcome, ReadLock,
+    RwLockGuard, Semaphore, SemaphorePermit, WriteLock,
 };
 use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::history::{now_us, Access, Kind, Section};
+use crate::history::{now_us, Access, Kind, Record, Section, Step, Work};
 use crate::rng::Rng;
 
 /// The names every family takes: a hash tag inside, colons, and a name
@@ -45,6 +45,10 @@ pub(crate) const NAMES: [&str; 3] = [
     "torture:{t}:b",
     "redisync:v1:lock:hold:{torture:a}",
 ];
+
+/// The elections of the `Leader` tasks: locks of their own (a leader holds
+/// its lock for its whole run, which would starve the `Lock` names).
+pub(crate) const LEADER_NAMES: [&str; 2] = ["torture:lead", "torture:{t}:lead"];
 
 /// Permits of the semaphore named `NAMES[i]`.
 pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
@@ -63,16 +67,22 @@ pub(crate) enum Family {
     Semaphore,
     Multi,
     Redlock,
+    /// `run_locked` over the `Lock` names.
+    Locked,
+    /// `Leader::run` on the `Lock` names.
+    Leader,
 }
 
 impl Family {
-    pub(crate) const ALL: [Family; 6] = [
+    pub(crate) const ALL: [Family; 8] = [
         Family::Lock,
         Family::Fair,
         Family::Rw,
         Family::Semaphore,
         Family::Multi,
         Family::Redlock,
+        Family::Locked,
+        Family::Leader,
     ];
 
     /// Short task label prefix.
@@ -84,6 +94,8 @@ impl Family {
             Family::Semaphore => "s",
             Family::Multi => "m",
             Family::Redlock => "r",
+            Family::Locked => "k",
+            Family::Leader => "d",
         }
     }
 }
@@ -91,7 +103,7 @@ impl Family {
 /// The lock a section of `kind` on `name` holds (see [`Section::lock`]).
 pub(crate) fn lock_id(kind: Kind, name: &str) -> String {
     let family = match kind {
-        Kind::Lock | Kind::MultiLock => "lock",
+        Kind::Lock | Kind::MultiLock | Kind::RunLocked | Kind::Leader => "lock",
         Kind::FairLock => "fair",
         Kind::RwRead | Kind::RwWrite => "rw",
         Kind::Semaphore => "sem",
@@ -223,9 +235,11 @@ impl Counts {
 /// Counters of one process, per kind, and what went wrong.
 #[derive(Default)]
 pub(crate) struct Stats {
-    kinds: [[AtomicU64; COUNT_FIELDS]; 7],
+    kinds: [[AtomicU64; COUNT_FIELDS]; Kind::ALL.len()],
     samples: Mutex<BTreeMap<Kind, Vec<String>>>,
     violations: Mutex<Vec<String>>,
+    /// When a task last stalled its runtime thread (µs).
+    last_stall_us: AtomicU64,
 }
 
 /// Which counter of [`Counts`].
@@ -258,6 +272,18 @@ impl Stats {
         if samples.len() < ERROR_SAMPLES && !samples.contains(&message) {
             samples.push(message);
         }
+    }
+
+    /// Whether a task may stall its runtime thread now: at most once per
+    /// `every` in a process (a stall holds up every task on its thread).
+    pub(crate) fn may_stall(&self, every: Duration) -> bool {
+        let now = now_us();
+        let last = self.last_stall_us.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= micros(every)
+            && self
+                .last_stall_us
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Something the library must never do, seen by a task.
@@ -343,7 +369,7 @@ pub(crate) struct Ctx {
     pub(crate) client: String,
     pub(crate) settings: Settings,
     pub(crate) stats: Arc<Stats>,
-    pub(crate) sink: mpsc::UnboundedSender<Section>,
+    pub(crate) sink: mpsc::UnboundedSender<Record>,
     pub(crate) state: Arc<TaskState>,
     pub(crate) rng: Rng,
 }
@@ -421,7 +447,17 @@ impl Ctx {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&rec.id);
-        let _ = self.sink.send(rec.section);
+        let _ = self.sink.send(Record::Section(rec.section));
+    }
+
+    /// Ends a section at its last look (work cancelled after it).
+    fn finish(&self, rec: Rec) {
+        self.state
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&rec.id);
+        let _ = self.sink.send(Record::Section(rec.section));
     }
 
     /// Holds for `d`, looking every few milliseconds (`valid` per section).
@@ -661,6 +697,7 @@ pub(crate) struct Handles {
     rw: Vec<(ReadLock, WriteLock)>,
     semaphores: Vec<Semaphore>,
     redlocks: Vec<Redlock>,
+    leaders: Vec<Leader>,
 }
 
 impl Handles {
@@ -694,6 +731,7 @@ impl Handles {
                 .collect(),
             semaphores: NAMES.iter().map(|n| main.semaphore(n)).collect(),
             redlocks,
+            leaders: LEADER_NAMES.iter().map(|n| main.leader(n)).collect(),
         })
     }
 
@@ -724,6 +762,11 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         Family::Redlock => {
             let t = Target::Redlock(h.redlocks[i].clone());
             reentrant(ctx, Kind::Redlock, NAMES[i], &t, false).await;
+        }
+        Family::Locked => locked(ctx, NAMES[i], &h.locks[i]).await,
+        Family::Leader => {
+            let i = i % LEADER_NAMES.len();
+            leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
         }
     }
 }
@@ -1188,4 +1231,191 @@ async fn multi(ctx: &mut Ctx, h: &Handles) {
     }
     let how = let_go_how(ctx);
     let_go(ctx, kind, vec![Guard::Multi(g)], how).await;
+}
+
+/// A stall of the runtime thread inside work (a GC pause, a blocking call):
+/// at most one per process this often.
+const STALL_EVERY: Duration = Duration::from_secs(6);
+
+/// A `run_locked` section over a `Lock`: the work looks at its guard every
+/// few milliseconds, each look a step recorded with the guard's validity
+/// (rule (e): no step once the lease clock said lost); now and then the
+/// work stalls its runtime thread (`std::thread::sleep`) for longer than
+/// the lease, after which the library must not poll it again unless the
+/// watchdog renewed meanwhile.
+async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
+    let kind = Kind::RunLocked;
+    let lease = ctx.lease();
+    let belief = ctx.belief(lease);
+    // Mostly short: these tasks share the `Lock` names, which `MultiLock`
+    // needs several of at once.
+    let hold = if ctx.chance(80) {
+        Duration::from_millis(2 + ctx.rng.below(48))
+    } else {
+        ctx.hold_time()
+    };
+    let stall = ctx
+        .stats
+        .may_stall(STALL_EVERY)
+        .then(|| ctx.settings.lease.mul_f64(1.2 + 0.4 * ctx.rng.unit()));
+    let stall_after = ctx.rng.below(4);
+    let requested_us = now_us();
+    let mut busy = false;
+    let acquire = async {
+        match lock.try_lock(WAIT, lease).await {
+            Ok(Some(g)) => Ok(g),
+            Ok(None) => {
+                busy = true;
+                Err(redisync::Error::InvalidArgument("busy".into()))
+            }
+            Err(e) => Err(e),
+        }
+    };
+    let mut rec: Option<Rec> = None;
+    let mut steps: Vec<Step> = Vec::new();
+    let mut saw_lost = false;
+    let shared: &Ctx = ctx;
+    let outcome = run_locked(acquire, async |g: &LockGuard| {
+        let r = rec.insert(shared.open(
+            kind,
+            name,
+            Access::Exclusive,
+            g.fencing_token(),
+            requested_us,
+            belief,
+        ));
+        let until = Instant::now() + hold;
+        let mut n = 0;
+        loop {
+            let mut left = Duration::ZERO;
+            shared.look(r, || {
+                left = g.validity();
+                !left.is_zero()
+            });
+            saw_lost |= left.is_zero();
+            steps.push(Step {
+                at_us: r.section.end_us,
+                left_us: Some(micros(left)),
+            });
+            if let Some(d) = stall.filter(|_| n == stall_after) {
+                // Blocks this runtime thread on purpose.
+                std::thread::sleep(d);
+            }
+            n += 1;
+            if Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+    })
+    .await;
+    let token = rec.as_ref().map_or(0, |r| r.section.token);
+    if let Some(r) = rec {
+        ctx.finish(r);
+    }
+    let _ = ctx.sink.send(Record::Work(Work {
+        lock: lock_id(kind, name),
+        kind,
+        client: ctx.client.clone(),
+        token,
+        lease_us: micros(belief),
+        requested_us,
+        steps,
+    }));
+    match outcome {
+        Ok(o) => {
+            ctx.stats.bump(kind, Count::Acquired);
+            if stall.is_some() {
+                ctx.stats.bump(kind, Count::Moved);
+            }
+            match o {
+                Outcome::Completed(()) if saw_lost => ctx.stats.violation(&format!(
+                    "{}: run_locked on {name:?} (token {token}) said Completed though its work saw the guard lost",
+                    ctx.client
+                )),
+                Outcome::Completed(()) => {}
+                Outcome::Cancelled | Outcome::LostAtEnd(()) => {
+                    ctx.stats.bump(kind, Count::Special);
+                }
+            }
+        }
+        Err(_) if busy => ctx.stats.bump(kind, Count::Busy),
+        Err(e) => failed(ctx, kind, &Failed::of(&e)).await,
+    }
+}
+
+/// A `Leader::run` for a while (0.3 to 1.8 leases), then dropped (the lead is
+/// given back in the background): each job run records its steps with the
+/// leadership's token. The checker derives one section per leadership.
+async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
+    let kind = Kind::Leader;
+    let every = Duration::from_millis(20 + ctx.rng.below(60));
+    let run_for = ctx.settings.lease.mul_f64(0.3 + 1.5 * ctx.rng.unit());
+    let job_steps = 1 + ctx.rng.below(8);
+    let started = now_us();
+    let log: Arc<Mutex<Vec<Work>>> = Arc::default();
+    let lock = lock_id(kind, name);
+    let lease_us = micros(ctx.settings.lease);
+    let client = ctx.client.clone();
+    let job_log = log.clone();
+    let run = leader.run(every, move |token| {
+        let log = job_log.clone();
+        let work = Work {
+            lock: lock.clone(),
+            kind,
+            client: client.clone(),
+            token,
+            lease_us,
+            requested_us: started,
+            steps: Vec::new(),
+        };
+        async move {
+            let i = {
+                let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
+                l.push(work);
+                l.len() - 1
+            };
+            for k in 0..job_steps {
+                let at_us = now_us();
+                if let Some(w) = log
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_mut(i)
+                {
+                    w.steps.push(Step {
+                        at_us,
+                        left_us: None,
+                    });
+                }
+                if k + 1 < job_steps {
+                    tokio::time::sleep(LOOK_EVERY).await;
+                }
+            }
+        }
+    });
+    if let Ok(Err(e)) = tokio::time::timeout(run_for, run).await {
+        ctx.stats.error(kind, &e.to_string());
+    }
+    let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+    // A leadership was asked for when the one before ended (or at the start).
+    let mut campaign_since = started;
+    let mut current = None;
+    for w in &mut works {
+        if current != Some(w.token) {
+            current = Some(w.token);
+            ctx.stats.bump(kind, Count::Acquired);
+        }
+        w.requested_us = campaign_since;
+        if let Some(last) = w.steps.last() {
+            campaign_since = campaign_since.max(last.at_us);
+        }
+        ctx.stats.bump(kind, Count::Special);
+    }
+    // Every run of one leadership keeps the request of its first.
+    let mut first_request = std::collections::HashMap::new();
+    for w in &mut works {
+        let r = *first_request.entry(w.token).or_insert(w.requested_us);
+        w.requested_us = r;
+        let _ = ctx.sink.send(Record::Work(w.clone()));
+    }
 }
