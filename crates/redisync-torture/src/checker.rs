@@ -1167,6 +1167,24 @@ mod tests {
     }
 
     #[test]
+    fn an_overlap_across_a_kill_between_restart_guarded_clients_is_never_excused() {
+        // Guarded clients take nothing from a server up for less than their
+        // longest lease: an empty restart (or one from older data: the
+        // uptime restarts too) explains no overlap between them.
+        let mut h = across_a_kill(299);
+        for s in &mut h.sections {
+            s.client = format!("p0.guarded.{}", s.client);
+        }
+        let report = check(&h);
+        assert_eq!(kinds(&report), ["overlap", "valid-rejected"], "{report:#?}");
+        assert_eq!(report.excused_overlaps, 0);
+        // An unguarded old holder (never on a guarded name in a run) keeps
+        // the excuse: the guard only holds between guarded clients.
+        h.sections[0].client = "p0.direct.a".into();
+        assert_clean(&check(&h));
+    }
+
+    #[test]
     fn a_permit_excess_across_a_kill_is_excused_when_the_rest_fits() {
         let mut old = held("a", 10, 100, 300, permits(2, 3));
         old.requested_us = 90;

@@ -18,7 +18,7 @@ use crate::checker::{check, Report, Violation};
 use crate::faults::{Cluster, FaultKind, FaultRecord, KeyTtl, Schedule};
 use crate::history::{History, Kind, Pause, Record, Section, Server};
 use crate::worker::{Urls, Workers};
-use crate::workload::{Counts, Settings, NAMES, SEMAPHORE_PERMITS};
+use crate::workload::{Counts, Settings, GUARDED_NAMES, NAMES, SEMAPHORE_PERMITS};
 
 /// How long the workers get to finish their current section when stopped.
 const STOP_WITHIN: Duration = Duration::from_secs(20);
@@ -386,9 +386,21 @@ fn client_pauses(log: &[FaultRecord]) -> Vec<Pause> {
 fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
     let mut missing = Vec::new();
     for process in ["p0", "p1"] {
-        for set in ["direct", "proxied"] {
+        for set in ["direct", "proxied", "guarded"] {
             let prefix = format!("{process}.{set}.");
-            for kind in Kind::ALL {
+            let kinds: &[Kind] = if set == "guarded" {
+                &[
+                    Kind::Lock,
+                    Kind::FairLock,
+                    Kind::RwRead,
+                    Kind::RwWrite,
+                    Kind::Semaphore,
+                    Kind::RunLocked,
+                ]
+            } else {
+                &Kind::ALL
+            };
+            for &kind in kinds {
                 let granted =
                     history.sections.iter().chain(leaderships).any(|s| {
                         s.kind == kind && s.valid_at_start() && s.client.starts_with(&prefix)
@@ -420,7 +432,11 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
             }]
         }
     };
-    let semaphores: Vec<_> = NAMES.iter().map(|n| inspector.semaphore(n)).collect();
+    let semaphores: Vec<_> = NAMES
+        .iter()
+        .chain(&GUARDED_NAMES)
+        .map(|n| inspector.semaphore(n))
+        .collect();
     loop {
         let mut held = Vec::new();
         for server in Server::ALL {
@@ -452,7 +468,8 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
                 }
             }
         }
-        for (semaphore, of) in semaphores.iter().zip(SEMAPHORE_PERMITS) {
+        for (semaphore, of) in semaphores.iter().zip(SEMAPHORE_PERMITS.iter().cycle()) {
+            let of = *of;
             match semaphore.available_permits().await {
                 Ok(n) if n < of => held.push(format!(
                     "semaphore {:?} has {n} of {of} permits free",

@@ -13,7 +13,9 @@ use tokio::task::JoinSet;
 
 use crate::history::{now_us, Record};
 use crate::rng::Rng;
-use crate::workload::{self, Ctx, Family, Handles, Settings, Stats, TaskState};
+use crate::workload::{
+    self, Ctx, Family, Handles, Settings, Stats, TaskState, GUARDED_NAMES, NAMES,
+};
 
 /// A step that takes longer than this is a hung task: a step is bounded by
 /// an acquisition's wait, a hold of at most a few leases and the releases.
@@ -45,6 +47,7 @@ impl ClientSet {
         label: &str,
         urls: &Urls,
         settings: Settings,
+        guarded: bool,
     ) -> Result<ClientSet, String> {
         // A client's connect is bounded by its command timeout (450 ms in
         // the short run), which a loaded machine can miss while the worker
@@ -52,11 +55,13 @@ impl ClientSet {
         let connect = |url: String| async move {
             let give_up = tokio::time::Instant::now() + CONNECT_FOR;
             loop {
-                let attempt = Client::builder(&url)
+                let mut builder = Client::builder(&url)
                     .watchdog_timeout(settings.lease)
-                    .command_timeout(settings.command_timeout)
-                    .connect()
-                    .await;
+                    .command_timeout(settings.command_timeout);
+                if guarded {
+                    builder = builder.restart_guard(settings.max_lease());
+                }
+                let attempt = builder.connect().await;
                 match attempt {
                     Ok(client) => return Ok(client),
                     Err(e) if e.is_retryable() && tokio::time::Instant::now() < give_up => {
@@ -112,10 +117,16 @@ impl Workers {
         sink: &mpsc::UnboundedSender<Record>,
     ) -> Result<Workers, String> {
         let sets = vec![
-            ClientSet::connect(&format!("{process}.direct"), direct, settings).await?,
-            ClientSet::connect(&format!("{process}.proxied"), proxied, settings).await?,
+            ClientSet::connect(&format!("{process}.direct"), direct, settings, false).await?,
+            ClientSet::connect(&format!("{process}.proxied"), proxied, settings, false).await?,
+            // The restart guard on: a kill and restart needs no excuse
+            // between these clients (on names of their own).
+            ClientSet::connect(&format!("{process}.guarded"), direct, settings, true).await?,
         ];
-        Handles::new(&sets[0].main, &sets[0].nodes, settings)?
+        Handles::new(&sets[0].main, &sets[0].nodes, settings, NAMES)?
+            .init_semaphores()
+            .await;
+        Handles::new(&sets[0].main, &sets[0].nodes, settings, GUARDED_NAMES)?
             .init_semaphores()
             .await;
         let stop = Arc::new(AtomicBool::new(false));
@@ -124,7 +135,13 @@ impl Workers {
         let mut task_states = Vec::new();
         let mut rng = Rng::new(seed);
         for set in &sets {
-            for family in Family::ALL {
+            let guarded = set.label.ends_with(".guarded");
+            let (names, families) = if guarded {
+                (GUARDED_NAMES, &Family::GUARDED[..])
+            } else {
+                (NAMES, &Family::ALL[..])
+            };
+            for &family in families {
                 for t in 0..tasks_per_family {
                     let client = format!("{}.{}{t}", set.label, family.short());
                     let task_state = Arc::new(TaskState::default());
@@ -137,7 +154,7 @@ impl Workers {
                         state: task_state,
                         rng: Rng::new(rng.next()),
                     };
-                    let handles = Handles::new(&set.main, &set.nodes, settings)?;
+                    let handles = Handles::new(&set.main, &set.nodes, settings, names)?;
                     tasks.spawn(run_task(ctx, family, handles, stop.clone()));
                 }
             }

@@ -50,7 +50,12 @@ pub(crate) const NAMES: [&str; 3] = [
 /// its lock for its whole run, which would starve the `Lock` names).
 pub(crate) const LEADER_NAMES: [&str; 2] = ["torture:lead", "torture:{t}:lead"];
 
-/// Permits of the semaphore named `NAMES[i]`.
+/// The names of the restart-guarded client sets: every client that takes a
+/// name must have the guard for it to hold, so they share none with the
+/// others.
+pub(crate) const GUARDED_NAMES: [&str; 3] = ["torture:g:a", "torture:{g}:b", "torture:g:c"];
+
+/// Permits of the semaphore named `NAMES[i]` (and `GUARDED_NAMES[i]`).
 pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
 
 /// How long one acquisition waits before it counts as busy.
@@ -83,6 +88,16 @@ impl Family {
         Family::Redlock,
         Family::Locked,
         Family::Leader,
+    ];
+
+    /// The families of the restart-guarded client sets: those on the main
+    /// server alone (Redlock has a guard of its own).
+    pub(crate) const GUARDED: [Family; 5] = [
+        Family::Lock,
+        Family::Fair,
+        Family::Rw,
+        Family::Semaphore,
+        Family::Locked,
     ];
 
     /// Short task label prefix.
@@ -692,6 +707,7 @@ async fn poll_then_drop<F: Future>(fut: F, polls: u64, rng: &mut Rng) -> Option<
 
 /// The handles of one task: one target set per name.
 pub(crate) struct Handles {
+    names: [&'static str; 3],
     locks: Vec<Lock>,
     fair: Vec<FairLock>,
     rw: Vec<(ReadLock, WriteLock)>,
@@ -705,9 +721,10 @@ impl Handles {
         main: &Client,
         nodes: &[Client],
         settings: Settings,
+        names: [&'static str; 3],
     ) -> Result<Handles, String> {
         let mut redlocks = Vec::new();
-        for name in NAMES {
+        for name in names {
             redlocks.push(
                 Redlock::builder(nodes.iter().map(|c| c.lock(name)).collect())
                     .max_lease(settings.max_lease())
@@ -717,19 +734,20 @@ impl Handles {
             );
         }
         Ok(Handles {
-            locks: NAMES.iter().map(|n| main.lock(n)).collect(),
-            fair: NAMES
+            names,
+            locks: names.iter().map(|n| main.lock(n)).collect(),
+            fair: names
                 .iter()
                 .map(|n| main.fair_lock(n).with_queue_lease(settings.queue_lease))
                 .collect(),
-            rw: NAMES
+            rw: names
                 .iter()
                 .map(|n| {
                     let rw = main.rw_lock(n);
                     (rw.read(), rw.write())
                 })
                 .collect(),
-            semaphores: NAMES.iter().map(|n| main.semaphore(n)).collect(),
+            semaphores: names.iter().map(|n| main.semaphore(n)).collect(),
             redlocks,
             leaders: LEADER_NAMES.iter().map(|n| main.leader(n)).collect(),
         })
@@ -750,20 +768,20 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
     match family {
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
-            reentrant(ctx, Kind::Lock, NAMES[i], &t, true).await;
+            reentrant(ctx, Kind::Lock, h.names[i], &t, true).await;
         }
         Family::Fair => {
             let t = Target::Fair(h.fair[i].clone());
-            reentrant(ctx, Kind::FairLock, NAMES[i], &t, true).await;
+            reentrant(ctx, Kind::FairLock, h.names[i], &t, true).await;
         }
-        Family::Rw => Box::pin(rw(ctx, NAMES[i], &h.rw[i])).await,
+        Family::Rw => Box::pin(rw(ctx, h.names[i], &h.rw[i])).await,
         Family::Semaphore => semaphore(ctx, i, &h.semaphores[i]).await,
         Family::Multi => multi(ctx, h).await,
         Family::Redlock => {
             let t = Target::Redlock(h.redlocks[i].clone());
-            reentrant(ctx, Kind::Redlock, NAMES[i], &t, false).await;
+            reentrant(ctx, Kind::Redlock, h.names[i], &t, false).await;
         }
-        Family::Locked => locked(ctx, NAMES[i], &h.locks[i]).await,
+        Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
         Family::Leader => {
             let i = i % LEADER_NAMES.len();
             leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
@@ -1170,7 +1188,7 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
     };
     let mut rec = ctx.open(
         kind,
-        NAMES[i],
+        s.name(),
         Access::Permits { held, of },
         g.token(),
         requested_us,
@@ -1186,7 +1204,7 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
 /// A `MultiLock` over 2 or 3 of the `Lock` names, in random order: one
 /// section per member, on that member's lock.
 async fn multi(ctx: &mut Ctx, h: &Handles) {
-    let mut order: Vec<usize> = (0..NAMES.len()).collect();
+    let mut order: Vec<usize> = (0..h.names.len()).collect();
     for k in (1..order.len()).rev() {
         let j = usize::try_from(ctx.rng.below(k as u64 + 1)).unwrap_or(0);
         order.swap(k, j);
@@ -1212,7 +1230,7 @@ async fn multi(ctx: &mut Ctx, h: &Handles) {
         .map(|(&i, &t)| {
             ctx.open(
                 kind,
-                NAMES[i],
+                h.names[i],
                 Access::Exclusive,
                 t,
                 requested_us,
