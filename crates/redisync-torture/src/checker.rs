@@ -1184,6 +1184,60 @@ mod tests {
         assert_clean(&check(&h));
     }
 
+    /// `a` (of client `p0.direct`) holds from 100; `forcer` force-unlocks
+    /// the lock (asked 140, returned 150), `b` is granted at 200 while `a`
+    /// believes until `a_until`.
+    fn forced(forcer: &str, a_until: u64) -> History {
+        History {
+            sections: vec![
+                section("p0.direct.a", 10, 100, a_until, Some(a_until)),
+                section("p1.direct.b", 11, 200, 400, Some(399)),
+            ],
+            forces: vec![crate::history::Force {
+                lock: "l".into(),
+                client: forcer.into(),
+                asked_us: 140,
+                done_us: 150,
+                ok: true,
+            }],
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn a_holder_forced_by_another_client_may_believe_for_its_lease() {
+        let report = check(&forced("p1.proxied.x", 1_150));
+        assert_clean(&report);
+        assert_eq!(report.forced_overlaps, 1);
+        assert_eq!(report.forced_rejections, 1);
+        let report = check(&forced("p1.proxied.x", 1_151));
+        assert_eq!(kinds(&report), ["overlap", "valid-rejected"], "{report:#?}");
+    }
+
+    #[test]
+    fn a_holder_forced_by_its_own_client_knows_at_once() {
+        // Another task of the same client forced it: its looks after the
+        // call returned must find it lost.
+        let report = check(&forced("p0.direct.other", 299));
+        assert_eq!(kinds(&report), ["overlap", "valid-rejected"], "{report:#?}");
+        // Lost by 150: nothing overlaps (its end write is fenced off).
+        let mut h = forced("p0.direct.other", 150);
+        h.sections[0].end_us = 300;
+        h.sections[0].valid_at_end = false;
+        assert_clean(&check(&h));
+        // A force that failed (its reply lost) may have deleted the lock
+        // without telling the client: the lease bound applies.
+        let mut h = forced("p0.direct.other", 299);
+        h.forces[0].ok = false;
+        let report = check(&h);
+        assert_clean(&report);
+        assert_eq!(report.forced_overlaps, 1);
+        // No force of this lock, no excuse.
+        let mut h = forced("p1.proxied.x", 299);
+        h.forces[0].lock = "m".into();
+        assert_eq!(kinds(&check(&h)), ["overlap", "valid-rejected"]);
+    }
+
     #[test]
     fn a_permit_excess_across_a_kill_is_excused_when_the_rest_fits() {
         let mut old = held("a", 10, 100, 300, permits(2, 3));

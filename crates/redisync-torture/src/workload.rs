@@ -35,7 +35,7 @@ use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::history::{now_us, Access, Kind, Record, Section, Step, Work};
+use crate::history::{now_us, Access, Force, Kind, Record, Section, Step, Work};
 use crate::rng::Rng;
 
 /// The names every family takes: a hash tag inside, colons, and a name
@@ -766,6 +766,10 @@ impl Handles {
 pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
     let i = usize::try_from(ctx.rng.below(NAMES.len() as u64)).unwrap_or(0);
     match family {
+        Family::Lock if ctx.chance(2) => {
+            // Another holder's lock, most likely (or none).
+            force(ctx, h.names[i], &h.locks[i]).await;
+        }
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
             reentrant(ctx, Kind::Lock, h.names[i], &t, true).await;
@@ -979,6 +983,10 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, reent
                 ctx.stats.bump(kind, Count::Extended);
             }
         }
+    }
+    // Now and then a lock holder force-unlocks its own lock.
+    if let (Target::Lock(lock), true) = (target, kind == Kind::Lock && ctx.chance(4)) {
+        force_own(ctx, name, lock, &guards).await;
     }
     // Release the nested guards in a random order; each section goes on
     // while one of its guards is left.
@@ -1435,5 +1443,51 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
         let r = *first_request.entry(w.token).or_insert(w.requested_us);
         w.requested_us = r;
         let _ = ctx.sink.send(Record::Work(w.clone()));
+    }
+}
+
+/// Force-unlocks the lock `guards` hold, through their own client: they
+/// must say lost as soon as the call returns `Ok`.
+async fn force_own(ctx: &mut Ctx, name: &str, lock: &Lock, guards: &[Vec<Guard>]) {
+    if !force(ctx, name, lock).await {
+        return;
+    }
+    let held: Vec<u64> = guards
+        .iter()
+        .flatten()
+        .filter(|g| !g.is_lost())
+        .map(Guard::token)
+        .collect();
+    if !held.is_empty() {
+        ctx.stats.violation(&format!(
+            "{}: guards of {name:?} (tokens {held:?}) still said held after this client's force_unlock returned",
+            ctx.client
+        ));
+    }
+}
+
+/// Force-unlocks `lock` and records it; whether the call returned `Ok`.
+async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
+    let asked_us = now_us();
+    let result = lock.force_unlock().await;
+    let done_us = now_us();
+    let _ = ctx.sink.send(Record::Force(Force {
+        lock: lock_id(Kind::Lock, name),
+        client: ctx.client.clone(),
+        asked_us,
+        done_us,
+        ok: result.is_ok(),
+    }));
+    match result {
+        Ok(deleted) => {
+            if deleted {
+                ctx.stats.bump(Kind::Lock, Count::Special);
+            }
+            true
+        }
+        Err(e) => {
+            ctx.stats.error(Kind::Lock, &format!("force_unlock: {e}"));
+            false
+        }
     }
 }
