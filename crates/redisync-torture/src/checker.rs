@@ -87,7 +87,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::history::{client_of, is_guarded, Access, History, Kind, Section, Server, Work};
+use crate::history::{client_of, is_guarded, Access, History, Kind, Probe, Section, Server, Work};
 
 /// One broken guarantee.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +161,13 @@ pub enum Violation {
         /// The end of the validity known at the step before (that step's
         /// time plus its validity; the step's own time when lost).
         known_end_us: u64,
+    },
+    /// (f) A call bounded in time took longer: `try_lock(Duration::ZERO)`
+    /// outside faults, `Client::shutdown` at any time (its process not
+    /// frozen meanwhile).
+    Slow {
+        /// The call.
+        probe: Probe,
     },
     /// (d) A lock stayed held or renewed after every guard was gone (found
     /// by the runner on the servers).
@@ -250,6 +257,15 @@ impl fmt::Display for Violation {
                 work.token,
                 at_us.saturating_sub(*known_end_us),
             ),
+            Violation::Slow { probe } => write!(
+                f,
+                "(f) slow {} by {}: {} us from {} (bound {} us)",
+                probe.what,
+                probe.client,
+                probe.done_us.saturating_sub(probe.asked_us),
+                probe.asked_us,
+                probe.bound_us,
+            ),
             Violation::Run { what } => write!(f, "(run) {what}"),
             Violation::Residue { what } => write!(f, "(d) {what}"),
         }
@@ -293,6 +309,11 @@ pub struct Report {
     pub works: usize,
     /// Their steps.
     pub steps: usize,
+    /// Bounded calls checked (f).
+    pub probes: usize,
+    /// Bounded calls that took longer, excused: a `try_lock(ZERO)` during
+    /// a fault (or soon after), any call while its process was frozen.
+    pub excused_slow: usize,
 }
 
 /// A fenced resource: per lock, the largest token seen so far; a write
@@ -391,8 +412,9 @@ impl<'h> Forces<'h> {
         Forces(by_lock)
     }
 
-    /// Whether a force-unlock `F` of the lock explains `old` (granted
-    /// before `F` returned) meeting `new` (granted after `F` was asked) as
+    /// Whether a force-unlock `F` of the lock explains `old` (asked for
+    /// before `F` returned: a `MultiLock` member may be granted long before
+    /// the whole returns) meeting `new` (granted after `F` was asked) as
     /// long as `old` believed in its lease until `until` at the latest: a
     /// holder on the forcing client knows at once (`until < F.done`, when
     /// `F` returned `Ok`), any other within its lease (`until <= F.done +
@@ -409,7 +431,7 @@ impl<'h> Forces<'h> {
             } else {
                 f.done_us.saturating_add(old.lease_us)
             };
-            old.start_us <= f.done_us && until <= bound
+            old.requested_us < f.done_us && until <= bound
         })
     }
 }
@@ -474,7 +496,48 @@ pub fn check(history: &History) -> Report {
     for w in &history.works {
         check_work(w, history, &mut report);
     }
+    for p in &history.probes {
+        check_probe(p, history, &mut report);
+    }
     report
+}
+
+/// How long after a fault a `try_lock(ZERO)` may still be slow: clients
+/// reconnect (a restarted server, reset connections) and drain what the
+/// fault held up.
+pub const FAULT_GRACE_US: u64 = 2_000_000;
+
+/// Whether a stall of a runtime thread of `holder`'s process overlaps
+/// `(from, to)`.
+fn stalled(history: &History, holder: &str, from: u64, to: u64) -> bool {
+    let process = holder.split('.').next().unwrap_or(holder);
+    history
+        .stalls
+        .iter()
+        .any(|p| p.process.split('.').next() == Some(process) && p.from_us < to && p.to_us > from)
+}
+
+/// (f): a bounded call returned within its bound, unless its process was
+/// frozen (paused, or a runtime thread stalled) meanwhile, or, for a
+/// `try_lock(ZERO)`, a fault was active or had ended less than
+/// [`FAULT_GRACE_US`] before.
+fn check_probe(p: &Probe, history: &History, report: &mut Report) {
+    report.probes += 1;
+    if p.done_us.saturating_sub(p.asked_us) <= p.bound_us {
+        return;
+    }
+    let frozen = paused(history, &p.client, p.asked_us, p.done_us)
+        || stalled(history, &p.client, p.asked_us, p.done_us);
+    let faulted = p.what == "try-zero"
+        && history
+            .faults
+            .iter()
+            .any(|&(from, to)| from < p.done_us && to.saturating_add(FAULT_GRACE_US) > p.asked_us);
+    if frozen || faulted {
+        report.excused_slow += 1;
+    } else {
+        report.violations.push(Violation::Slow { probe: p.clone() });
+    }
 }
 
 /// How late a step may run past the validity end its holder knew, for the
@@ -889,6 +952,7 @@ mod tests {
                 Violation::ValidWriteRejected { .. } => "valid-rejected",
                 Violation::Residue { .. } => "residue",
                 Violation::StepAfterLoss { .. } => "step-after-loss",
+                Violation::Slow { .. } => "slow",
                 Violation::Run { .. } => "run",
             })
             .collect()
@@ -1621,6 +1685,62 @@ mod tests {
         assert_eq!(report.stale_writes_rejected, 1);
         h.pauses.clear();
         assert!(kinds(&check(&h)).contains(&"overlap"));
+    }
+
+    fn probe(what: &str, asked: u64, done: u64, bound: u64) -> Probe {
+        Probe {
+            what: what.into(),
+            client: "p1.direct.l0".into(),
+            asked_us: asked,
+            done_us: done,
+            bound_us: bound,
+        }
+    }
+
+    #[test]
+    fn bounded_calls_within_their_bound_pass() {
+        let h = History {
+            probes: vec![
+                probe("try-zero", 100, 1_100, 1_000),
+                probe("shutdown", 100, 600, 500),
+            ],
+            ..History::default()
+        };
+        let report = check(&h);
+        assert_clean(&report);
+        assert_eq!((report.probes, report.excused_slow), (2, 0));
+    }
+
+    #[test]
+    fn a_slow_bounded_call_is_a_violation_unless_excused() {
+        let slow = |what: &str| History {
+            probes: vec![probe(what, 10_000_000, 12_000_000, 1_000_000)],
+            ..History::default()
+        };
+        let report = check(&slow("try-zero"));
+        assert_eq!(kinds(&report), ["slow"], "{report:#?}");
+        assert!(report.violations[0]
+            .to_string()
+            .starts_with("(f) slow try-zero by p1.direct.l0: 2000000 us"));
+        // During a fault, or within the grace after it: excused.
+        let mut h = slow("try-zero");
+        h.faults.push((1_000_000, 10_000_000 - FAULT_GRACE_US + 1));
+        assert_clean(&check(&h));
+        h.faults[0].1 = 10_000_000 - FAULT_GRACE_US;
+        assert_eq!(kinds(&check(&h)), ["slow"]);
+        // A shutdown is bounded whatever the servers do.
+        let mut h = slow("shutdown");
+        h.faults.push((9_000_000, 13_000_000));
+        assert_eq!(kinds(&check(&h)), ["slow"]);
+        // Its process frozen meanwhile: excused.
+        h.stalls.push(crate::history::Pause {
+            process: "p1.direct.k0".into(),
+            from_us: 10_500_000,
+            to_us: 11_800_000,
+        });
+        let report = check(&h);
+        assert_clean(&report);
+        assert_eq!(report.excused_slow, 1);
     }
 
     #[test]

@@ -507,6 +507,55 @@ pub struct Pause {
     pub to_us: u64,
 }
 
+/// A call that must answer in bounded time: `try_lock(Duration::ZERO)`
+/// ("about a round trip"; a fault may delay it) or `Client::shutdown`
+/// ("about one command timeout", whatever the servers do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// `"try-zero"` or `"shutdown"`.
+    pub what: String,
+    /// Who called it (see [`Section::client`]).
+    pub client: String,
+    /// When it was called.
+    pub asked_us: u64,
+    /// When it returned.
+    pub done_us: u64,
+    /// How long it may take (slack for a loaded machine included).
+    pub bound_us: u64,
+}
+
+impl Probe {
+    /// One tab-separated line (no newline), read back by [`Probe::from_line`].
+    pub fn to_line(&self) -> String {
+        format!(
+            "P\t{}\t{}\t{}\t{}\t{}",
+            self.what, self.client, self.asked_us, self.done_us, self.bound_us
+        )
+    }
+
+    /// Parses a line made by [`Probe::to_line`].
+    ///
+    /// # Errors
+    /// A message naming what is wrong with the line.
+    pub fn from_line(line: &str) -> Result<Probe, String> {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let ["P", what, client, asked, done, bound] = fields[..] else {
+            return Err(format!("not a probe line: {line:?}"));
+        };
+        let num = |what: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|e| format!("bad {what} {v:?} in {line:?}: {e}"))
+        };
+        Ok(Probe {
+            what: what.to_owned(),
+            client: client.to_owned(),
+            asked_us: num("asked", asked)?,
+            done_us: num("done", done)?,
+            bound_us: num("bound", bound)?,
+        })
+    }
+}
+
 /// What a worker sends while it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -516,6 +565,11 @@ pub enum Record {
     Work(Work),
     /// A force-unlock.
     Force(Force),
+    /// A bounded call.
+    Probe(Probe),
+    /// A stall of one runtime thread of a worker process (`process` is the
+    /// holder label of the task that stalled it).
+    Stall(Pause),
 }
 
 impl Record {
@@ -525,6 +579,8 @@ impl Record {
             Record::Section(s) => s.to_line(),
             Record::Work(w) => w.to_line(),
             Record::Force(f) => f.to_line(),
+            Record::Probe(p) => p.to_line(),
+            Record::Stall(p) => format!("T\t{}\t{}\t{}", p.process, p.from_us, p.to_us),
         }
     }
 
@@ -534,6 +590,18 @@ impl Record {
             Some("S") => Some(Section::from_line(line).map(Record::Section)),
             Some("W") => Some(Work::from_line(line).map(Record::Work)),
             Some("F") => Some(Force::from_line(line).map(Record::Force)),
+            Some("P") => Some(Probe::from_line(line).map(Record::Probe)),
+            Some("T") => Some(match line.split('\t').collect::<Vec<_>>()[..] {
+                ["T", process, from, to] => match (from.parse(), to.parse()) {
+                    (Ok(from_us), Ok(to_us)) => Ok(Record::Stall(Pause {
+                        process: process.to_owned(),
+                        from_us,
+                        to_us,
+                    })),
+                    _ => Err(format!("bad stall line {line:?}")),
+                },
+                _ => Err(format!("bad stall line {line:?}")),
+            }),
             _ => None,
         }
     }
@@ -552,6 +620,12 @@ pub struct History {
     pub forces: Vec<Force>,
     /// Every worker process pause.
     pub pauses: Vec<Pause>,
+    /// Every bounded call.
+    pub probes: Vec<Probe>,
+    /// Every stall of a worker's runtime thread.
+    pub stalls: Vec<Pause>,
+    /// When each fault was active (`[start, end]`, µs).
+    pub faults: Vec<(u64, u64)>,
 }
 
 impl History {
@@ -561,6 +635,8 @@ impl History {
             Record::Section(s) => self.sections.push(s),
             Record::Work(w) => self.works.push(w),
             Record::Force(f) => self.forces.push(f),
+            Record::Probe(p) => self.probes.push(p),
+            Record::Stall(p) => self.stalls.push(p),
         }
     }
 }
@@ -638,6 +714,20 @@ mod tests {
             ok: true,
         };
         assert_eq!(Record::from_line(&f.to_line()), Some(Ok(Record::Force(f))));
+        let p = Probe {
+            what: "try-zero".into(),
+            client: "p0.direct.l0".into(),
+            asked_us: 1,
+            done_us: 3,
+            bound_us: 1_000_000,
+        };
+        assert_eq!(Record::from_line(&p.to_line()), Some(Ok(Record::Probe(p))));
+        let t = Record::Stall(Pause {
+            process: "p0.direct.k1".into(),
+            from_us: 5,
+            to_us: 9,
+        });
+        assert_eq!(Record::from_line(&t.to_line()), Some(Ok(t)));
         assert_eq!(Record::from_line("C\tlock"), None);
         assert_eq!(client_of("p1.proxied.l0"), "p1.proxied");
         assert!(is_guarded("p0.guarded.l1") && !is_guarded("p0.direct.l1"));

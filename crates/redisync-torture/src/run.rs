@@ -214,6 +214,11 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
+            "bounded calls (f): {} try_lock(ZERO) and Client::shutdown checked, {} slow ones excused (a fault, a frozen process)",
+            r.probes, r.excused_slow
+        )?;
+        writeln!(
+            f,
             "work under a lock (run_locked sections, leader job runs): {} runs, {} steps checked against the holder's lease clock (e); force-unlocks excused {} overlaps, {} rejected valid writes",
             r.works, r.steps, r.forced_overlaps, r.forced_rejections
         )?;
@@ -299,11 +304,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
 
     let (child_stopped, ()) = tokio::join!(child.stop(), workers.stop(STOP_WITHIN));
     child_stopped?;
-    let mut history = History {
-        kills: schedule.kills.clone(),
-        pauses: client_pauses(&schedule.log),
-        ..History::default()
-    };
+    let mut history = history_of(&schedule);
     while let Ok(r) = sections.try_recv() {
         history.push(r);
     }
@@ -368,6 +369,21 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         faults: schedule.log,
         report,
     })
+}
+
+/// What the fault schedule tells the checker: kills, pauses of the worker
+/// process, and when faults were active.
+fn history_of(schedule: &Schedule) -> History {
+    History {
+        kills: schedule.kills.clone(),
+        pauses: client_pauses(&schedule.log),
+        faults: schedule
+            .log
+            .iter()
+            .map(|f| (f.start_us, f.end_us))
+            .collect(),
+        ..History::default()
+    }
 }
 
 /// The pauses of the worker process (`p1`), for the checker.

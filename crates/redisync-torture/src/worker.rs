@@ -38,6 +38,8 @@ const CONNECT_PAUSE: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct ClientSet {
     pub(crate) label: String,
+    /// The main server's URL.
+    pub(crate) url: String,
     pub(crate) main: Client,
     pub(crate) nodes: Vec<Client>,
 }
@@ -78,6 +80,7 @@ impl ClientSet {
         }
         Ok(ClientSet {
             label: label.to_owned(),
+            url: urls.main.clone(),
             main,
             nodes,
         })
@@ -154,7 +157,8 @@ impl Workers {
                         state: task_state,
                         rng: Rng::new(rng.next()),
                     };
-                    let handles = Handles::new(&set.main, &set.nodes, settings, names)?;
+                    let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?;
+                    handles.url.clone_from(&set.url);
                     tasks.spawn(run_task(ctx, family, handles, stop.clone()));
                 }
             }

@@ -35,7 +35,7 @@ use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::history::{now_us, Access, Force, Kind, Record, Section, Step, Work};
+use crate::history::{now_us, Access, Force, Kind, Pause, Probe, Record, Section, Step, Work};
 use crate::rng::Rng;
 
 /// The names every family takes: a hash tag inside, colons, and a name
@@ -76,10 +76,13 @@ pub(crate) enum Family {
     Locked,
     /// `Leader::run` on the `Lock` names.
     Leader,
+    /// A fresh client takes a few locks and is shut down holding them:
+    /// `Client::shutdown` must return within about one command timeout.
+    Shutdown,
 }
 
 impl Family {
-    pub(crate) const ALL: [Family; 8] = [
+    pub(crate) const ALL: [Family; 9] = [
         Family::Lock,
         Family::Fair,
         Family::Rw,
@@ -88,6 +91,7 @@ impl Family {
         Family::Redlock,
         Family::Locked,
         Family::Leader,
+        Family::Shutdown,
     ];
 
     /// The families of the restart-guarded client sets: those on the main
@@ -111,6 +115,7 @@ impl Family {
             Family::Redlock => "r",
             Family::Locked => "k",
             Family::Leader => "d",
+            Family::Shutdown => "x",
         }
     }
 }
@@ -707,6 +712,8 @@ async fn poll_then_drop<F: Future>(fut: F, polls: u64, rng: &mut Rng) -> Option<
 
 /// The handles of one task: one target set per name.
 pub(crate) struct Handles {
+    /// The main server's URL (for fresh clients).
+    pub(crate) url: String,
     names: [&'static str; 3],
     locks: Vec<Lock>,
     fair: Vec<FairLock>,
@@ -734,6 +741,7 @@ impl Handles {
             );
         }
         Ok(Handles {
+            url: String::new(),
             names,
             locks: names.iter().map(|n| main.lock(n)).collect(),
             fair: names
@@ -786,6 +794,7 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
             reentrant(ctx, Kind::Redlock, h.names[i], &t, false).await;
         }
         Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
+        Family::Shutdown => shutdown(ctx, &h.url).await,
         Family::Leader => {
             let i = i % LEADER_NAMES.len();
             leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
@@ -813,7 +822,19 @@ async fn acquire_within(
     cancel_percent: u64,
 ) -> Got {
     let roll = ctx.rng.below(100);
-    let outcome = if roll >= cancel_percent {
+    let outcome = if roll >= cancel_percent && ctx.chance(10) {
+        // Zero wait: one attempt, answered within about a round trip.
+        let asked_us = now_us();
+        let got = target.acquire(Duration::ZERO, lease).await;
+        let _ = ctx.sink.send(Record::Probe(Probe {
+            what: "try-zero".into(),
+            client: ctx.client.clone(),
+            asked_us,
+            done_us: now_us(),
+            bound_us: TRY_ZERO_BOUND_US,
+        }));
+        Some(got)
+    } else if roll >= cancel_percent {
         Some(target.acquire(wait, lease).await)
     } else if roll < cancel_percent / 2 {
         let budget = Duration::from_millis(ctx.rng.below(30));
@@ -1325,7 +1346,13 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
             });
             if let Some(d) = stall.filter(|_| n == stall_after) {
                 // Blocks this runtime thread on purpose.
+                let from_us = now_us();
                 std::thread::sleep(d);
+                let _ = shared.sink.send(Record::Stall(Pause {
+                    process: shared.client.clone(),
+                    from_us,
+                    to_us: now_us(),
+                }));
             }
             n += 1;
             if Instant::now() >= until {
@@ -1335,6 +1362,22 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
         }
     })
     .await;
+    let stalled = stall.is_some();
+    locked_end(ctx, name, (rec, steps, saw_lost, stalled), outcome, busy).await;
+}
+
+/// The end of a [`locked`] section: its section and work recorded, its
+/// outcome counted (and checked: `Completed` only if held throughout).
+async fn locked_end(
+    ctx: &mut Ctx,
+    name: &str,
+    (rec, steps, saw_lost, stalled): (Option<Rec>, Vec<Step>, bool, bool),
+    outcome: Result<Outcome<()>, redisync::Error>,
+    busy: bool,
+) {
+    let kind = Kind::RunLocked;
+    let belief = rec.as_ref().map_or(0, |r| r.section.lease_us);
+    let requested_us = rec.as_ref().map_or(0, |r| r.section.requested_us);
     let token = rec.as_ref().map_or(0, |r| r.section.token);
     if let Some(r) = rec {
         ctx.finish(r);
@@ -1344,14 +1387,14 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
         kind,
         client: ctx.client.clone(),
         token,
-        lease_us: micros(belief),
+        lease_us: belief,
         requested_us,
         steps,
     }));
     match outcome {
         Ok(o) => {
             ctx.stats.bump(kind, Count::Acquired);
-            if stall.is_some() {
+            if stalled {
                 ctx.stats.bump(kind, Count::Moved);
             }
             match o {
@@ -1489,5 +1532,56 @@ async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
             ctx.stats.error(Kind::Lock, &format!("force_unlock: {e}"));
             false
         }
+    }
+}
+
+/// How long `try_lock(Duration::ZERO)` may take outside faults: about a
+/// round trip, with room for a loaded machine.
+const TRY_ZERO_BOUND_US: u64 = 1_000_000;
+/// What `Client::shutdown` may take beyond one command timeout on a loaded
+/// machine (closing connections, scheduling).
+const SHUTDOWN_SLACK: Duration = Duration::from_millis(500);
+
+/// A fresh client takes 1 to 3 locks of its own (watchdog-renewed) and is
+/// shut down holding them, whatever the fault of the moment: the call is
+/// bounded by about one command timeout (not one per lock), and every
+/// guard says lost once it returns.
+async fn shutdown(ctx: &mut Ctx, url: &str) {
+    // Fresh clients are not cheap: one every second or so per task.
+    let pause = 700 + ctx.rng.below(600);
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    let connected = Client::builder(url)
+        .watchdog_timeout(ctx.settings.lease)
+        .command_timeout(ctx.settings.command_timeout)
+        .connect()
+        .await;
+    let Ok(client) = connected else {
+        return;
+    };
+    let mut guards = Vec::new();
+    for k in 0..=ctx.rng.below(3) {
+        let lock = client.lock(&format!("torture:shutdown:{}:{k}", ctx.client));
+        if let Ok(Some(g)) = lock.try_lock(Duration::from_millis(300), None).await {
+            guards.push(g);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(ctx.rng.below(50))).await;
+    let asked_us = now_us();
+    let _ = client.shutdown().await;
+    let done_us = now_us();
+    let _ = ctx.sink.send(Record::Probe(Probe {
+        what: "shutdown".into(),
+        client: ctx.client.clone(),
+        asked_us,
+        done_us,
+        bound_us: micros(ctx.settings.command_timeout + SHUTDOWN_SLACK),
+    }));
+    let held = guards.iter().filter(|g| !g.is_lost()).count();
+    if held > 0 {
+        ctx.stats.violation(&format!(
+            "{}: {held} of {} guards still said held after their client's shutdown returned",
+            ctx.client,
+            guards.len()
+        ));
     }
 }
