@@ -312,6 +312,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
     for r in child_output.records {
         history.push(r);
     }
+    dump(&history);
 
     // (d), while every client (both processes) is still connected: a leaked
     // hold would still be renewed by its client's watchdog.
@@ -369,6 +370,35 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         faults: schedule.log,
         report,
     })
+}
+
+/// Writes the history's records to the file named by
+/// `REDISYNC_TORTURE_HISTORY`, if set (to look into a violation).
+fn dump(history: &History) {
+    let Ok(path) = std::env::var("REDISYNC_TORTURE_HISTORY") else {
+        return;
+    };
+    let mut lines: Vec<String> = Vec::new();
+    lines.extend(history.sections.iter().map(Section::to_line));
+    lines.extend(history.works.iter().map(crate::history::Work::to_line));
+    lines.extend(history.forces.iter().map(crate::history::Force::to_line));
+    lines.extend(history.probes.iter().map(crate::history::Probe::to_line));
+    lines.extend(
+        history
+            .kills
+            .iter()
+            .map(|k| format!("K\t{}\t{}", k.server, k.at_us)),
+    );
+    lines.extend(
+        history
+            .pauses
+            .iter()
+            .chain(&history.stalls)
+            .map(|p| format!("T\t{}\t{}\t{}", p.process, p.from_us, p.to_us)),
+    );
+    if let Err(e) = std::fs::write(&path, lines.join("\n") + "\n") {
+        eprintln!("cannot write the history to {path}: {e}");
+    }
 }
 
 /// What the fault schedule tells the checker: kills, pauses of the worker
