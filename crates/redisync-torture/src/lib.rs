@@ -5,12 +5,14 @@
 //! [`RwLock`], [`Semaphore`] and [`MultiLock`]), a replica of it, and three
 //! nodes for a [`Redlock`], and two processes of workers: this one and a
 //! child process (the same binary, `redisync-torture worker ...`). Each
-//! process has two client sets, one connected directly and one through a
-//! [`FaultProxy`] per server. Its tasks run the whole public API at random
-//! (see the `workload` module: re-entry, `extend`, cancelled acquisitions,
-//! both sides of a read-write lock with downgrades and refused upgrades,
-//! multi-permit semaphores, `MultiLock`, guards moved to other tasks) on a
-//! few shared names. Meanwhile a fault schedule runs, one fault at a time
+//! process has three client sets, one connected directly, one through a
+//! [`FaultProxy`] per server, and one with the restart guard on (names of
+//! its own). Its tasks run the whole public API at random (see the
+//! `workload` module: re-entry, `extend`, cancelled and zero-wait
+//! acquisitions, both sides of a read-write lock with downgrades and
+//! refused upgrades, multi-permit semaphores, `MultiLock`, guards moved to
+//! other tasks, `run_locked` work with runtime stalls, `Leader::run` jobs,
+//! `force_unlock`, clients shut down holding locks) on a few shared names. Meanwhile a fault schedule runs, one fault at a time
 //! ([`FaultKind`]): servers paused, the worker process paused, proxy
 //! partitions, servers killed and restarted empty or from an older
 //! snapshot, a failover to a lagging replica, subscriber connections
@@ -19,9 +21,12 @@
 //! Every critical section is recorded ([`Section`]). The [`checker`] then
 //! verifies (a) that valid holders are compatible (exclusive, shared, at
 //! most n permits), (b) that tokens never go back, (c) that a fenced store
-//! never accepted a stale write, and the run itself verifies (d) that
-//! nothing stays held or renewed once the workers are gone, and that no
-//! worker panicked or hung and every client set was granted every kind.
+//! never accepted a stale write, (e) that no step of work under a lock ran
+//! once its holder's lease clock said lost, (f) that zero-wait acquisitions
+//! and client shutdowns answered in bounded time, and the run itself
+//! verifies (d) that nothing stays held or renewed once the workers are
+//! gone, and that no worker panicked or hung and every client set was
+//! granted every kind.
 //!
 //! ```text
 //! cargo test -p redisync-torture                                 # the short run

@@ -142,7 +142,7 @@ impl fmt::Display for Summary {
         let c = &self.config;
         writeln!(
             f,
-            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 2 client sets x {} tasks per family, {}% of sections end by dropping their guards",
+            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 3 client sets (direct, proxied, restart-guarded) x {} tasks per family, {}% of sections end by dropping their guards",
             self.elapsed.as_secs_f64(),
             c.lease.as_millis(),
             c.seed,
