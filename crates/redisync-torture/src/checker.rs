@@ -87,7 +87,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::history::{client_of, is_guarded, Access, History, Kind, Probe, Section, Server, Work};
+use crate::history::{
+    client_of, is_guarded, is_synced, Access, History, Kind, Probe, Section, Server, Work,
+};
 
 /// One broken guarantee.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,14 +346,18 @@ impl FencedStore {
     }
 }
 
-/// The kills of each server, as sorted times.
-struct Kills(BTreeMap<Server, Vec<u64>>);
+/// The kills of each server, as sorted times (and whether each was a
+/// failover to the replica's data).
+struct Kills(BTreeMap<Server, Vec<(u64, bool)>>);
 
 impl Kills {
     fn new(history: &History) -> Kills {
-        let mut by_server: BTreeMap<Server, Vec<u64>> = BTreeMap::new();
+        let mut by_server: BTreeMap<Server, Vec<(u64, bool)>> = BTreeMap::new();
         for k in &history.kills {
-            by_server.entry(k.server).or_default().push(k.at_us);
+            by_server
+                .entry(k.server)
+                .or_default()
+                .push((k.at_us, k.failover));
         }
         for times in by_server.values_mut() {
             times.sort_unstable();
@@ -380,10 +386,16 @@ impl Kills {
         let Some(times) = self.0.get(&server) else {
             return false;
         };
-        let before = times.partition_point(|&t| t < new.start_us);
-        let Some(&kill) = before.checked_sub(1).and_then(|i| times.get(i)) else {
+        let before = times.partition_point(|&(t, _)| t < new.start_us);
+        let Some(&(kill, failover)) = before.checked_sub(1).and_then(|i| times.get(i)) else {
             return false;
         };
+        // Replica-synced clients believe only in what a replica
+        // acknowledged: a failover to the replica's data explains nothing
+        // between them (a restart empty or from a snapshot does).
+        if failover && is_synced(&old.client) && is_synced(&new.client) {
+            return false;
+        }
         old.requested_us < kill && until <= kill.saturating_add(old.lease_us)
     }
 }
@@ -934,6 +946,7 @@ mod tests {
                 .map(|&at_us| Kill {
                     server: Server::Main,
                     at_us,
+                    failover: false,
                 })
                 .collect(),
             ..History::default()
@@ -1300,6 +1313,25 @@ mod tests {
         let mut h = forced("p1.proxied.x", 299);
         h.forces[0].lock = "m".into();
         assert_eq!(kinds(&check(&h)), ["overlap", "valid-rejected"]);
+    }
+
+    #[test]
+    fn an_overlap_across_a_failover_between_replica_synced_clients_is_never_excused() {
+        let synced = |failover: bool| {
+            let mut h = across_a_kill(299);
+            h.kills[0].failover = failover;
+            for s in &mut h.sections {
+                s.client = format!("p0.synced.{}", s.client);
+            }
+            check(&h)
+        };
+        // Their belief never outlives what the promoted replica keeps.
+        let report = synced(true);
+        assert_eq!(kinds(&report), ["overlap", "valid-rejected"], "{report:#?}");
+        // An empty restart loses what the replica acknowledged too.
+        let report = synced(false);
+        assert_clean(&report);
+        assert_eq!(report.excused_overlaps, 1);
     }
 
     #[test]

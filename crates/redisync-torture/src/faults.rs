@@ -478,7 +478,7 @@ impl Schedule {
             }
             FaultKind::KillRestart => {
                 let down = self.millis(100, 600);
-                self.kill(cluster, server).await;
+                self.kill(cluster, server, false).await;
                 tokio::time::sleep(down).await;
                 let s = cluster.server_mut(server);
                 let error = match s.remove_snapshot() {
@@ -533,12 +533,14 @@ impl Schedule {
         }
     }
 
-    /// Kills `server` (`SIGKILL`, waited for) and records when it was dead.
-    async fn kill(&mut self, cluster: &mut Cluster, server: Server) {
+    /// Kills `server` (`SIGKILL`, waited for) and records when it was dead
+    /// (and whether it comes back with its replica's data).
+    async fn kill(&mut self, cluster: &mut Cluster, server: Server, failover: bool) {
         cluster.server_mut(server).kill().await;
         self.kills.push(Kill {
             server,
             at_us: now_us(),
+            failover,
         });
     }
 
@@ -558,7 +560,7 @@ impl Schedule {
         tokio::time::sleep(granting).await;
         let down = self.millis(100, 600);
         let age = saved_at.elapsed();
-        self.kill(cluster, server).await;
+        self.kill(cluster, server, false).await;
         tokio::time::sleep(down).await;
         let s = cluster.server_mut(server);
         let restarted = s.try_restart().await.map_err(|e| e.to_string());
@@ -596,7 +598,7 @@ impl Schedule {
         tokio::time::sleep(granting).await;
         let down = self.millis(100, 600);
         let main = Server::Main;
-        self.kill(cluster, main).await;
+        self.kill(cluster, main, true).await;
         let behind = cut_at.elapsed();
         // The replica's data becomes the primary's.
         let copied = match save(&cluster.replica_admin).await {

@@ -326,6 +326,9 @@ pub struct Kill {
     pub server: Server,
     /// When it was dead.
     pub at_us: u64,
+    /// Whether it came back with its replica's data (a failover to a
+    /// replica that missed the last writes, not those acknowledged).
+    pub failover: bool,
 }
 
 /// One step of work under a lock: the time read first, then what was left
@@ -487,6 +490,12 @@ impl Force {
 /// (`"<process>.<client set>.<task>"`).
 pub fn client_of(holder: &str) -> &str {
     holder.rsplit_once('.').map_or(holder, |(c, _)| c)
+}
+
+/// Whether a holder's client set has replica sync on (its label is
+/// `"<process>.synced"`): such sets take names of their own.
+pub fn is_synced(holder: &str) -> bool {
+    holder.split('.').nth(1) == Some("synced")
 }
 
 /// Whether a holder's client set has the restart guard on (its label is

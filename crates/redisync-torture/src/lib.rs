@@ -62,8 +62,8 @@ mod workload;
 
 pub use faults::{FaultKind, FaultRecord};
 pub use history::{
-    client_of, is_guarded, now_us, Access, Force, History, Kill, Kind, Pause, Probe, Record,
-    Section, Server, Step, Work,
+    client_of, is_guarded, is_synced, now_us, Access, Force, History, Kill, Kind, Pause, Probe,
+    Record, Section, Server, Step, Work,
 };
 pub use run::{run, worker_process, Config, Summary};
 pub use workload::Counts;

@@ -18,7 +18,7 @@ use crate::checker::{check, Report, Violation};
 use crate::faults::{Cluster, FaultKind, FaultRecord, KeyTtl, Schedule};
 use crate::history::{History, Kind, Pause, Record, Section, Server};
 use crate::worker::{Urls, Workers};
-use crate::workload::{Counts, Settings, GUARDED_NAMES, NAMES, SEMAPHORE_PERMITS};
+use crate::workload::{Counts, Settings, GUARDED_NAMES, NAMES, SEMAPHORE_PERMITS, SYNCED_NAMES};
 
 /// How long the workers get to finish their current section when stopped.
 const STOP_WITHIN: Duration = Duration::from_secs(20);
@@ -142,7 +142,7 @@ impl fmt::Display for Summary {
         let c = &self.config;
         writeln!(
             f,
-            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 3 client sets (direct, proxied, restart-guarded) x {} tasks per family, {}% of sections end by dropping their guards",
+            "redisync torture: {:.1} s, lease {} ms, seed {}, 2 processes x 4 client sets (direct, proxied, restart-guarded, replica-synced) x {} tasks per family, {}% of sections end by dropping their guards",
             self.elapsed.as_secs_f64(),
             c.lease.as_millis(),
             c.seed,
@@ -433,9 +433,9 @@ fn client_pauses(log: &[FaultRecord]) -> Vec<Pause> {
 fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
     let mut missing = Vec::new();
     for process in ["p0", "p1"] {
-        for set in ["direct", "proxied", "guarded"] {
+        for set in ["direct", "proxied", "guarded", "synced"] {
             let prefix = format!("{process}.{set}.");
-            let kinds: &[Kind] = if set == "guarded" {
+            let kinds: &[Kind] = if set == "guarded" || set == "synced" {
                 &[
                     Kind::Lock,
                     Kind::FairLock,
@@ -482,6 +482,7 @@ async fn residue(cluster: &Cluster, lease: Duration) -> Vec<Violation> {
     let semaphores: Vec<_> = NAMES
         .iter()
         .chain(&GUARDED_NAMES)
+        .chain(&SYNCED_NAMES)
         .map(|n| inspector.semaphore(n))
         .collect();
     loop {

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::history::{now_us, Record};
 use crate::rng::Rng;
 use crate::workload::{
-    self, Ctx, Family, Handles, Settings, Stats, TaskState, GUARDED_NAMES, NAMES,
+    self, Ctx, Family, Handles, Settings, Stats, TaskState, GUARDED_NAMES, NAMES, SYNCED_NAMES,
 };
 
 /// A step that takes longer than this is a hung task: a step is bounded by
@@ -34,6 +34,20 @@ const CONNECT_FOR: Duration = Duration::from_secs(15);
 /// Pause between two connect attempts.
 const CONNECT_PAUSE: Duration = Duration::from_millis(100);
 
+/// How long a replica-synced client waits for its replica's acknowledgement.
+const REPLICA_SYNC_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// What a client set has on beyond the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Plain,
+    /// `ClientBuilder::restart_guard(max_lease)`.
+    Guarded,
+    /// `ClientBuilder::replica_sync(1, ...)`: the main server has one
+    /// replica.
+    Synced,
+}
+
 /// One client for the main server and one per Redlock node.
 #[derive(Debug)]
 pub(crate) struct ClientSet {
@@ -49,7 +63,7 @@ impl ClientSet {
         label: &str,
         urls: &Urls,
         settings: Settings,
-        guarded: bool,
+        mode: Mode,
     ) -> Result<ClientSet, String> {
         // A client's connect is bounded by its command timeout (450 ms in
         // the short run), which a loaded machine can miss while the worker
@@ -60,9 +74,11 @@ impl ClientSet {
                 let mut builder = Client::builder(&url)
                     .watchdog_timeout(settings.lease)
                     .command_timeout(settings.command_timeout);
-                if guarded {
-                    builder = builder.restart_guard(settings.max_lease());
-                }
+                builder = match mode {
+                    Mode::Plain => builder,
+                    Mode::Guarded => builder.restart_guard(settings.max_lease()),
+                    Mode::Synced => builder.replica_sync(1, REPLICA_SYNC_TIMEOUT),
+                };
                 let attempt = builder.connect().await;
                 match attempt {
                     Ok(client) => return Ok(client),
@@ -120,27 +136,46 @@ impl Workers {
         sink: &mpsc::UnboundedSender<Record>,
     ) -> Result<Workers, String> {
         let sets = vec![
-            ClientSet::connect(&format!("{process}.direct"), direct, settings, false).await?,
-            ClientSet::connect(&format!("{process}.proxied"), proxied, settings, false).await?,
+            ClientSet::connect(&format!("{process}.direct"), direct, settings, Mode::Plain).await?,
+            ClientSet::connect(
+                &format!("{process}.proxied"),
+                proxied,
+                settings,
+                Mode::Plain,
+            )
+            .await?,
             // The restart guard on: a kill and restart needs no excuse
             // between these clients (on names of their own).
-            ClientSet::connect(&format!("{process}.guarded"), direct, settings, true).await?,
+            ClientSet::connect(
+                &format!("{process}.guarded"),
+                direct,
+                settings,
+                Mode::Guarded,
+            )
+            .await?,
+            // Replica sync on: a failover to the lagging replica needs no
+            // excuse between these (on names of their own).
+            ClientSet::connect(&format!("{process}.synced"), direct, settings, Mode::Synced)
+                .await?,
         ];
         Handles::new(&sets[0].main, &sets[0].nodes, settings, NAMES)?
             .init_semaphores()
             .await;
-        Handles::new(&sets[0].main, &sets[0].nodes, settings, GUARDED_NAMES)?
-            .init_semaphores()
-            .await;
+        for names in [GUARDED_NAMES, SYNCED_NAMES] {
+            Handles::new(&sets[0].main, &sets[0].nodes, settings, names)?
+                .init_semaphores()
+                .await;
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Stats::default());
         let mut tasks = JoinSet::new();
         let mut task_states = Vec::new();
         let mut rng = Rng::new(seed);
         for set in &sets {
-            let guarded = set.label.ends_with(".guarded");
-            let (names, families) = if guarded {
+            let (names, families) = if set.label.ends_with(".guarded") {
                 (GUARDED_NAMES, &Family::GUARDED[..])
+            } else if set.label.ends_with(".synced") {
+                (SYNCED_NAMES, &Family::GUARDED[..])
             } else {
                 (NAMES, &Family::ALL[..])
             };

@@ -55,7 +55,10 @@ pub(crate) const LEADER_NAMES: [&str; 2] = ["torture:lead", "torture:{t}:lead"];
 /// others.
 pub(crate) const GUARDED_NAMES: [&str; 3] = ["torture:g:a", "torture:{g}:b", "torture:g:c"];
 
-/// Permits of the semaphore named `NAMES[i]` (and `GUARDED_NAMES[i]`).
+/// The names of the replica-synced client sets (likewise).
+pub(crate) const SYNCED_NAMES: [&str; 3] = ["torture:s:a", "torture:{s}:b", "torture:s:c"];
+
+/// Permits of the semaphore named `NAMES[i]` (and the others' `[i]`).
 pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
 
 /// How long one acquisition waits before it counts as busy.
@@ -94,8 +97,8 @@ impl Family {
         Family::Shutdown,
     ];
 
-    /// The families of the restart-guarded client sets: those on the main
-    /// server alone (Redlock has a guard of its own).
+    /// The families of the restart-guarded and replica-synced client sets:
+    /// those on the main server alone (Redlock has a guard of its own).
     pub(crate) const GUARDED: [Family; 5] = [
         Family::Lock,
         Family::Fair,
