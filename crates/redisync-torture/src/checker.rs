@@ -431,13 +431,24 @@ impl<'h> Forces<'h> {
     /// holder on the forcing client knows at once (`until < F.done`, when
     /// `F` returned `Ok`), any other within its lease (`until <= F.done +
     /// old.lease`: its next renewal finds the lock gone, or its lease ends).
+    /// A force that got no reply (`ok` false) may have run as late as
+    /// `new`'s grant: `until <= new.start + old.lease`, if asked less than
+    /// [`FORCE_IN_FLIGHT_US`] before.
     fn excuse(&self, old: &Section, new: &Section, until: u64) -> bool {
         let Some(forces) = self.0.get(old.lock.as_str()) else {
             return false;
         };
         let asked_before = forces.partition_point(|f| f.asked_us < new.start_us);
         forces[..asked_before].iter().rev().any(|f| {
-            let same_client = f.ok && client_of(&f.client) == client_of(&old.client);
+            if !f.ok {
+                // No reply: it may have run any time while in flight (a
+                // paused server runs it when resumed), up to `new`'s grant,
+                // and told nobody.
+                return new.start_us - f.asked_us <= FORCE_IN_FLIGHT_US
+                    && old.requested_us < new.start_us
+                    && until <= new.start_us.saturating_add(old.lease_us);
+            }
+            let same_client = client_of(&f.client) == client_of(&old.client);
             let bound = if same_client {
                 f.done_us
             } else {
@@ -447,6 +458,10 @@ impl<'h> Forces<'h> {
         })
     }
 }
+
+/// How long a force-unlock without a reply may still run: longer than any
+/// server pause of the schedule (2.2 leases) plus latency.
+pub const FORCE_IN_FLIGHT_US: u64 = 5_000_000;
 
 /// Every excuse of a run.
 struct Excuses<'h> {
@@ -846,6 +861,12 @@ fn check_fencing(
             // write, it should have fenced it off.
             let first_after = grants.partition_point(|g| g.start_us <= writer.start_us);
             match grants.get(first_after).filter(|g| g.start_us < at_us) {
+                // The later start was a forced holder whose reply came
+                // late: its lock was gone before the writer's grant, so it
+                // superseded nothing (it believes until it learns).
+                Some(later) if excuses.forces.excuse(later, writer, valid_until(later)) => {
+                    report.forced_rejections += 1;
+                }
                 Some(later) => report.violations.push(Violation::StaleWriteAccepted {
                     lock: lock.to_owned(),
                     writer: writer.clone(),
@@ -1332,6 +1353,65 @@ mod tests {
         let report = synced(false);
         assert_clean(&report);
         assert_eq!(report.excused_overlaps, 1);
+    }
+
+    #[test]
+    fn a_force_without_a_reply_may_run_when_a_paused_server_resumes() {
+        // The force was asked at 140 and gave up at 150 (server paused);
+        // the server ran it at about 195, after `a`'s grant (asked at 160),
+        // and `b` got the lock at 200.
+        let mut h = forced("p1.proxied.x", 299);
+        h.forces[0].ok = false;
+        h.sections[0].requested_us = 160;
+        h.sections[0].start_us = 170;
+        let report = check(&h);
+        assert_clean(&report);
+        assert_eq!(report.forced_overlaps, 1);
+        // Within `a`'s lease after `b`'s grant only.
+        let mut late = h.clone();
+        late.sections[0].end_us = 1_201;
+        late.sections[0].valid_until_us = Some(1_201);
+        assert!(kinds(&check(&late)).contains(&"overlap"));
+        // Asked too long before to still be in flight.
+        let mut old = h.clone();
+        let mut sections = old.sections.clone();
+        for s in &mut sections {
+            s.start_us += FORCE_IN_FLIGHT_US;
+            s.requested_us += FORCE_IN_FLIGHT_US;
+            s.end_us += FORCE_IN_FLIGHT_US;
+            s.valid_until_us = s.valid_until_us.map(|v| v + FORCE_IN_FLIGHT_US);
+        }
+        old.sections = sections;
+        assert!(kinds(&check(&old)).contains(&"overlap"));
+    }
+
+    #[test]
+    fn a_forced_holder_whose_reply_came_late_supersedes_nobody() {
+        // `k0` was granted (token 10) at about 90, its lock force-unlocked
+        // at 140-150 by another client, `k1` granted at 160 (token 11);
+        // `k0`'s reply arrived at 170. `k1`'s end write at 300 is accepted:
+        // not a stale write, `k0` held nothing by then.
+        let mut k0 = section("p1.proxied.k0", 10, 170, 250, Some(250));
+        k0.requested_us = 80;
+        let k1 = section("p0.direct.k1", 11, 160, 300, Some(300));
+        let force = crate::history::Force {
+            lock: "l".into(),
+            client: "p1.direct.l0".into(),
+            asked_us: 140,
+            done_us: 150,
+            ok: true,
+        };
+        let h = History {
+            sections: vec![k0, k1],
+            forces: vec![force],
+            ..History::default()
+        };
+        let report = check(&h);
+        assert_clean(&report);
+        // Without the force, `k1`'s write after `k0`'s start is stale.
+        let mut bare = h.clone();
+        bare.forces.clear();
+        assert!(kinds(&check(&bare)).contains(&"stale-accepted"));
     }
 
     #[test]
