@@ -43,7 +43,7 @@ pub enum Error {
         required: u32,
     },
     /// The semaphore has no permits set yet (see `Semaphore::try_set_permits`).
-    #[error("semaphore {name:?} has no permits set; call try_set_permits first")]
+    #[error("semaphore {name:?} has no permits set; call try_set_permits first, or declare the total with the handle: semaphore(name).with_permits(n)")]
     NotInitialized {
         /// The semaphore's name.
         name: String,
