@@ -10,21 +10,18 @@
 -- ARGV[2]  channel
 -- Returns {1, last} if it removed the holder or a head, {0, last} if
 -- nothing was there (only ended queue entries are pruned then), `last` at
--- least the last fencing token issued (the counter, or the server time in
--- us when the counter expired: tokens are never below the time of their
--- grant): every acquisition with a token up to it ran before this script
--- and is gone. Keys of another type are an error and left untouched.
+-- least the last fencing token issued (see last_issued in prelude.lua).
+-- Keys of another type are an error and left untouched.
 local err = wrong_type({KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset'})
 if err then
   return err
 end
 local last
-last, err = read_fence(KEYS[4])
+last, err = last_issued(KEYS[4])
 if err then
   return err
 end
-local now, now_us = server_time()
-last = math.max(last, now_us)
+local now = server_time()
 -- The live queue: entries whose queue lease ended, and entries without a
 -- deadline at the head, are gone already.
 local expired = redis.call('zrangebyscore', KEYS[3], '-inf', now)

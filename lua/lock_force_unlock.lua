@@ -4,21 +4,17 @@
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  unlock channel
 -- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
--- last fencing token issued (the counter, or the server time in us when the
--- counter expired: tokens are never below the time of their grant): every
--- acquisition with a token up to it ran before this script and is gone. A
--- key of another type is an error.
+-- last fencing token issued (see last_issued in prelude.lua). A key of
+-- another type is an error.
 local err = wrong_type({KEYS[1], 'hash'})
 if err then
   return err
 end
 local last
-last, err = read_fence(KEYS[2])
+last, err = last_issued(KEYS[2])
 if err then
   return err
 end
-local _, now_us = server_time()
-last = math.max(last, now_us)
 if redis.call('del', KEYS[1]) == 0 then
   return {0, last}
 end

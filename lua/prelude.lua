@@ -47,6 +47,20 @@ local function server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- At least the last fencing token issued on `fence`, for a force-unlock's
+-- answer (every acquisition with a token up to it ran before the script):
+-- the counter, or the server time in us when the counter expired (a token
+-- is never below the time of its grant). nil and an error reply naming the
+-- counter when it holds something else.
+local function last_issued(fence)
+  local counter, err = read_fence(fence)
+  if err then
+    return nil, err
+  end
+  local _, now_us = server_time()
+  return math.max(counter, now_us), nil
+end
+
 -- The fencing token after `last`: max(last + 1, server time in
 -- microseconds); see next_token.
 local function token_after(last, now_us)

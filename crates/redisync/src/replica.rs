@@ -62,30 +62,27 @@ where
     U: FnOnce(G) -> F,
     F: Future<Output = Result<()>>,
 {
-    let (acked, required) = match wait_for_replicas(client, key).await {
-        Synced::Enough => return Ok(guard),
-        Synced::Short { acked, required } => (acked, required),
-        Synced::Failed(e) => {
-            drop(guard); // released in the background
-            return Err(e);
+    match writes_synced(client, name, key).await {
+        Ok(()) => Ok(guard),
+        Err(e @ Error::ReplicaSync { .. }) => {
+            if let Err(undone) = undo(guard).await {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %undone, "undoing an unsynced acquisition failed; it expires with its lease");
+            }
+            Err(e)
         }
-    };
-    if let Err(e) = undo(guard).await {
-        tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %e, "undoing an unsynced acquisition failed; it expires with its lease");
+        Err(e) => {
+            drop(guard); // released in the background
+            Err(e)
+        }
     }
-    Err(Error::ReplicaSync {
-        name: name.to_owned(),
-        acked,
-        required,
-    })
 }
 
-/// After an `extend` of `name` (Redis key `key`) raised its lease: whether
-/// the longer lease counts. With replica sync on it counts only once enough
-/// replicas acknowledged it (a failover to one without it would keep the old
-/// lease); otherwise [`Error::ReplicaSync`] (or the `WAIT`'s error), and the
-/// caller keeps its lease estimate as it was.
-pub(crate) async fn extension_synced(client: &ClientInner, name: &str, key: &str) -> Result<()> {
+/// After a write to `name` (Redis key `key`), e.g. an `extend` that raised
+/// its lease: whether it counts. With replica sync on it counts only once
+/// enough replicas acknowledged it (a failover to one without it would keep
+/// the old state); otherwise [`Error::ReplicaSync`] (or the `WAIT`'s error),
+/// and the caller keeps what it believed before.
+pub(crate) async fn writes_synced(client: &ClientInner, name: &str, key: &str) -> Result<()> {
     match wait_for_replicas(client, key).await {
         Synced::Enough => Ok(()),
         Synced::Short { acked, required } => Err(Error::ReplicaSync {

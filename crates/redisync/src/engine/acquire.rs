@@ -84,7 +84,7 @@ async fn acquire_unboxed<S: Spec>(
         if restart_young(client).await?.is_some() {
             hold.mark_lost("the server restarted");
         } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
-            if guarded_generation(client) == generation || restart_young(client).await?.is_none() {
+            if restart_young_since(client, generation).await?.is_none() {
                 return Ok(Some(held));
             }
             hold.mark_lost("the server restarted");
@@ -190,15 +190,9 @@ async fn contend<S: Spec>(
                 return Err(e);
             }
             Ok(Reply::Granted { token, exhausted }) => {
-                // Granted over a newer connection: the server may have
-                // restarted since it was judged. Its uptime decides; a young
-                // server's grant is undone (the undo stays armed until then).
-                let young = if guarded_generation(client) == generation {
-                    None
-                } else {
-                    restart_young(client).await?
-                };
-                if let Some(left) = young {
+                // A young server's grant is undone (the undo stays armed
+                // until then).
+                if let Some(left) = restart_young_since(client, generation).await? {
                     spec.undo(slot, holder, None).await?;
                     undo.disarm();
                     queued = false;
@@ -248,6 +242,19 @@ fn guarded_generation(client: &crate::client::ClientInner) -> u64 {
     } else {
         0
     }
+}
+
+/// [`restart_young`] for a reply that came over a newer connection than
+/// `generation` (from [`guarded_generation`]): the server may have
+/// restarted since it was judged. `None` when the connection is the same.
+async fn restart_young_since(
+    client: &crate::client::ClientInner,
+    generation: u64,
+) -> Result<Option<Duration>> {
+    if guarded_generation(client) == generation {
+        return Ok(None);
+    }
+    restart_young(client).await
 }
 
 /// How long the server stays too young to grant under the client's restart

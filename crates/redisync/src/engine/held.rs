@@ -102,7 +102,7 @@ impl Held {
             // A replica without the longer lease would keep the old one
             // after a failover: unacknowledged, the estimate stays (the
             // longer lease left in Redis only outlives our belief: safe).
-            crate::replica::extension_synced(&self.client, &self.name, &hold.key).await?;
+            crate::replica::writes_synced(&self.client, &self.name, &hold.key).await?;
             hold.extend_validity(sent_at, lease);
             Ok(())
         } else {

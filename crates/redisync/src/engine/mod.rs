@@ -217,8 +217,10 @@ impl Named {
                 ],
             )
             .await?;
-        // Holds older than the counter's TTL are not below `last` if the
-        // counter expired: those alive when the script was sent are lost too.
+        // `last` covers every hold granted before the script (the counter or
+        // the server time), but for a token advanced past the clock whose
+        // counter expired since: the holds alive when it was sent are lost
+        // too, whatever their token.
         for hold in before {
             hold.mark_lost("force-unlocked");
         }
