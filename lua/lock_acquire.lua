@@ -1,34 +1,72 @@
 -- Acquire or re-enter a reentrant lock.
--- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing token
+-- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing
+--          token, '~w' = a waiter may be queued, '~f' = token floor set by
+--          an advance while held
 -- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in prelude.lua)
+-- KEYS[3]  wait queue (list of "<lease ms> <number> <owner id>", oldest first; a
+--          release hands the lock to its head, see hand_to_next in prelude.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
 --          for a fresh acquisition
 -- ARGV[4]  fencing counter TTL, milliseconds
 -- ARGV[5]  token floor (see next_token in prelude.lua), or '' for none
--- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl ms} busy.
--- Field '~w' marks that another client tried while the lock was held.
+-- ARGV[6]  '' = do not wait; '1' = wait: join the queue when busy; '2' =
+--          wait, queued already by an earlier attempt (joins again only if
+--          the entry is gone)
+-- ARGV[8]  the number of the caller's queue entry (a decimal): with the
+--          owner it names the entry, and the hand-off message names it too,
+--          so a late message never hands a lock to an entry it was not
+--          given to
+-- ARGV[9]  the number a new entry takes when the caller's ('2') is gone
+-- ARGV[7]  '1' = the caller expects the lock held by another client (its
+--          last look found it so, or its release handed it over): read the
+--          hash first, and the lock's PTTL only when needed
+-- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl
+-- ms, queued: 0 no, 1 yes, 2 under the new number ARGV[9]} busy, pttl -3
+-- when not read (a waiter behind others in
+-- the queue needs none: it is handed the lock, or looks again on its own).
 -- A key of another type is an error naming it, before anything is written.
-local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
--- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
-local pttl = redis.call('pttl', lock)
-local held = {false, false}
-local err
-if pttl ~= -2 then
-  held = redis.pcall('hmget', lock, owner, '~t')
+local lock, fence, queue, owner, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
+local entry = ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. owner
+local held = {false, false, false}
+local pttl, err
+if ARGV[7] == '1' then
+  held = redis.pcall('hmget', lock, owner, '~t', '~w')
   err = read_error(held, lock, 'lock')
   if err then
     return err
   end
-end
-local counter
-counter, err = read_fence(fence)
-if err then
-  return err
+  if not (held[2] and not held[1]) then
+    -- Free, ours, or not one of ours after all.
+    pttl = redis.call('pttl', lock)
+  end
+else
+  -- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
+  pttl = redis.call('pttl', lock)
+  if pttl ~= -2 then
+    held = redis.pcall('hmget', lock, owner, '~t', '~w')
+    err = read_error(held, lock, 'lock')
+    if err then
+      return err
+    end
+  end
 end
 
 local function grant()
+  local counter
+  counter, err = read_fence(fence)
+  if err then
+    return err
+  end
+  if ARGV[6] == '2' then
+    -- Our own entry from an earlier busy attempt goes with the grant.
+    local gone = redis.pcall('lrem', queue, 1, entry)
+    err = read_error(gone, queue, 'lock queue')
+    if err then
+      return err
+    end
+  end
   local token = next_token(fence, ARGV[4], counter, ARGV[5])
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
@@ -42,8 +80,10 @@ end
 if held[1] then
   if held[2] ~= ARGV[3] then
     -- Left by an acquisition of this owner that the caller no longer holds
-    -- (its release never arrived): a fresh acquisition replaces it, with a
-    -- new token, so nothing carrying the old token matches it any more.
+    -- (its release never arrived, or the lock was handed to it while it
+    -- waited and the message was lost): a fresh acquisition replaces it,
+    -- with a new token, so nothing carrying the old token matches it any
+    -- more.
     return grant()
   end
   redis.call('hincrby', lock, owner, 1)
@@ -54,10 +94,52 @@ if held[1] then
   return {2, tonumber(held[2])}
 end
 
--- Busy: tell the holder that another client contends (the releasing client
--- then lets remote waiters in now and then instead of its own queue). Only
--- our own locks (with a token) are marked.
-if held[2] then
+-- Busy. Only our own locks (with a token) queue waiters.
+if not held[2] then
+  return {0, pttl or redis.call('pttl', lock), 0}
+end
+local queued = 0
+if ARGV[6] ~= '' then
+  local at = false
+  if ARGV[6] == '2' then
+    at = redis.pcall('lpos', queue, entry)
+    err = read_error(at, queue, 'lock queue')
+    if err then
+      return err
+    end
+    if at == 0 then
+      pttl = pttl or redis.call('pttl', lock)
+    end
+  end
+  if not at then
+    if ARGV[6] == '2' then
+      -- Gone (handed to us and expired, or the queue expired): a new entry
+      -- with a new number.
+      entry = ARGV[2] .. ' ' .. ARGV[9] .. ' ' .. owner
+      queued = 2
+    end
+    local length = redis.pcall('rpush', queue, entry)
+    err = read_error(length, queue, 'lock queue')
+    if err then
+      return err
+    end
+    if length == 1 then
+      -- The head watches the holder's lease (a crashed holder hands
+      -- nothing over). A new queue lives about as long as its first waiter
+      -- could wait for this holder; entries of crashed waiters go with it.
+      -- A queue that expires under live waiters only costs them a wake-all.
+      pttl = pttl or redis.call('pttl', lock)
+      redis.call('pexpire', queue, math.max(pttl, 0) + lease)
+    end
+  end
+  queued = math.max(queued, 1)
+end
+if not pttl and queued == 0 then
+  pttl = redis.call('pttl', lock)
+end
+-- Tell the holder that somebody waits (its release then looks at the
+-- queue, or wakes every waiter of other clients).
+if not held[3] then
   redis.call('hset', lock, '~w', 1)
 end
-return {0, pttl}
+return {0, pttl or -3, queued}

@@ -131,3 +131,42 @@ local function reclaim_expired(leases, used, now)
   first = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
   return math.max(0, used), tonumber(first[2]), true, nil
 end
+
+
+-- Locks: hand-off to the oldest waiter.
+
+-- Hands a lock whose holder had token `token` (and token floor `floor` or
+-- nil) to the head of its wait queue (entries "<lease ms> <number> <owner
+-- id>", the number naming the owner's waiting acquisition): the
+-- new holder's fencing token follows the rule of next_token from the old
+-- one (never below the server time: a hold and queue brought back by a
+-- restart from an older snapshot must not hand over a token below those
+-- issued since), the counter follows, and the message
+-- "g:<token>:<number>:<owner>" tells the waiter, who then needs no command
+-- of its own. Returns true when handed, false
+-- for an empty queue (nothing written), or nil and an error reply naming
+-- the queue when it holds something else (nothing written).
+local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish, channel)
+  local entry = redis.pcall('lpop', queue)
+  local err = read_error(entry, queue, 'lock queue')
+  if err then
+    return nil, err
+  end
+  while entry do
+    local lease, number, owner = string.match(entry, '^(%d+) (%d+) (.+)$')
+    if lease then
+      local _, now_us = server_time()
+      local next = string.format('%.0f', token_after(math.max(token, tonumber(floor) or 0), now_us))
+      redis.call('set', fence, next, 'PX', fence_ttl)
+      redis.call('del', lock)
+      -- '~w': more waiters may follow; the next release looks.
+      redis.call('hset', lock, owner, 1, '~t', next, '~w', 1)
+      redis.call('pexpire', lock, lease)
+      redis.call(publish, channel, 'g:' .. next .. ':' .. number .. ':' .. owner)
+      return true, nil
+    end
+    -- Not one of ours: dropped.
+    entry = redis.call('lpop', queue)
+  end
+  return false, nil
+end

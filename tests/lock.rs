@@ -488,7 +488,9 @@ async fn release_publishes_only_when_another_client_tried() {
         .unlock()
         .await
         .unwrap();
-    // Contended by another client: one message, and that client gets in.
+    // Contended by another client: the release hands the lock to it (one
+    // message naming it), and its release, the end of the contention,
+    // wakes whoever else may wait (one more).
     let g = a.lock("quiet").lock().await.unwrap();
     let waiter =
         tokio::spawn(async move { b.lock("quiet").try_lock(Duration::from_secs(5), None).await });
@@ -502,23 +504,24 @@ async fn release_publishes_only_when_another_client_tried() {
     .await;
     assert!(tried, "B never tried");
     g.unlock().await.unwrap();
-    let got = waiter
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("woken by the message");
+    let got = waiter.await.unwrap().unwrap().expect("handed the lock");
     got.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), messages.recv())
-        .await
-        .expect("the release published")
-        .unwrap();
-    // Anything else (from the uncontended release or B's) arrives by now.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut count = 1;
-    while messages.try_recv().is_ok() {
-        count += 1;
+    let mut payloads = Vec::new();
+    for _ in 0..2 {
+        let message = tokio::time::timeout(Duration::from_secs(5), messages.recv())
+            .await
+            .expect("the releases published")
+            .unwrap();
+        payloads.push(message.value.as_string().unwrap_or_default());
     }
-    assert_eq!(count, 1, "messages published");
+    assert!(payloads[0].starts_with("g:"), "{payloads:?}");
+    assert_eq!(payloads[1], "unlock", "{payloads:?}");
+    // Anything else (from the uncontended release) arrives by now.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        messages.try_recv().is_err(),
+        "messages published: more than two"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

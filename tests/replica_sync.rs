@@ -373,3 +373,47 @@ async fn an_undone_reentry_leaves_the_outer_hold_as_it_was() {
     write_outer.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap() && !fair.is_locked().await.unwrap());
 }
+
+/// A lock handed to a waiting client by another client's release was
+/// written on the releaser's connection: the waiter's own `WAIT` counts it
+/// only after a write of its own that follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
+    let primary = RedisServer::start().await;
+    let replica = replica_of(&primary).await;
+    let admin = common::admin(&primary.url()).await;
+    let releaser = redisync::Client::connect(&primary.url()).await.unwrap();
+    let waiter = redisync::Client::builder(&primary.url())
+        .replica_sync(1, Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let g = releaser.lock("handed").lock().await.unwrap();
+    let lock = waiter.lock("handed");
+    let waiting = tokio::spawn(async move {
+        lock.try_lock(Duration::from_secs(30), Some(LEASE))
+            .await
+            .map(|g| g.is_some())
+    });
+    let queue = common::key("lock", "queue", "handed");
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            admin.llen::<i64, _>(&queue).await.unwrap() == 1
+        })
+        .await
+    );
+    assert!(caught_up(&admin).await, "the replica has the queue entry");
+    replica.pause();
+    g.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(got, Err(Error::ReplicaSync { acked: 0, .. })),
+        "handed over without the replicas: {got:?}"
+    );
+    replica.resume();
+    let held: i64 = admin.exists(common::lock_key("handed")).await.unwrap();
+    assert_eq!(held, 0, "the unacknowledged hand-off was given back");
+}

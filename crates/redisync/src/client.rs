@@ -710,6 +710,7 @@ impl Client {
             let release = (hold.ops.release)(
                 &self.inner.redis,
                 self.inner.hub.publish_command(),
+                self.inner.settings.fence_ttl_ms(),
                 hold,
                 true,
             );

@@ -28,7 +28,7 @@ lua_script!(RELEASE, "fair_lock_release.lua");
 static FAIR_HOLD: HoldOps = HoldOps {
     renew: &LOCK_RENEW_SCRIPT,
     hold_args: lock_renew_args,
-    release: |redis, publish, hold, last| Box::pin(release_fair(redis, publish, hold, last)),
+    release: |redis, publish, _, hold, last| Box::pin(release_fair(redis, publish, hold, last)),
     rebind: Some(|redis, hold, from, to| {
         Box::pin(rebind_lock_hash(redis, hold, from, to, "fair lock"))
     }),
@@ -533,6 +533,7 @@ impl Spec for FairLock {
                 Ok(Reply::Busy {
                     until,
                     queued: t.enqueue,
+                    renumbered: false,
                 })
             }
             _ => Err(Error::Script {

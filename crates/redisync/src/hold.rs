@@ -34,9 +34,11 @@ pub(crate) struct HoldOps {
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
     /// Releases one local hold, or with `last` the whole acquisition,
     /// checked by owner and token, publishing with the given command
-    /// (`publish`/`spublish`). Only a final release may be sent twice.
+    /// (`publish`/`spublish`); a release that hands a lock to a queued
+    /// waiter sets its fencing counter with the given TTL (ms). Only a final
+    /// release may be sent twice.
     pub(crate) release:
-        for<'a> fn(&'a RedisClient, &'static str, &'a Hold, bool) -> ReleaseFuture<'a>,
+        for<'a> fn(&'a RedisClient, &'static str, i64, &'a Hold, bool) -> ReleaseFuture<'a>,
     /// Rebinds the acquisition in Redis from owner id `from` to `to` in one
     /// script, keeping its token, lease and count (a hand-off); `None` for
     /// kinds that cannot be handed off. Owner- and token-checked and
@@ -79,6 +81,8 @@ pub(crate) struct Released {
     pub(crate) contended: bool,
     /// The owner told that it is next (a fair lock's queue head).
     pub(crate) next_owner: Option<String>,
+    /// Handed to a waiting client: held by another client now.
+    pub(crate) handed: bool,
 }
 
 impl Released {

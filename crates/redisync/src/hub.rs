@@ -25,6 +25,10 @@ use crate::hold::{lock_unpoisoned, Hold};
 /// the plain lock's scripts publish).
 pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
 
+/// Prefix of the payload "g:<token>:<number>:<owner>" of a release that handed the
+/// lock to a queued waiter (see `hand_to_next` in `lua/prelude.lua`).
+pub(crate) const HANDED_PREFIX: &str = "g:";
+
 /// The local state of one lock name on one client.
 pub(crate) struct Slot {
     pub(crate) key: Arc<str>,
@@ -57,6 +61,9 @@ pub(crate) struct Slot {
     /// Waiters woken only by a message whose payload is their owner id (fair
     /// lock), with the number of local users of each registration.
     addressed: Mutex<HashMap<Arc<str>, AddressedEntry>>,
+    /// The last look found the name held by another client, or our
+    /// release handed it to one (a hint for the next attempt's reads).
+    expect_busy: AtomicBool,
 }
 
 /// A registration for addressed messages and its number of local users.
@@ -69,6 +76,15 @@ type AddressedEntry = (Arc<Wakeup>, usize);
 pub(crate) struct Wakeup {
     generation: AtomicU64,
     notify: Notify,
+    /// A lock handed to this waiter by a release, from a [`HANDED_PREFIX`]
+    /// message: the number of the queue entry it was handed to, and the
+    /// fencing token.
+    handed: Mutex<Option<(u64, u64)>>,
+    /// The numbers of the waiter's queue entry and of the one an attempt in
+    /// flight may queue instead: messages for other entries (an earlier
+    /// acquisition of the same owner, or an entry handed over and expired,
+    /// late) are not ours.
+    numbers: Mutex<(u64, u64)>,
 }
 
 impl Wakeup {
@@ -92,6 +108,39 @@ impl Wakeup {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
+
+    /// The waiter's queue entry is numbered `number` (`next`: the number
+    /// an attempt in flight may queue a new entry under). A hand-off to an
+    /// entry of another number is dropped.
+    pub(crate) fn expect_entries(&self, number: u64, next: u64) {
+        *lock_unpoisoned(&self.numbers) = (number, next);
+        let mut handed = lock_unpoisoned(&self.handed);
+        if handed.is_some_and(|(n, _)| n != number && n != next) {
+            *handed = None;
+        }
+    }
+
+    /// Whether a hand-off to the entry `number` came (and is not taken yet).
+    pub(crate) fn has_handed(&self, number: u64) -> bool {
+        lock_unpoisoned(&self.handed).is_some_and(|(n, _)| n == number)
+    }
+
+    /// Takes the token of a lock handed to the entry `number`, if one came
+    /// (and forgets one handed to another).
+    pub(crate) fn take_handed(&self, number: u64) -> Option<u64> {
+        lock_unpoisoned(&self.handed)
+            .take()
+            .filter(|(n, _)| *n == number)
+            .map(|(_, token)| token)
+    }
+
+    fn hand(&self, number: u64, token: u64) {
+        let (current, next) = *lock_unpoisoned(&self.numbers);
+        if number == current || number == next {
+            *lock_unpoisoned(&self.handed) = Some((number, token));
+            self.wake();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -105,6 +154,16 @@ impl Slot {
     /// Wakes every waiter of the slot (not the addressed ones).
     pub(crate) fn wake(&self) {
         self.wakeup.wake();
+    }
+
+    /// See [`Slot::set_expect_busy`].
+    pub(crate) fn expects_busy(&self) -> bool {
+        self.expect_busy.load(Ordering::Relaxed)
+    }
+
+    /// Whether another client holds the name, as far as we last saw.
+    pub(crate) fn set_expect_busy(&self, busy: bool) {
+        self.expect_busy.store(busy, Ordering::Relaxed);
     }
 
     pub(crate) fn is_subscribed(&self) -> bool {
@@ -243,6 +302,15 @@ impl Slot {
         }
     }
 
+    /// The lock was handed to `owner` with `token`: its waiter, if any,
+    /// wakes holding it. Nobody else wakes. Without a waiter (it left), its
+    /// undo gives the lock to the next one.
+    fn handed(&self, owner: &str, number: u64, token: u64) {
+        if let Some((a, _)) = lock_unpoisoned(&self.addressed).get(owner) {
+            a.hand(number, token);
+        }
+    }
+
     /// Wakes the local waiter of `owner`, if any.
     pub(crate) fn wake_addressed(&self, owner: &str) {
         if let Some((a, _)) = lock_unpoisoned(&self.addressed).get(owner) {
@@ -281,6 +349,10 @@ pub(crate) struct Hub {
     /// SSUBSCRIBE/SPUBLISH (Redis >= 7): the subscribe reply is awaited, so a
     /// retry after subscribing cannot miss an unlock.
     pub(crate) sharded: bool,
+    /// Names whose last slot expected them held by another client when it
+    /// went (see [`Slot::set_expect_busy`]): the next slot of the name
+    /// starts with that hint. Kept while the slot's subscription lingers.
+    busy_hints: DashMap<Arc<str>, ()>,
     /// Set when the client starts shutting down: no new acquisition, and
     /// every waiter fails with `Error::Shutdown` at once.
     closing: AtomicBool,
@@ -300,6 +372,7 @@ impl Hub {
                 .collect(),
             subscriber,
             sharded,
+            busy_hints: DashMap::new(),
             closing: AtomicBool::new(false),
             closing_notify: Notify::new(),
         }
@@ -377,6 +450,7 @@ impl Hub {
                 exhausted: Mutex::new(None),
                 fairness: Mutex::new(Fairness::default()),
                 addressed: Mutex::new(HashMap::new()),
+                expect_busy: AtomicBool::new(self.busy_hints.remove(key).is_some()),
             }),
             users: 0,
         });
@@ -417,6 +491,28 @@ impl Hub {
                     e.to_string(),
                 ))
             })?
+    }
+
+    /// Counts the slot in when its channel is subscribed already (a slot of
+    /// the same name lingers, or another kind shares it): no command, and
+    /// the slot's first attempt is then heard. `false` when it is not (or
+    /// the stripe is busy): [`Hub::ensure_subscribed`] then.
+    pub(crate) fn attach_if_subscribed(&self, slot: &Slot) -> bool {
+        if slot.is_subscribed() {
+            return true;
+        }
+        let Ok(mut refs) = self.stripe(&slot.channel).try_lock() else {
+            return false;
+        };
+        if slot.is_subscribed() {
+            return true;
+        }
+        let Some(count) = refs.get_mut(&slot.channel) else {
+            return false;
+        };
+        *count += 1;
+        slot.subscribed.store(true, Ordering::Release);
+        true
     }
 
     fn stripe(&self, channel: &Key) -> &tokio::sync::Mutex<HashMap<Key, usize>> {
@@ -504,14 +600,20 @@ impl Hub {
         slots
     }
 
-    /// An unlock message with `payload` arrived on `channel`. It wakes the
-    /// slot's waiters; of the addressed waiters only the owner named by the
-    /// payload (all of them for [`WAKE_ALL_PAYLOAD`]).
+    /// An unlock message with `payload` arrived on `channel`. A hand-off
+    /// ([`HANDED_PREFIX`]) wakes only the waiter it names, holding the lock.
+    /// Any other wakes the slot's waiters; of the addressed waiters only
+    /// the owner named by the payload (all of them for [`WAKE_ALL_PAYLOAD`]).
     pub(crate) fn on_message(&self, channel: &str, payload: &Value) {
         if let Some(key) = crate::keys::sibling(channel, crate::keys::Role::Hold) {
             if let Some(entry) = self.slots.get(key.as_str()) {
+                let text = payload.as_str();
+                if let Some((owner, number, token)) = text.as_deref().and_then(parse_handed) {
+                    entry.slot.handed(owner, number, token);
+                    return;
+                }
                 entry.slot.wake();
-                match payload.as_str() {
+                match text {
                     Some(p) if p == WAKE_ALL_PAYLOAD => entry.slot.wake_all_addressed(),
                     Some(p) => entry.slot.wake_addressed(&p),
                     None => {}
@@ -528,6 +630,15 @@ impl Hub {
             entry.slot.wake_all_addressed();
         }
     }
+}
+
+/// The owner, acquisition number and token of a [`HANDED_PREFIX`] payload
+/// "g:<token>:<number>:<owner>".
+fn parse_handed(payload: &str) -> Option<(&str, u64, u64)> {
+    let (token, rest) = payload.strip_prefix(HANDED_PREFIX)?.split_once(':')?;
+    let (number, owner) = rest.split_once(':')?;
+    let token = token.parse().ok().filter(|t| *t > 0)?;
+    Some((owner, number.parse().ok()?, token))
 }
 
 /// A counted use of a slot; the slot is dropped (and unsubscribed) with its
@@ -574,13 +685,21 @@ impl Drop for SlotRef {
         if self.slot.is_subscribed() {
             let hub = self.hub.clone();
             let channel = self.slot.channel.clone();
+            let key = self.slot.key.clone();
+            if self.slot.expects_busy() {
+                hub.busy_hints.insert(key.clone(), ());
+            }
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 // Linger: a lock contended again soon reuses the subscription
-                // (no SSUBSCRIBE/SUNSUBSCRIBE per contention episode).
+                // (no SSUBSCRIBE/SUNSUBSCRIBE per contention episode), and
+                // its next slot the hint.
                 rt.spawn(async move {
                     tokio::time::sleep(SUBSCRIPTION_LINGER).await;
+                    hub.busy_hints.remove(&key);
                     hub.unsubscribe(channel).await;
                 });
+            } else {
+                hub.busy_hints.remove(&key);
             }
         }
     }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
-use crate::keys::Kind;
+use crate::keys::{sibling_key, Kind, Role};
 use crate::script::{lua_script, token_arg};
 use fred::clients::Client as RedisClient;
 
@@ -31,7 +31,9 @@ lua_script!(HAND_OFF, "lock_hand_off.lua");
 pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: lock_renew_args,
-    release: |redis, publish, hold, last| Box::pin(release_hold(redis, publish, hold, last)),
+    release: |redis, publish, fence_ttl_ms, hold, last| {
+        Box::pin(release_hold(redis, publish, fence_ttl_ms, hold, last))
+    },
     rebind: Some(|redis, hold, from, to| Box::pin(rebind_lock_hash(redis, hold, from, to, "lock"))),
 };
 
@@ -80,16 +82,26 @@ const MAX_ADVANCE: u64 = 1 << 52;
 /// Poll bound while the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
+/// The acquire script's busy reply when it did not read the lock's TTL.
+const PTTL_NOT_READ: i64 = -3;
+
+/// The server's bound for a waiter behind others in the queue: none (the
+/// engine looks again within a quarter of the waiter's lease).
+const QUEUED_LOOK: Duration = Duration::from_secs(3600);
+
 /// A reentrant distributed lock, Redisson's `RLock` for async Rust.
 ///
 /// The lock is a Redis hash whose field is the owner id
 /// `"<client uuid>:<tokio task id>"` and whose value is the hold count; the
 /// key's TTL is the lease. A task that holds the lock may take it again (each
-/// guard releases one hold). Waiting tasks never poll: they wait for the
-/// unlock message (one subscription per lock per client) or, at the latest,
-/// for the holder's lease to end. Tasks of one client queue in FIFO order and
-/// only the first of them contends in Redis; across clients the lock is not
-/// fair (use a fair lock for that).
+/// guard releases one hold). Waiting tasks never poll: tasks of one client
+/// queue in FIFO order and only the first of them contends in Redis; a
+/// client that finds the lock held by another joins the lock's wait queue
+/// in Redis, and a release hands the lock to the oldest waiting client
+/// (its message carries the token: one subscription per lock per client,
+/// only that client wakes). A free lock goes to whoever asks first, so the
+/// order is FIFO between waiting clients, not a fair lock's FIFO among all
+/// tasks (README "Fairness").
 ///
 /// Leases: [`lock`](Lock::lock) and `try_lock(wait, None)` take the client's
 /// watchdog lease (30 s by default) and renew it every lease/3 while the
@@ -361,7 +373,7 @@ impl Lock {
             .run_idempotent(
                 &client.redis,
                 &fence,
-                vec![self.inner.fence.clone()],
+                vec![self.inner.fence.clone(), self.inner.hold.clone()],
                 vec![
                     Value::String(token.to_string().into()),
                     Value::Integer(client.settings.fence_ttl_ms()),
@@ -398,13 +410,14 @@ fn unreachable_wait(name: &str) -> Error {
 }
 
 /// The lock on the engine: re-entrant per owner, the local turn kept while
-/// held, every release message wakes every local waiter.
+/// held; a client that finds it held by another queues in Redis and is
+/// handed it by a release ([`Wake::Handed`]).
 /// Its ask is the token floor of [`Lock::try_lock_with_min_token`].
 impl Spec for Lock {
     type Ask = Option<u64>;
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Broadcast;
+    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner
@@ -422,19 +435,44 @@ impl Spec for Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.hold.clone(), self.inner.fence.clone()],
+                vec![
+                    self.inner.hold.clone(),
+                    self.inner.fence.clone(),
+                    self.inner.role(Role::Queue),
+                ],
                 vec![
                     Value::String(t.holder.into()),
                     Value::Integer(t.lease_ms),
                     token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
                     token_arg(t.ask),
+                    Value::String(
+                        match (t.enqueue, t.queued) {
+                            (false, _) => "",
+                            (true, false) => "1",
+                            (true, true) => "2",
+                        }
+                        .into(),
+                    ),
+                    Value::String(if t.expect_busy { "1" } else { "" }.into()),
+                    Value::String(t.number.to_string().into()),
+                    Value::String(t.next_number.to_string().into()),
                 ],
             )
             .await?;
         match reply[..] {
             [1 | 2, token] => Ok(Reply::granted(token)),
-            [0, pttl] => Ok(Reply::busy_for(pttl, NO_TTL_POLL)),
+            [0, pttl, queued] => Ok(Reply::Busy {
+                // Behind others in the queue: handed the lock, or looking
+                // again on its own (the engine's bound for queued waiters).
+                until: if pttl == PTTL_NOT_READ && queued > 0 {
+                    Instant::now() + QUEUED_LOOK
+                } else {
+                    Reply::bound(pttl, NO_TTL_POLL)
+                },
+                queued: queued > 0,
+                renumbered: queued == 2,
+            }),
             _ => Err(Error::Script {
                 name: "lock_acquire.lua",
                 message: format!("unexpected reply {reply:?}"),
@@ -450,12 +488,17 @@ impl Spec for Lock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
-                vec![self.inner.hold.clone()],
+                vec![
+                    self.inner.hold.clone(),
+                    self.inner.fence.clone(),
+                    self.inner.role(Role::Queue),
+                ],
                 vec![
                     Value::String(holder.into()),
                     token_arg(keep),
                     Value::String(client.hub.publish_command().into()),
                     Value::from(self.inner.channel.clone()),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
             .await?;
@@ -469,29 +512,45 @@ impl Spec for Lock {
 async fn release_hold(
     redis: &RedisClient,
     publish: &'static str,
+    fence_ttl_ms: i64,
     hold: &Hold,
     last: bool,
 ) -> Result<Released> {
     let key = &hold.key;
     // A final release is idempotent (owner and token checked); counting
     // down a re-entrant hold twice would free the lock too early.
-    let code: i64 = RELEASE
-        .run_with(
-            redis,
-            key,
-            vec![Key::from(&**key)],
-            vec![
-                hold.owner(),
-                Value::String(hold.token.to_string().into()),
-                Value::String(if last { "1" } else { "0" }.into()),
-                Value::String(publish.into()),
-                Value::from(hold.channel.clone()),
-            ],
-            if last { 3 } else { 1 },
-        )
-        .await?;
+    let attempts = if last { 3 } else { 1 };
+    let args = vec![
+        hold.owner(),
+        Value::String(hold.token.to_string().into()),
+        Value::String(if last { "1" } else { "0" }.into()),
+        Value::String(publish.into()),
+        Value::from(hold.channel.clone()),
+        Value::Integer(fence_ttl_ms),
+    ];
+    let keys = vec![
+        Key::from(&**key),
+        sibling_key(key, Role::Fence),
+        sibling_key(key, Role::Queue),
+    ];
+    let code: i64 = match RELEASE
+        .run_unless_refused(redis, key, keys, args.clone(), attempts)
+        .await
+    {
+        // While the slot migrates, a cluster refuses a script over keys the
+        // source may not have (the queue, mostly missing): release by the
+        // hash alone, waking every waiter instead of handing off.
+        Err(e) if e.is_refused() => {
+            RELEASE
+                .run_with(redis, key, vec![Key::from(&**key)], args, attempts)
+                .await?
+        }
+        other => other?,
+    };
+    // A hand-off (4) needs no pause for other clients: the queue decides.
     Ok(Released {
         contended: code == 3,
+        handed: code == 4,
         ..Released::from_code(code)
     })
 }

@@ -81,7 +81,7 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
 static READ_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Read),
-    release: |redis, publish, hold, last| {
+    release: |redis, publish, _, hold, last| {
         Box::pin(release_side(redis, publish, hold, Side::Read, last))
     },
     rebind: None,
@@ -90,7 +90,7 @@ static READ_HOLD: HoldOps = HoldOps {
 static WRITE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Write),
-    release: |redis, publish, hold, last| {
+    release: |redis, publish, _, hold, last| {
         Box::pin(release_side(redis, publish, hold, Side::Write, last))
     },
     rebind: None,
@@ -390,6 +390,7 @@ impl Spec for RwLock {
                 Ok(Reply::Busy {
                     until: until.min(Instant::now() + WRITER_MARK_LEASE / 3),
                     queued: true,
+                    renumbered: false,
                 })
             }
             [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),

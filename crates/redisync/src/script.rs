@@ -81,6 +81,33 @@ impl LuaScript {
         args: Vec<Value>,
         attempts: u32,
     ) -> Result<R> {
+        self.run_refused_for(redis, key, keys, args, attempts, REFUSED_RETRY_FOR)
+            .await
+    }
+
+    /// [`LuaScript::run_with`] that returns a refusal while the slot moves
+    /// at once (the caller has a way that the cluster does not refuse).
+    pub(crate) async fn run_unless_refused<R: FromValue>(
+        &self,
+        redis: &RedisClient,
+        key: &str,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        attempts: u32,
+    ) -> Result<R> {
+        self.run_refused_for(redis, key, keys, args, attempts, Duration::ZERO)
+            .await
+    }
+
+    async fn run_refused_for<R: FromValue>(
+        &self,
+        redis: &RedisClient,
+        key: &str,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        attempts: u32,
+        refusals_for: Duration,
+    ) -> Result<R> {
         let options = Options {
             max_attempts: Some(attempts),
             ..Options::default()
@@ -107,7 +134,7 @@ impl LuaScript {
                     // again (fred has refreshed its slot map after MOVED)
                     // until the slot settles or REFUSED_RETRY_FOR passes.
                     let since = *refused_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() + pause > REFUSED_RETRY_FOR {
+                    if since.elapsed() + pause > refusals_for {
                         return Err(Error::from_script(self.name, key, e));
                     }
                     tracing::debug!(script = self.name, error = %e, "refused while the slot moves, sending again");

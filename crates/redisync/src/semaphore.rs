@@ -549,7 +549,7 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
             vec![h.owner()],
         )
     },
-    release: |redis, publish, hold, _| Box::pin(release_permit(redis, publish, hold)),
+    release: |redis, publish, _, hold, _| Box::pin(release_permit(redis, publish, hold)),
     rebind: None,
 };
 

@@ -130,14 +130,27 @@ async fn contend<S: Spec>(
     let client = named.client_inner();
     // A zero wait is one try that never queues.
     let enqueue = deadline.is_none_or(|d| d > Instant::now());
-    let addressed = (S::WAKE == Wake::Addressed).then(|| Registration::new(slot, holder));
+    let addressed = (S::WAKE != Wake::Broadcast).then(|| Registration::new(slot, holder));
     let mut undo = Undo::new(spec, slot, holder, None, turn);
-    let mut queued = false;
+    let mut place = Place::new(addressed.as_ref());
     let refusals_until =
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
-        client.check_open()?;
+        if let Err(e) = client.check_open() {
+            return Err(failed(grant, holder, place.queued, &mut undo, e).await);
+        }
         let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
+        if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
+            // A release handed us the hold (whatever the deadline says: it
+            // is ours, and cheaper to keep than to give back).
+            let held = handed(grant, holder, gate, &mut undo, token, place.busy_at).await?;
+            if held.is_some() {
+                return Ok(held);
+            }
+            place.left();
+            continue;
+        }
+        let queued = place.queued;
         let Some(since) =
             wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline, &named.labels).await
         else {
@@ -150,30 +163,18 @@ async fn contend<S: Spec>(
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            park(
-                wakeup,
-                since,
-                Instant::now() + left,
-                deadline,
-                &named.labels,
-            )
-            .await;
+            let until = Instant::now() + left;
+            park(wakeup, since, until, deadline, &named.labels).await;
             continue;
         }
-        // Subscribed before the attempt: a release after it is heard.
-        let heard = slot.is_subscribed();
+        // Subscribed before the attempt: a release after it is heard. A
+        // subscription another slot of the name keeps costs nothing.
+        let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
-        let reply = client
-            .hub
-            .unless_closing(spec.attempt(Try {
-                holder,
-                lease_ms,
-                keep: None,
-                enqueue,
-                ask,
-            }))
-            .await;
+        let attempt = place.attempt(holder, lease_ms, enqueue, slot.expects_busy(), ask);
+        let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
+        slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
         let until = match reply {
             // Refused unrun while the slot migrates (after the runner's own
             // retries): nothing changed, so wait and try again while the
@@ -182,42 +183,45 @@ async fn contend<S: Spec>(
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
                 Instant::now() + REFUSED_PAUSE
             }
-            Err(e) => {
-                // Stays armed while the command may have run or we are queued.
-                if !queued && !e.outcome_unknown() {
-                    undo.disarm();
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(failed(grant, holder, queued, &mut undo, e).await),
             Ok(Reply::Granted { token, exhausted }) => {
+                // A hand-off that crossed this grant is stale: the grant
+                // replaced it.
+                let _ = wakeup.take_handed(place.number);
                 // A young server's grant is undone (the undo stays armed
                 // until then).
                 if let Some(left) = restart_young_since(client, generation).await? {
                     spec.undo(slot, holder, None).await?;
                     undo.disarm();
-                    queued = false;
+                    place.left();
                     Instant::now() + left
                 } else {
                     undo.disarm();
-                    slot.note_exhausted(
-                        since,
-                        exhausted.filter(|_| heard && gate == Gate::UntilGranted),
-                    );
+                    let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
+                    slot.note_exhausted(since, exhausted);
                     let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
                     let held = grant.new_held(holder.clone(), token, sent_at, permit);
                     return grant.synced(held).await.map(Some);
                 }
             }
-            Ok(Reply::Busy { until, queued: q }) => {
-                queued = q;
+            Ok(Reply::Busy {
+                until,
+                queued,
+                renumbered,
+            }) => {
                 if !queued {
                     undo.disarm();
                 }
-                until
+                let at = (sent_at, generation);
+                let entry = (queued, renumbered.then_some(wakeup));
+                place.busy::<S>(&named.client.inner, entry, at, until, lease)
             }
         };
+        if place.queued && wakeup.has_handed(place.number) {
+            continue; // handed the hold while the reply was on its way
+        }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            if queued && spec.undo(slot, holder, None).await.is_ok() {
+            if place.queued && spec.undo(slot, holder, None).await.is_ok() {
                 undo.disarm();
             }
             // Otherwise the undo runs in the background.
@@ -231,6 +235,176 @@ async fn contend<S: Spec>(
         }
         park(wakeup, since, until, deadline, &named.labels).await;
     }
+}
+
+/// Where an acquisition stands in the name's queue in Redis.
+struct Place {
+    /// An attempt left a queue entry.
+    queued: bool,
+    /// When the last busy attempt was sent, and the connection generation
+    /// then: a hold handed to us while we wait was granted after that
+    /// attempt ran, so its lease counts from its sending.
+    busy_at: (Instant, u64),
+    /// Held while in a hand-off queue: a shutdown waits for us to leave it.
+    in_queue: Option<crate::client::BackgroundTask>,
+    /// The number of this acquisition's queue entry (see [`Try::number`]),
+    /// and the one a new entry takes ([`Try::next_number`]).
+    number: u64,
+    next_number: u64,
+}
+
+impl Place {
+    /// A new acquisition, waiting on `registration` if any.
+    fn new(registration: Option<&Registration<'_>>) -> Place {
+        let (number, next_number) = (new_wait_number(), new_wait_number());
+        if let Some(r) = registration {
+            r.wakeup.expect_entries(number, next_number);
+        }
+        Place {
+            queued: false,
+            busy_at: (Instant::now(), 0),
+            in_queue: None,
+            number,
+            next_number,
+        }
+    }
+
+    /// A fresh attempt (see [`Try`]) from where we stand.
+    fn attempt<'a, A>(
+        &self,
+        holder: &'a str,
+        lease_ms: i64,
+        enqueue: bool,
+        expect_busy: bool,
+        ask: A,
+    ) -> Try<'a, A> {
+        Try {
+            holder,
+            lease_ms,
+            keep: None,
+            enqueue,
+            queued: self.queued,
+            number: self.number,
+            next_number: self.next_number,
+            expect_busy,
+            ask,
+        }
+    }
+
+    /// A busy reply sent at `at`, with the server's bound `until`: when to
+    /// look again. `entry`: whether we are queued, and the wake-up to renew
+    /// when the attempt queued a new entry under [`Place::next_number`].
+    fn busy<S: Spec>(
+        &mut self,
+        client: &Arc<crate::client::ClientInner>,
+        entry: (bool, Option<&Wakeup>),
+        at: (Instant, u64),
+        until: Instant,
+        lease: Duration,
+    ) -> Instant {
+        let (queued, renumbered) = entry;
+        if let Some(wakeup) = renumbered {
+            // What was handed to the old entry (a late message) is not ours.
+            self.number = self.next_number;
+            self.next_number = new_wait_number();
+            wakeup.expect_entries(self.number, self.next_number);
+        }
+        self.queued = queued;
+        self.busy_at = at;
+        if !queued || S::WAKE != Wake::Handed {
+            self.in_queue = None;
+            return until;
+        }
+        if self.in_queue.is_none() {
+            self.in_queue = client.start_background();
+        }
+        // A hold handed to us counts its lease from this attempt: look
+        // again before too much of it is gone.
+        until.min(at.0 + lease / HANDED_LEASE_LOOKS)
+    }
+
+    /// Out of the queue (granted, or given back).
+    fn left(&mut self) {
+        self.queued = false;
+        self.in_queue = None;
+    }
+}
+
+/// An attempt failed with `e` (returned): a shutdown leaves the queue
+/// first; the undo stays armed while the command may have run or we are
+/// queued.
+async fn failed<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &str,
+    queued: bool,
+    undo: &mut Undo<S>,
+    e: Error,
+) -> Error {
+    if matches!(e, Error::Shutdown) {
+        leave_at_shutdown(grant, holder, queued, undo).await;
+    } else if !queued && !e.outcome_unknown() {
+        undo.disarm();
+    }
+    e
+}
+
+/// A waiter of a client that shuts down leaves the wait queue it is in
+/// (the shutdown waits for it, up to a command timeout), so a release does
+/// not hand the lock to nobody: what it may have been handed goes on to
+/// the next waiter.
+async fn leave_at_shutdown<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &str,
+    queued: bool,
+    undo: &mut Undo<S>,
+) {
+    if !queued || S::WAKE != Wake::Handed {
+        return;
+    }
+    let client = grant.spec.named().client_inner();
+    let leave = grant.spec.undo(grant.slot, holder, None);
+    if let Ok(Ok(())) = tokio::time::timeout(client.settings.command_timeout, leave).await {
+        undo.disarm();
+    }
+}
+
+/// Takes a hold a release handed to `holder` while it waited in the queue
+/// (see [`Wake::Handed`]), with `token`. `at`: when the last busy attempt
+/// was sent, and the connection generation then; the hold was granted after
+/// that attempt ran, so its lease counts from its sending. A server that
+/// restarted since and is too young under the client's restart guard gets
+/// the hold back (`Ok(None)`: the caller tries again).
+async fn handed<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    gate: Gate,
+    undo: &mut Undo<S>,
+    token: u64,
+    at: (Instant, u64),
+) -> Result<Option<Held>> {
+    let (sent_at, generation) = at;
+    let client = grant.spec.named().client_inner();
+    if restart_young_since(client, generation).await?.is_some() {
+        grant.spec.undo(grant.slot, holder, None).await?;
+        undo.disarm();
+        return Ok(None);
+    }
+    undo.disarm();
+    let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
+    let held = grant.new_held(holder.clone(), token, sent_at, permit);
+    if client.settings.replica_sync.is_none() {
+        return Ok(Some(held));
+    }
+    // The hand-off was written on the releaser's connection: `WAIT` counts
+    // the writes of ours, so a write after it (renewing the lease it gave
+    // us) comes first. Unacknowledged, the hold goes on to the next waiter.
+    if let Err(e) = held.extend(grant.lease).await {
+        if let Err(undone) = held.release().await {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %grant.spec.named().key, error = %undone, "giving back an unsynced hand-off failed; it expires with its lease");
+        }
+        return Err(e);
+    }
+    Ok(Some(held))
 }
 
 /// The command connection's generation when the client has a restart
@@ -312,6 +486,18 @@ async fn wait_while_exhausted(
     }
     Some(wakeup.generation())
 }
+
+/// Numbers the queue entries of this process (see [`Try::number`]).
+static WAIT_NUMBER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn new_wait_number() -> u64 {
+    WAIT_NUMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A waiter in a hand-off queue tries again (refreshing when its last busy
+/// attempt was sent) this many times per lease at least, so a hold handed
+/// to it starts with at least (1 - 1/this) of its lease left by our clock.
+const HANDED_LEASE_LOOKS: u32 = 4;
 
 /// Pause before an attempt the cluster refused is sent again.
 const REFUSED_PAUSE: Duration = Duration::from_millis(100);
@@ -406,6 +592,10 @@ async fn reenter<S: Spec>(
             lease_ms,
             keep: Some(hold.token),
             enqueue: false,
+            queued: false,
+            number: 0,
+            next_number: 0,
+            expect_busy: false,
             ask: grant.ask,
         }))
         .await;

@@ -260,7 +260,13 @@ async fn release_hold(
     } else if *order {
         return Ok(Released::default());
     }
-    let release = (hold.ops.release)(&client.redis, client.hub.publish_command(), hold, last);
+    let release = (hold.ops.release)(
+        &client.redis,
+        client.hub.publish_command(),
+        client.settings.fence_ttl_ms(),
+        hold,
+        last,
+    );
     tokio::pin!(release);
     // The first poll queues the script on the connection; commands of one
     // connection run in order.
@@ -278,6 +284,9 @@ async fn release_hold(
     if let Ok(released) = &result {
         if hands_off {
             slot.record_release(released.contended);
+        }
+        if last {
+            slot.set_expect_busy(released.handed);
         }
         if let Some(next) = &released.next_owner {
             // A local next owner need not wait for the message.

@@ -51,6 +51,11 @@ pub(crate) enum Wake {
     Broadcast,
     /// A release message names the next owner; only that owner's task wakes.
     Addressed,
+    /// A waiting client joins the name's queue in Redis; a release hands
+    /// the hold to the oldest entry and its message carries the token, so
+    /// only that waiter wakes, holding it (a lock across clients: O(1)
+    /// commands per acquisition however many clients wait).
+    Handed,
 }
 
 /// One acquisition attempt, as the engine asks a primitive to run it.
@@ -63,6 +68,18 @@ pub(crate) struct Try<'a, A> {
     /// Whether a busy attempt may wait in a queue in Redis (no for a zero
     /// wait and for a re-entry).
     pub(crate) enqueue: bool,
+    /// An earlier attempt of this acquisition left a queue entry.
+    pub(crate) queued: bool,
+    /// The number of this acquisition's queue entry (it names the entry
+    /// and the hand-off message; see [`Wake::Handed`]).
+    pub(crate) number: u64,
+    /// The number a new entry takes when the queued one is gone (it may
+    /// have been handed over and have expired meanwhile: a late message for
+    /// it must not count for the new one).
+    pub(crate) next_number: u64,
+    /// The client's last look found the name held by another client (or
+    /// its release handed it over): a hint for the script's read order.
+    pub(crate) expect_busy: bool,
     pub(crate) ask: A,
 }
 
@@ -79,7 +96,13 @@ pub(crate) enum Reply {
     /// Not now: retry at `until` at the latest (the server's bound: the
     /// holder's lease, a queue deadline), or on a wake-up. `queued`: the
     /// attempt left a queue entry that must be undone if the wait ends.
-    Busy { until: Instant, queued: bool },
+    Busy {
+        until: Instant,
+        queued: bool,
+        /// The queue entry was gone and the attempt queued a new one, under
+        /// [`Try::next_number`]: a hand-off of the old entry is stale.
+        renumbered: bool,
+    },
 }
 
 impl Reply {
@@ -97,6 +120,7 @@ impl Reply {
         Reply::Busy {
             until: Reply::bound(ms, fallback),
             queued: false,
+            renumbered: false,
         }
     }
 

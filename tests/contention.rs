@@ -1,0 +1,478 @@
+//! Many clients (processes) on one lock: what a contended acquisition costs
+//! in Redis commands, who gets the lock next, and how long a waiter that
+//! crashed or left can hold the others up.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{lock_key, Env};
+use fred::prelude::*;
+use tokio::time::{timeout, Instant};
+
+/// Every command Redis ran (INFO, the harness's own, excluded).
+fn total(calls: &std::collections::HashMap<String, u64>) -> u64 {
+    calls
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `n / d` with two decimals, for messages.
+fn per(n: u64, d: u64) -> String {
+    let hundredths = n * 100 / d.max(1);
+    format!("{}.{:02}", hundredths / 100, hundredths % 100)
+}
+
+fn queue_key(name: &str) -> String {
+    common::key("lock", "queue", name)
+}
+
+/// `clients` clients with `workers` tasks each take the lock `rounds` times
+/// per task (the lease `lease`, holding for a moment each time); returns the
+/// acquisitions and the commands Redis ran for them.
+async fn contend(env: &Env, name: &str, clients: usize, workers: usize, rounds: u32) -> (u64, u64) {
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let client = env.client().await;
+        // Scripts loaded, connection set up: not counted.
+        client
+            .lock(name)
+            .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("free before the start")
+            .unlock()
+            .await
+            .unwrap();
+        handles.push(client);
+    }
+    let inside = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let before = common::command_calls(env).await;
+    let mut tasks = Vec::new();
+    for client in &handles {
+        for _ in 0..workers {
+            let lock = client.lock(name);
+            let (inside, done) = (inside.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let g = lock
+                        .try_lock(Duration::from_mins(1), Some(Duration::from_secs(10)))
+                        .await
+                        .unwrap()
+                        .expect("acquired within the wait");
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        timeout(Duration::from_mins(2), t).await.unwrap().unwrap();
+    }
+    let after = common::command_calls(env).await;
+    let (done, commands) = (done.load(Ordering::SeqCst), total(&after) - total(&before));
+    let mut by_name: Vec<_> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by_name.sort();
+    eprintln!(
+        "{clients}x{workers}: {commands} commands for {done} acquisitions ({} each): {by_name:?}",
+        per(commands, done)
+    );
+    (done, commands)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_clients_cost_at_most_twelve_commands_per_acquisition() {
+    let env = Env::start().await;
+    let (acquisitions, commands) = contend(&env, "herd", 16, 1, 15).await;
+    assert_eq!(acquisitions, 16 * 15);
+    // A waiting client's busy attempt joins the queue (4 commands); the
+    // release hands the lock to the oldest waiter and tells it the token
+    // (8). Allowance: each client's first contention (a second attempt
+    // after subscribing, the SUBSCRIBE) and the last release of the run.
+    let allowance = 16 * 12;
+    assert!(
+        commands <= 12 * acquisitions + allowance,
+        "{commands} commands for {acquisitions} acquisitions ({} each)",
+        per(commands, acquisitions)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_clients_of_four_tasks_cost_at_most_twelve_commands_per_acquisition() {
+    let env = Env::start().await;
+    let (acquisitions, commands) = contend(&env, "herd4", 4, 4, 15).await;
+    assert_eq!(acquisitions, 16 * 15);
+    let allowance = 4 * 12;
+    assert!(
+        commands <= 12 * acquisitions + allowance,
+        "{commands} commands for {acquisitions} acquisitions ({} each)",
+        per(commands, acquisitions)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_waiting_client_before_its_own_tasks() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let busy = Arc::new(AtomicU32::new(0));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    // Four tasks of A take turns on the lock without a pause.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let lock = a.lock("turns");
+        let (busy, stop) = (busy.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let acquire = lock.try_lock(Duration::from_secs(30), Some(Duration::from_secs(10)));
+                let g = tokio::select! {
+                    g = acquire => g.unwrap().unwrap(),
+                    () = stop.notified() => return,
+                };
+                busy.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            busy.load(Ordering::SeqCst) > 10
+        })
+        .await
+    );
+    // B queues behind A's holder; A's next release hands it to B, not to
+    // A's next task.
+    let waiter = tokio::spawn({
+        let lock = b.lock("turns");
+        async move {
+            lock.try_lock(Duration::from_secs(30), Some(Duration::from_secs(10)))
+                .await
+        }
+    });
+    let queued = common::eventually(Duration::from_secs(10), || async {
+        env.admin.llen::<i64, _>(queue_key("turns")).await.unwrap() >= 1
+    })
+    .await;
+    assert!(queued, "B never queued");
+    let at_queue = busy.load(Ordering::SeqCst);
+    let g = timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("B got the lock");
+    let a_meanwhile = busy.load(Ordering::SeqCst) - at_queue;
+    // The holder when B queued may finish; A's queue may have had one more
+    // grant in flight. Nothing else.
+    assert!(
+        a_meanwhile <= 2,
+        "A took the lock {a_meanwhile} times while B waited"
+    );
+    g.unlock().await.unwrap();
+    stop.notify_waiters();
+    for t in tasks {
+        let _ = timeout(Duration::from_secs(10), t).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_holds_the_others_up_for_one_lease_at_most() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let lease = Duration::from_millis(1500);
+    let g = a.lock("crash").lock_with_lease(lease).await.unwrap();
+    // A waiter of a process that died: its queue entry (lease 1.2 s), no
+    // client behind it.
+    let ghost_lease = 1200;
+    let _: i64 = env
+        .admin
+        .rpush(
+            queue_key("crash"),
+            format!("{ghost_lease} 1 00000000-dead-dead-dead-000000000000:1"),
+        )
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let lock = b.lock("crash");
+        async move {
+            let g = lock.try_lock(Duration::from_secs(20), Some(lease)).await;
+            (Instant::now(), g)
+        }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("crash")).await.unwrap() == 2
+        })
+        .await,
+        "B never queued"
+    );
+    let released = Instant::now();
+    g.unlock().await.unwrap();
+    // The ghost got it.
+    let fields: std::collections::HashMap<String, String> =
+        env.admin.hgetall(lock_key("crash")).await.unwrap();
+    assert!(
+        fields.keys().any(|f| f.starts_with("00000000-dead")),
+        "handed to the ghost: {fields:?}"
+    );
+    let (at, got) = timeout(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let _held = got
+        .unwrap()
+        .expect("B got the lock once the ghost's lease ended");
+    let delay = at - released;
+    // Documented bound: one lease, the dead waiter's (or a quarter of B's
+    // own, how often B looks again, if longer), plus scheduling slack for
+    // a loaded machine.
+    assert!(
+        delay >= Duration::from_millis(ghost_lease - 100),
+        "{delay:?}"
+    );
+    assert!(
+        delay < Duration::from_millis(ghost_lease) + Duration::from_millis(1500),
+        "{delay:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_handed_the_lock() {
+    let env = Env::start().await;
+    let first = env.client().await;
+    let leaver = env.client().await;
+    let next = env.client().await;
+    let g = first.lock("leave").lock().await.unwrap();
+    let b_lock = leaver.lock("leave");
+    let gave_up = tokio::spawn(async move {
+        b_lock
+            .try_lock(Duration::from_millis(400), None)
+            .await
+            .unwrap()
+            .is_none()
+    });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("leave")).await.unwrap() == 1
+        })
+        .await
+    );
+    let c_lock = next.lock("leave");
+    let waiter = tokio::spawn(async move { c_lock.lock().await.unwrap() });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("leave")).await.unwrap() == 2
+        })
+        .await
+    );
+    assert!(timeout(Duration::from_secs(10), gave_up)
+        .await
+        .unwrap()
+        .unwrap());
+    assert_eq!(
+        env.admin.llen::<i64, _>(queue_key("leave")).await.unwrap(),
+        1,
+        "B left the queue"
+    );
+    let t = g.fencing_token();
+    g.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got.fencing_token() > t);
+    got.unlock().await.unwrap();
+    let left: i64 = env.admin.exists(queue_key("leave")).await.unwrap();
+    assert_eq!(left, 0, "the queue is gone with its last waiter");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_shuts_down_while_waiting_leaves_the_queue() {
+    let env = Env::start().await;
+    let first = env.client().await;
+    let leaver = env.client().await;
+    let next = env.client().await;
+    let g = first.lock("bye").lock().await.unwrap();
+    let b_lock = leaver.lock("bye");
+    let b_waits = tokio::spawn(async move { b_lock.lock().await.map(|_| ()) });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("bye")).await.unwrap() == 1
+        })
+        .await
+    );
+    let c_lock = next.lock("bye");
+    let c_waits = tokio::spawn(async move { c_lock.lock().await.unwrap() });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("bye")).await.unwrap() == 2
+        })
+        .await
+    );
+    leaver.shutdown().await.unwrap();
+    assert!(matches!(
+        timeout(Duration::from_secs(10), b_waits)
+            .await
+            .unwrap()
+            .unwrap(),
+        Err(redisync::Error::Shutdown)
+    ));
+    // B's entry is gone, so A's release hands the lock to C at once (not
+    // after B's 30 s watchdog lease).
+    assert_eq!(env.admin.llen::<i64, _>(queue_key("bye")).await.unwrap(), 1);
+    g.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(5), c_waits)
+        .await
+        .expect("C handed the lock at once")
+        .unwrap();
+    got.unlock().await.unwrap();
+}
+
+/// A restart from an older snapshot brings back a hold and its queue; the
+/// old holder's release then hands the lock over with a token above every
+/// token issued since (a token is never below the server time of its
+/// grant, as for a fresh grant), not merely one above the old token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_after_a_restart_from_an_older_snapshot_never_issues_a_lower_token() {
+    let mut env = Env::start().await;
+    let old = env.client().await;
+    let waiter = env.client().await;
+    let later = env.client().await;
+    let lease = Some(Duration::from_mins(1));
+    let g = old
+        .lock("snap")
+        .try_lock(Duration::ZERO, lease)
+        .await
+        .unwrap()
+        .expect("free");
+    let lock = waiter.lock("snap");
+    let waiting = tokio::spawn(async move {
+        lock.try_lock(Duration::from_secs(30), lease)
+            .await
+            .unwrap()
+            .expect("handed")
+    });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            env.admin.llen::<i64, _>(queue_key("snap")).await.unwrap() == 1
+        })
+        .await
+    );
+    // ... and parked: its look after subscribing (the queued one, LPOS)
+    // is done, so it does not take the lock when it is free below.
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            common::command_calls(&env)
+                .await
+                .get("lpos")
+                .copied()
+                .unwrap_or(0)
+                >= 1
+        })
+        .await
+    );
+    let _: String = env
+        .admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "SAVE",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("SAVE");
+    // After the snapshot: the hold is gone (as if it expired) and a later
+    // acquisition takes a newer token.
+    let _: i64 = env.admin.del(lock_key("snap")).await.unwrap();
+    let newer = later
+        .lock("snap")
+        .try_lock(Duration::ZERO, lease)
+        .await
+        .unwrap();
+    let state: std::collections::HashMap<String, String> =
+        env.admin.hgetall(lock_key("snap")).await.unwrap();
+    let newer = newer.unwrap_or_else(|| panic!("busy after the delete: {state:?}"));
+    let newest = newer.fencing_token();
+    drop(newer.unlock().await);
+    env.server.kill().await;
+    env.server.restart().await;
+    let reloaded = common::eventually(Duration::from_secs(10), || async {
+        matches!(env.admin.exists::<i64, _>(lock_key("snap")).await, Ok(1))
+    })
+    .await;
+    assert!(reloaded, "the restart did not load the snapshot");
+    // The old holder still believes it holds: its release hands over (a
+    // release that meets the reconnect is finished in the background).
+    drop(g.unlock().await);
+    let got = timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got.fencing_token() > newest,
+        "handed over with token {}, {newest} was issued before",
+        got.fencing_token()
+    );
+}
+
+/// A hand-off message meant for another acquisition of the same owner (a
+/// late one, from an acquisition that ended meanwhile) hands nothing to the
+/// acquisition waiting now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_hand_off_message_for_an_earlier_wait_is_ignored() {
+    let env = Env::start().await;
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let g = holder.lock("late").lock().await.unwrap();
+    let lock = waiter.lock("late");
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    let entry = loop {
+        let entries: Vec<String> = env.admin.lrange(queue_key("late"), 0, -1).await.unwrap();
+        if let Some(e) = entries.into_iter().next() {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut parts = entry.splitn(3, ' ');
+    let (_lease, number, owner) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+    let earlier: u64 = number.parse::<u64>().unwrap() - 1;
+    let channel = common::key("lock", "ch", "late");
+    let payload = format!("g:{}:{earlier}:{owner}", g.fencing_token() + 1);
+    let _: i64 = if common::sharded(&env.admin) {
+        env.admin.spublish(&channel, payload).await.unwrap()
+    } else {
+        env.admin.publish(&channel, payload).await.unwrap()
+    };
+    // Not handed: still waiting while the holder holds.
+    assert!(timeout(Duration::from_millis(500), async {
+        while !waiting.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_err());
+    let t = g.fencing_token();
+    g.unlock().await.unwrap();
+    let got = timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got.fencing_token() > t);
+    got.unlock().await.unwrap();
+}
