@@ -1,9 +1,11 @@
-//! Benchmark driver for redisync: the scenarios S1-S5 described in `BENCHMARKS.md`.
+//! Benchmark driver for redisync: the scenarios S1-S6 described in `BENCHMARKS.md`.
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
 //!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore|spin]
+//!                [--release await|drop]
 //! redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
+//! redisync-bench --scenario S6 --ports P1 --clients N [parameters]
 //! redisync-bench --all [--quick] [--repeats N]
 //! redisync-bench --compare [--quick] [--repeats N]
 //! ```
@@ -21,11 +23,34 @@
 //! spin baseline (and the same as a table on stderr) and one
 //! `"kind":"scaling"` line (S5: cluster / one node); it exits with 1 if any
 //! run was not ok. `--compare` runs redisync side by side with the peer
-//! rslock (see `peers.rs`): S1 with the two floors too, S2, and S4 through
-//! a `Redlock` and rslock over three servers, each 5 times (variants
-//! interleaved), then prints a markdown table of medians with min-max and
-//! ratios to rslock on stderr. `--repeats N` runs S1, S2, S4 and S5 N times
-//! (variants interleaved) and compares medians; S3 runs once.
+//! rslock (see `peers.rs`): S1 with the floors too and with `Lock`
+//! "released by drop", S2, S6 and S4 through a `Redlock` and rslock over
+//! three servers, each 5 times (variants interleaved), then prints markdown
+//! tables of medians with min-max and ratios to rslock on stderr.
+//! `--repeats N` runs S1, S2, S4, S5 and S6 N times (variants interleaved)
+//! and compares medians; S3 runs once.
+//!
+//! S1 "released by drop" (`--release drop`, `Lock` only; variant
+//! `Lock (released by drop)`): the loop drops the guard instead of awaiting
+//! `unlock()`, so the library releases in the background, and acquires
+//! again at once. Each acquisition must be a new one (its fencing token above
+//! the previous; a re-entry into a hold not yet released would repeat it):
+//! those that are not count as `not_released`, and the lock must be free
+//! within 5 s after the window (`freed_after_window`); either, or an
+//! acquire that got nothing, makes the run not ok.
+//!
+//! S6 (S2 spread over clients): S2's workload (16 workers on one key, 2 ms
+//! holds, fixed 10 s lease, 5 s window) with the workers spread over
+//! `--clients N` clients, each its own `redisync::Client` (or rslock
+//! `LockManager`, or plain fred client for the spin baseline; worker i uses
+//! client i % N). Its lines carry `"scenario":"S6"`, `clients`, `workers`
+//! and a `label` with the layout, "S6 16x1" (16 clients x 1 worker each).
+//! `--compare` runs the layouts 16x1 and 4x4 for `Lock`, `FairLock`,
+//! `Semaphore(1)`, rslock and the spin baseline, plus the reference
+//! "S6 1x16" (`Lock` with all 16 workers in one client, i.e. S2's `Lock`) in
+//! the same interleaving, and prints one table per layout: acq/s (min-max),
+//! x rslock, x the reference's acq/s, cmds/acq, the least and the most
+//! served worker's acquisitions, wait p99.
 //!
 //! S5 (many keys): `workers` tasks loop for `duration-s`, each operation on
 //! a key `bench:lock:<i>` picked uniformly from `keys` (one `Lock` handle per
@@ -49,7 +74,7 @@
 //! first, so they come of age during the other runs).
 //!
 //! Concurrency model: tokio tasks on the multi-thread runtime, all sharing
-//! one `redisync::Client` (`--clients N` spreads the S2/S3 tasks over N
+//! one `redisync::Client` (`--clients N` spreads the S2/S3/S6 tasks over N
 //! clients, to see contention between processes; S5 always uses one).
 //! Times come from one monotonic clock (`Instant`).
 
@@ -73,16 +98,19 @@ const KEY: &str = "bench:lock";
 const USAGE: &str = "\
 usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
        redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
+       redisync-bench --scenario S6 --ports P1 --clients N [parameters]
        redisync-bench --all [--quick] [--repeats N]
        redisync-bench --compare [--quick] [--repeats N]
   --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
                rslock, the floors, Redlock S4, S5 on one server and on a 3-primary
                cluster) on fresh servers, then the ratios to the spin baseline and to
                rslock and the S5 cluster / one-node ratio
-  --compare    side by side with the peer rslock, interleaved: S1 (Lock, rslock, fred
-               floor, raw floor), S2 (Lock, rslock), S4.1/S4.2 (Redlock, rslock over 3
-               servers); a markdown table of medians (min-max) and ratios to rslock on stderr
-  --repeats N  run S1, S2, S4 and S5 N times (interleaved) and compare medians
+  --compare    side by side with the peer rslock, interleaved: S1 (Lock, Lock released
+               by drop, rslock, Lock's scripts, fred floor, raw floor), S2 (Lock, rslock),
+               S6 (layouts 16x1 and 4x4: Lock, FairLock, Semaphore(1), rslock, spin; plus
+               the reference Lock 1x16), S4.1/S4.2 (Redlock, rslock over 3 servers);
+               markdown tables of medians (min-max) and ratios to rslock on stderr
+  --repeats N  run S1, S2, S4, S5 and S6 N times (interleaved) and compare medians
                (default 5 with --compare, 1 with --all)
   --quick      small workloads (smoke run; numbers not comparable)
 parameters (defaults per scenario as in BENCHMARKS.md):
@@ -91,10 +119,19 @@ parameters (defaults per scenario as in BENCHMARKS.md):
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
   S5: --workers 64 --keys 1000 --duration-s 5 --ttl-ms 10000 [--hold-ms 0]
       many keys: each worker loops on a uniformly random key bench:lock:<i>, i < keys
+  S6: as S2 (--workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000), spread over
+      --clients N clients (each its own redisync Client / rslock LockManager / fred
+      client for spin); one port; the line's label is the layout, e.g. \"S6 4x4\"
+      (clients x workers per client)
   --cluster                S5 only: the ports are Redis Cluster nodes; connect with
                            redis-cluster://127.0.0.1:P1 (plain Lock); without it, one port
   --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
-  --clients N              S2/S3: spread the workers over N redisync Clients (default 1)
+  --clients N              S2/S3/S6: spread the workers over N clients (default 1): redisync
+                           Clients, rslock LockManagers or (spin) plain fred clients
+  --release await|drop     S1 with --kind lock, one port: await unlock() (default) or drop
+                           the guard (released in the background) and acquire again at once;
+                           an acquisition that is not a new one (fencing token not above
+                           the previous) or a lock still held 5 s after the window: not ok
   --kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor|script-floor
                            lock: redisync::Lock (default); fair: redisync::FairLock;
                            semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
@@ -143,6 +180,9 @@ enum Scenario {
     S3,
     /// Many keys, one node or a cluster.
     S5,
+    /// S2 spread over clients (`--clients N`): its rows carry the layout
+    /// ("S6 16x1": 16 clients x 1 worker) as their label.
+    S6,
 }
 
 /// Which lease every acquisition asks for.
@@ -160,6 +200,26 @@ impl Lease {
             "fixed" => Ok(Lease::Fixed),
             "watchdog" => Ok(Lease::Watchdog),
             _ => Err("--lease fixed|watchdog".into()),
+        }
+    }
+}
+
+/// How S1 gives the lock back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// `unlock().await` (the default).
+    Await,
+    /// The guard is dropped: the library releases in the background and the
+    /// next acquire starts at once (`Lock` only).
+    Drop,
+}
+
+impl Release {
+    fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "await" => Ok(Release::Await),
+            "drop" => Ok(Release::Drop),
+            _ => Err("--release await|drop".into()),
         }
     }
 }
@@ -224,8 +284,11 @@ struct Opts {
     keys: usize,
     /// S5: the ports are nodes of a Redis Cluster.
     cluster: bool,
-    /// Shown as `"label"` (e.g. "S4.1"); none for plain runs.
+    /// Shown as `"label"` (e.g. "S4.1"); none for plain runs (S6 makes
+    /// its own from the layout, see `label_text`).
     label: Option<&'static str>,
+    /// S1: how the lock is given back.
+    release: Release,
 }
 
 impl Opts {
@@ -240,7 +303,7 @@ impl Opts {
             hold: Duration::from_millis(match scenario {
                 Scenario::S3 => 300,
                 Scenario::S5 => 0,
-                Scenario::S1 | Scenario::S2 => 2,
+                Scenario::S1 | Scenario::S2 | Scenario::S6 => 2,
             }),
             requests: 100,
             wait: Duration::from_secs(35),
@@ -255,7 +318,22 @@ impl Opts {
             keys: 1000,
             cluster: false,
             label: None,
+            release: Release::Await,
         }
+    }
+
+    /// The `"label"` of the line: S6's layout ("S6 16x1": clients x workers
+    /// per client), or `label`.
+    fn label_text(&self) -> Option<String> {
+        if self.scenario != Scenario::S6 {
+            return self.label.map(String::from);
+        }
+        let c = self.clients.max(1);
+        Some(if self.workers % c == 0 {
+            format!("S6 {c}x{}", self.workers / c)
+        } else {
+            format!("S6 {} workers over {c} clients", self.workers)
+        })
     }
 
     /// Three ports: scenario S4, through a Redlock (not S5: its ports are
@@ -372,12 +450,18 @@ impl Opts {
     fn params(&self) -> Value {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         match self.scenario {
+            Scenario::S1 if self.release == Release::Drop => json!({
+                "iterations": self.iterations,
+                "duration_s": self.duration.as_secs_f64(),
+                "ttl_ms": self.ttl_ms(),
+                "release": "drop",
+            }),
             Scenario::S1 => json!({
                 "iterations": self.iterations,
                 "duration_s": self.duration.as_secs_f64(),
                 "ttl_ms": self.ttl_ms(),
             }),
-            Scenario::S2 => json!({
+            Scenario::S2 | Scenario::S6 => json!({
                 "workers": self.workers,
                 "hold_ms": ms(self.hold),
                 "duration_s": self.duration.as_secs_f64(),
@@ -410,6 +494,9 @@ impl Opts {
             (Kind::RawFloor, _) => return "raw floor".into(),
             (Kind::ScriptFloor, _) => return "Lock's scripts".into(),
             (_, true) => "Redlock(3)",
+            (Kind::Lock, false) if self.release == Release::Drop => {
+                return "Lock (released by drop)".into()
+            }
             (Kind::Lock, false) => "Lock",
             (Kind::Fair, false) => "FairLock",
             (Kind::Spin, false) => compare::BASELINE,
@@ -425,6 +512,15 @@ impl Opts {
 
     fn model(&self) -> String {
         let clients = match (self.redlock(), self.clients) {
+            _ if self.kind == Kind::Rslock && self.clients > 1 && self.scenario != Scenario::S1 => {
+                format!(
+                    "{} rslock LockManagers (task i uses manager i % {}), each over {} \
+                     instance(s) with its own redis-rs multiplexed connection(s)",
+                    self.clients,
+                    self.clients,
+                    self.ports.len()
+                )
+            }
             _ if self.kind == Kind::Rslock => format!(
                 "one rslock LockManager over {} instance(s) (redis-rs multiplexed connections)",
                 self.ports.len()
@@ -450,8 +546,14 @@ impl Opts {
         );
         let work = "hold = std::thread::sleep on the blocking pool";
         match self.scenario {
+            Scenario::S1 if self.release == Release::Drop => format!(
+                "1 tokio task, {runtime}; the guard is dropped (the library releases in the \
+                 background) and the next acquire starts at once"
+            ),
             Scenario::S1 => format!("1 tokio task, {runtime}"),
-            Scenario::S2 => format!("{} tokio tasks, {runtime}; {work}", self.workers),
+            Scenario::S2 | Scenario::S6 => {
+                format!("{} tokio tasks, {runtime}; {work}", self.workers)
+            }
             Scenario::S3 => format!("{} tokio tasks, {runtime}; {work}", self.requests),
             Scenario::S5 => format!(
                 "{} tokio tasks, {runtime}{}; one Lock handle per key, made before the window; \
@@ -564,7 +666,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         Some("S2") => Scenario::S2,
         Some("S3") => Scenario::S3,
         Some("S5") => Scenario::S5,
-        _ => return Err("--scenario S1|S2|S3|S5 is required".into()),
+        Some("S6") => Scenario::S6,
+        _ => return Err("--scenario S1|S2|S3|S5|S6 is required".into()),
     };
     let mut o = Opts::defaults(scenario);
     o.cluster = cluster;
@@ -601,6 +704,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "ttl-ms" => o.ttl = secs(value)? / 1000,
             "kind" => o.kind = Kind::parse(value)?,
             "lease" => o.lease = Lease::parse(value)?,
+            "release" => o.release = Release::parse(value)?,
             _ => return Err(format!("unknown option --{key}")),
         }
     }
@@ -633,6 +737,17 @@ fn check(o: &Opts) -> Result<(), String> {
     }
     if o.cluster {
         return Err("--cluster only goes with --scenario S5".into());
+    }
+    if o.release == Release::Drop
+        && (o.scenario != Scenario::S1 || o.kind != Kind::Lock || o.ports.len() != 1)
+    {
+        return Err("--release drop measures S1 with --kind lock on one server".into());
+    }
+    if o.scenario == Scenario::S6 && o.ports.len() != 1 {
+        return Err("S6 runs on one server: --ports P1".into());
+    }
+    if o.scenario == Scenario::S6 && o.workers == 0 {
+        return Err("S6 needs --workers >= 1".into());
     }
     if !matches!(o.ports.len(), 1 | 3) {
         return Err("--ports P1 or --ports P1,P2,P3 is required".into());
@@ -688,9 +803,19 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
         kind,
         ..base.clone()
     };
+    let dropped = Opts {
+        release: Release::Drop,
+        ..s1.clone()
+    };
     let mut runs = Vec::new();
     for _ in 0..suite.repeats {
-        runs.extend(variants.iter().chain(&floors).map(|&v| with(&s1, v)));
+        for &v in variants.iter().chain(&floors) {
+            runs.push(with(&s1, v));
+            // `--compare`: the dropped guard next to the awaited one.
+            if v == (Kind::Lock, Lease::Fixed) && suite.compare_only {
+                runs.push(dropped.clone());
+            }
+        }
     }
     for _ in 0..suite.repeats {
         for &v in &variants {
@@ -700,8 +825,51 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
             }
         }
     }
-    if !suite.compare_only {
+    if suite.compare_only {
+        runs.extend(s6_runs(suite));
+    } else {
         runs.extend(variants.iter().map(|&v| with(&s3, v)));
+    }
+    runs
+}
+
+/// S6's window (S2's is 5 s; see `s6_runs`).
+const S6_DURATION: Duration = Duration::from_secs(5);
+
+/// The S6 layouts of `--compare`: (clients, workers per client).
+const S6_LAYOUTS: [(usize, usize); 2] = [(16, 1), (4, 4)];
+
+/// The S6 runs of `--compare`, `repeats` times, every variant of every
+/// layout interleaved: first the reference `Lock` in one client (1x16, S2's
+/// `Lock`), then per layout `Lock`, `FairLock`, `Semaphore(1)`, rslock and
+/// the spin baseline.
+fn s6_runs(suite: Suite) -> Vec<Opts> {
+    let mut s6 = Opts::defaults(Scenario::S6);
+    s6.duration = if suite.quick {
+        Duration::from_secs(2)
+    } else {
+        S6_DURATION
+    };
+    let variants = [
+        (Kind::Lock, Lease::Fixed),
+        (Kind::Fair, Lease::Fixed),
+        (Kind::Semaphore, Lease::Watchdog),
+        (Kind::Rslock, Lease::Fixed),
+        (Kind::Spin, Lease::Fixed),
+    ];
+    let layout = |clients: usize, per_client: usize, (kind, lease): (Kind, Lease)| Opts {
+        clients,
+        workers: clients * per_client,
+        kind,
+        lease,
+        ..s6.clone()
+    };
+    let mut runs = Vec::new();
+    for _ in 0..suite.repeats {
+        runs.push(layout(1, 16, (Kind::Lock, Lease::Fixed)));
+        for (clients, per_client) in S6_LAYOUTS {
+            runs.extend(variants.iter().map(|&v| layout(clients, per_client, v)));
+        }
     }
     runs
 }
@@ -787,8 +955,12 @@ fn header(o: &Opts) -> Map<String, Value> {
     out.insert("client".into(), json!(client));
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
-    if let Some(label) = o.label {
+    if let Some(label) = o.label_text() {
         out.insert("label".into(), json!(label));
+    }
+    if o.scenario == Scenario::S6 {
+        out.insert("clients".into(), json!(o.clients));
+        out.insert("workers".into(), json!(o.workers));
     }
     out.insert("variant".into(), json!(o.variant()));
     out.insert("instances".into(), json!(o.ports.len()));
@@ -920,18 +1092,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
         let waited = wait_for_restart_guard(&clients[..urls.len()], o.max_lease()).await?;
         out.insert("restart_guard_wait_s".into(), json!(secs_f(waited)));
     }
-    let result = async {
-        for target in &targets {
-            warm_up(target).await?;
-        }
-        match o.scenario {
-            Scenario::S1 => run_s1(&targets[0], &stats, o.iterations, o.duration).await,
-            Scenario::S2 => run_s2(&targets, &stats, o.workers, o.hold, o.duration).await,
-            Scenario::S3 => run_s3(&targets, &stats, o.requests, o.hold, o.wait).await,
-            Scenario::S5 => unreachable!("S5 runs in run_many_keys"),
-        }
-    }
-    .await;
+    let result = warm_up_and_run(o, &targets, &stats).await;
     let mut shutdown = Ok(());
     for client in &clients {
         if let Err(e) = client.shutdown().await {
@@ -948,6 +1109,26 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     stats.quit().await;
     out.extend(result?);
     shutdown
+}
+
+/// Warms every target up, then runs the (one-key) scenario.
+async fn warm_up_and_run(
+    o: &Opts,
+    targets: &[Target],
+    stats: &RedisStats,
+) -> Result<Map<String, Value>, String> {
+    for target in targets {
+        warm_up(target).await?;
+    }
+    match o.scenario {
+        Scenario::S1 => {
+            let drop_guard = o.release == Release::Drop;
+            run_s1(&targets[0], stats, o.iterations, o.duration, drop_guard).await
+        }
+        Scenario::S2 | Scenario::S6 => run_s2(targets, stats, o.workers, o.hold, o.duration).await,
+        Scenario::S3 => run_s3(targets, stats, o.requests, o.hold, o.wait).await,
+        Scenario::S5 => Err("S5 runs in run_many_keys".into()),
+    }
 }
 
 /// Waits until every server has been up for `max_lease` as the Redlock's
@@ -1040,8 +1221,9 @@ async fn run_suite(suite: Suite) -> ExitCode {
         let server = redisync_testkit::RedisServer::start().await;
         o.ports = vec![server.port()];
         eprintln!(
-            "running {:?} ({}) against {}",
-            o.scenario,
+            "running {} ({}) against {}",
+            o.label_text()
+                .unwrap_or_else(|| format!("{:?}", o.scenario)),
             o.variant(),
             server.url()
         );
@@ -1071,6 +1253,10 @@ async fn run_suite(suite: Suite) -> ExitCode {
         eprintln!("{}", peer_table_header(&rows, suite.repeats));
     }
     eprintln!("{}", compare::peer_table(&rows));
+    let s6 = compare::s6_table(&rows);
+    if !s6.is_empty() {
+        eprintln!("{s6}");
+    }
     let comparisons = compare::comparisons(&rows);
     for c in &comparisons {
         println!("{c}");
@@ -1257,6 +1443,37 @@ mod tests {
     }
 
     #[test]
+    fn s6_and_release_by_drop_parse() {
+        let Ok(Command::One(o)) = parse("--scenario S6 --ports 1 --clients 16 --kind rslock")
+        else {
+            panic!("S6 did not parse");
+        };
+        assert_eq!(o.scenario, Scenario::S6);
+        assert_eq!((o.workers, o.clients), (16, 16));
+        assert_eq!(o.hold, Duration::from_millis(2));
+        assert_eq!(o.label_text().as_deref(), Some("S6 16x1"));
+        let Ok(Command::One(o)) = parse("--scenario S6 --ports 1 --clients 3 --workers 16") else {
+            panic!("S6 with uneven layout did not parse");
+        };
+        assert_eq!(
+            o.label_text().as_deref(),
+            Some("S6 16 workers over 3 clients")
+        );
+        assert!(parse("--scenario S6 --ports 1,2,3 --clients 4").is_err());
+        assert!(parse("--scenario S6 --ports 1 --workers 0").is_err());
+        let Ok(Command::One(o)) = parse("--scenario S1 --ports 1 --release drop") else {
+            panic!("--release drop did not parse");
+        };
+        assert_eq!(o.release, Release::Drop);
+        assert_eq!(o.variant(), "Lock (released by drop)");
+        assert!(parse("--scenario S1 --ports 1 --release later").is_err());
+        assert!(parse("--scenario S2 --ports 1 --release drop").is_err());
+        assert!(parse("--scenario S1 --ports 1 --release drop --kind fair").is_err());
+        assert!(parse("--scenario S1 --ports 1,2,3 --release drop").is_err());
+        assert!(parse("--scenario S1 --ports 1 --release await --kind fair").is_ok());
+    }
+
+    #[test]
     fn floors_measure_s1_on_one_server() {
         assert!(parse("--scenario S1 --ports 1 --kind script-floor").is_ok());
         assert!(parse("--scenario S2 --ports 1 --kind script-floor").is_err());
@@ -1268,6 +1485,59 @@ mod tests {
         assert!(parse("--scenario S1 --ports 1,2,3 --kind spin").is_err());
         assert!(parse("--scenario S2 --ports 1 --kind spin --lease watchdog").is_err());
         assert!(parse("--scenario S2 --ports 1 --kind spin --lease fixed").is_ok());
+    }
+
+    // `header` reads the runtime's worker count.
+    #[tokio::test]
+    async fn compare_adds_s6_and_the_dropped_guard() {
+        let compare = Suite {
+            compare_only: true,
+            quick: false,
+            repeats: 2,
+        };
+        let runs = suite_runs(compare);
+        // Then S6, every layout and variant interleaved per repeat.
+        let s6: Vec<String> = runs[16..]
+            .iter()
+            .map(|o| format!("{} {}", o.label_text().unwrap_or_default(), o.variant()))
+            .collect();
+        let one_repeat = [
+            "S6 1x16 Lock",
+            "S6 16x1 Lock",
+            "S6 16x1 FairLock",
+            "S6 16x1 Semaphore(1)",
+            "S6 16x1 rslock",
+            "S6 16x1 spin",
+            "S6 4x4 Lock",
+            "S6 4x4 FairLock",
+            "S6 4x4 Semaphore(1)",
+            "S6 4x4 rslock",
+            "S6 4x4 spin",
+        ];
+        assert_eq!(s6, [one_repeat, one_repeat].concat());
+        assert_eq!(
+            runs[16].label_text().as_deref(),
+            Some(compare::S6_REFERENCE)
+        );
+        assert!(runs[16..].iter().all(|o| o.scenario == Scenario::S6
+            && o.workers == 16
+            && o.hold == Duration::from_millis(2)
+            && o.ttl == Duration::from_secs(10)
+            && o.duration == S6_DURATION));
+        // S6 rows say their layout, clients and workers.
+        let h = header(&runs[22]);
+        assert_eq!(h["scenario"], "S6");
+        assert_eq!(h["label"], "S6 4x4");
+        assert_eq!(
+            (h["clients"].as_u64(), h["workers"].as_u64()),
+            (Some(4), Some(4 * 4))
+        );
+        assert_eq!(h["params"]["clients"], 4);
+        // The dropped guard: S1, Lock, fixed lease; the awaited row unchanged.
+        let dropped = &runs[1];
+        assert_eq!(dropped.release, Release::Drop);
+        assert_eq!(header(dropped)["params"]["release"], "drop");
+        assert!(header(&runs[0])["params"].get("release").is_none());
     }
 
     #[test]
@@ -1283,14 +1553,16 @@ mod tests {
             .map(|o| format!("{:?} {}", o.scenario, o.variant()))
             .collect();
         assert_eq!(
-            names,
+            names[..16],
             [
                 "S1 Lock",
+                "S1 Lock (released by drop)",
                 "S1 rslock",
                 "S1 Lock's scripts",
                 "S1 fred floor",
                 "S1 raw floor",
                 "S1 Lock",
+                "S1 Lock (released by drop)",
                 "S1 rslock",
                 "S1 Lock's scripts",
                 "S1 fred floor",
