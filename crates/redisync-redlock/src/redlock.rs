@@ -657,7 +657,10 @@ impl Inner {
                 // Reconnected meanwhile: the grant may come from a restarted
                 // node; its uptime decides (read now, after the grant).
                 Vote::Granted(g) if guarded && client.connection_generation() != generation => {
-                    self.judge_after_reconnect(node, g).await
+                    // Boxed, here and below: rare, and inline it made every
+                    // attempt's vote futures kilobytes large (fred's INFO
+                    // state), moved and set up on each attempt.
+                    Box::pin(self.judge_after_reconnect(node, g)).await
                 }
                 vote => vote,
             };
@@ -683,7 +686,7 @@ impl Inner {
             }
             // Reconnected between the two: the uptime may be another server
             // instance's than the grant's.
-            Ok((Ok(Some(g)), _)) => self.judge_after_reconnect(node, g).await,
+            Ok((Ok(Some(g)), _)) => Box::pin(self.judge_after_reconnect(node, g)).await,
         }
     }
 
@@ -1272,6 +1275,20 @@ mod tests {
     async fn a_majority_lost_between_two_looks_fires_the_signal() {
         let members = vec![held(), lost_after_first_look(), lost_after_first_look()];
         assert!(fires(members).await, "the loss of a majority was missed");
+    }
+
+    /// Every attempt builds one vote future per node, and `join_all` moves
+    /// each into place: a rare branch inlined in it (the uptime read after
+    /// a reconnection, kilobytes of fred's command state) was copied, and
+    /// the memory set up, on every attempt of every acquisition.
+    #[tokio::test]
+    async fn a_vote_future_stays_small() {
+        let server = redisync_testkit::RedisServer::start().await;
+        let client = redisync::Client::connect(&server.url()).await.unwrap();
+        let redlock = Redlock::new(vec![client.lock("size")]).unwrap();
+        let inner = &*redlock.inner;
+        let size = std::mem::size_of_val(&inner.vote(&inner.nodes[0], None, 0));
+        assert!(size <= 2048, "a vote future takes {size} bytes");
     }
 
     #[tokio::test(start_paused = true)]
