@@ -1108,10 +1108,7 @@ async fn release(
 ) -> Result<()> {
     let mut in_flight: FuturesUnordered<_> = nodes
         .into_iter()
-        .map(|(i, g)| async move {
-            let lock = g.lock().clone();
-            (i, lock, g.unlock().await)
-        })
+        .map(|(i, g)| async move { (i, g.unlock().await) })
         .collect();
     let mut results = Vec::with_capacity(in_flight.len());
     // Poll every release once (FuturesUnordered polls each new future on the
@@ -1120,17 +1117,22 @@ async fn release(
         results.push(r);
     }
     drop(permit);
-    let deadline = Instant::now() + inner.node_timeout;
+    // One timer for all the replies, not one per reply.
+    let timer = tokio::time::sleep_until(Instant::now() + inner.node_timeout);
+    tokio::pin!(timer);
     let mut pending = 0;
     loop {
-        match tokio::time::timeout_at(deadline, in_flight.next()).await {
-            Ok(Some(r)) => results.push(r),
-            Ok(None) => break,
-            Err(_) => {
+        tokio::select! {
+            biased;
+            r = in_flight.next() => match r {
+                Some(r) => results.push(r),
+                None => break,
+            },
+            () = &mut timer => {
                 pending = in_flight.len();
                 let name = inner.name.clone();
                 tokio::spawn(async move {
-                    while let Some((i, _, result)) = in_flight.next().await {
+                    while let Some((i, result)) = in_flight.next().await {
                         if let Err(e) = result {
                             tracing::warn!(target: "redisync.release.failed", lock_key = %name, node = i, error = %e, "late redlock release failed; the node's lease expires");
                         }
@@ -1142,10 +1144,10 @@ async fn release(
     }
     let mut released = 0;
     let mut failures = Vec::new();
-    for (i, lock, result) in results {
+    for (i, result) in results {
         match result {
             Ok(()) => released += 1,
-            Err(e) => failures.push(MemberError::new(i, &lock, e)),
+            Err(e) => failures.push(MemberError::new(i, &inner.nodes[i].lock, e)),
         }
     }
     if released >= inner.quorum {
