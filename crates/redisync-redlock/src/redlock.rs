@@ -2,7 +2,7 @@
 //! majority of them grants it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures::future::{join, join_all, select_all};
@@ -487,11 +487,7 @@ impl Redlock {
                                 lost: AtomicBool::new(false),
                                 released: AtomicBool::new(false),
                                 notify: Notify::new(),
-                                members: round
-                                    .granted
-                                    .iter()
-                                    .map(|(_, g)| g.lost_signal())
-                                    .collect(),
+                                members: OnceLock::new(),
                                 quorum: inner.quorum,
                                 drift,
                                 fixed: lease.is_some(),
@@ -807,8 +803,10 @@ struct Loss {
     released: AtomicBool,
     /// Woken on a loss and on the release.
     notify: Notify,
-    /// The lost signals of the nodes' guards.
-    members: Vec<LostSignal>,
+    /// The lost signals of the nodes' guards, made with the guard's first
+    /// own signal (most guards never have one: each signal costs a few
+    /// allocations per node); until then the guard reads its nodes.
+    members: OnceLock<Vec<LostSignal>>,
     quorum: usize,
     drift: Duration,
     /// A fixed lease (not renewed by watchdogs).
@@ -826,21 +824,28 @@ impl Loss {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The nodes' lost signals (none before the guard's first signal).
+    fn members(&self) -> &[LostSignal] {
+        self.members.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// [`Loss::validity_of`] the member signals: the signals' view (they
+    /// exist only once the members do).
+    fn validity(&self) -> Duration {
+        self.validity_of(self.members().iter().map(LostSignal::validity))
+    }
+
     /// What is left by this client's clock, zero once over: lost, released,
     /// or fewer than a quorum of nodes with more than the drift left (a
-    /// fixed lease also ends with the validity of its winning attempt).
-    /// The same number in both lease modes for the guard and its signals:
-    /// the signal fires when `validity()` ends, not a drift later.
-    fn validity(&self) -> Duration {
+    /// fixed lease also ends with the validity of its winning attempt), given
+    /// what each node has left. The same number in both lease modes for the
+    /// guard (from its nodes' guards) and its signals (from theirs): the
+    /// signal fires when `validity()` ends, not a drift later.
+    fn validity_of(&self, nodes: impl Iterator<Item = Duration>) -> Duration {
         if self.lost.load(Ordering::Acquire) || self.released.load(Ordering::Acquire) {
             return Duration::ZERO;
         }
-        let mut left: Vec<Duration> = self
-            .members
-            .iter()
-            .map(LostSignal::validity)
-            .filter(|v| !v.is_zero())
-            .collect();
+        let mut left: Vec<Duration> = nodes.filter(|v| !v.is_zero()).collect();
         let by_nodes = kth_largest(&mut left, self.quorum)
             .map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));
         let left = if self.fixed {
@@ -884,7 +889,7 @@ async fn majority_lost(loss: Arc<Loss>) {
         // against the validity. (The other order could see two members go
         // in between and wait on the rest only.)
         let alive: Vec<LostSignal> = loss
-            .members
+            .members()
             .iter()
             .filter(|m| !m.is_lost())
             .cloned()
@@ -945,7 +950,8 @@ impl RedlockGuard {
     /// Zero once lost. [`lost_signal`](RedlockGuard::lost_signal) fires
     /// when it ends.
     pub fn validity(&self) -> Duration {
-        self.loss.validity()
+        self.loss
+            .validity_of(self.nodes.iter().map(|(_, g)| g.validity()))
     }
 
     fn mark_lost(&self) {
@@ -976,6 +982,9 @@ impl RedlockGuard {
     /// borrows nothing: move it into another task to stop work there when
     /// the lock goes. Ready at every poll once the validity is zero.
     pub fn lost_signal(&self) -> LostSignal {
+        self.loss
+            .members
+            .get_or_init(|| self.nodes.iter().map(|(_, g)| g.lost_signal()).collect());
         let (waits, checks) = (self.loss.clone(), self.loss.clone());
         LostSignal::with_validity(majority_lost(waits), move || checks.validity())
     }
@@ -1238,7 +1247,7 @@ mod tests {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
             notify: Notify::new(),
-            members,
+            members: OnceLock::from(members),
             quorum: 2,
             drift: Duration::from_millis(2),
             fixed: false,
