@@ -833,11 +833,7 @@ impl ClientInner {
     /// An owner id for one acquisition of a non-reentrant handle: unique,
     /// so that acquisition re-enters nothing and nothing re-enters it.
     pub(crate) fn acquisition_owner_id(&self) -> Arc<str> {
-        Arc::from(format!(
-            "{}:{}",
-            self.id_str,
-            Owner::current().acquisition_tag()
-        ))
+        crate::owner::acquisition_owner_id(&self.id_str)
     }
 
     /// `Err(Shutdown)` once a shutdown began: no new acquisition or query.

@@ -129,16 +129,28 @@ impl Owner {
     pub fn tag(&self) -> &str {
         &self.tag
     }
+}
 
-    /// A tag for one acquisition of a non-reentrant handle: this owner's
-    /// tag plus a number unique within the process, so it re-enters nothing.
-    pub(crate) fn acquisition_tag(&self) -> String {
-        format!(
-            "{}/{}",
-            self.tag,
-            NEXT_ACQUISITION.fetch_add(1, Ordering::Relaxed)
-        )
+/// An owner id for one acquisition of a non-reentrant handle of the client
+/// `client_id`: `"<client_id>:<current owner's tag>/<n>"`, `n` unique within
+/// the process, so it re-enters nothing. Written into one string: every
+/// Redlock attempt asks for one per node.
+pub(crate) fn acquisition_owner_id(client_id: &str) -> Arc<str> {
+    use std::fmt::Write;
+    let mut id = String::with_capacity(client_id.len() + 32);
+    id.push_str(client_id);
+    id.push(':');
+    // Owner::current()'s tag, without building an Owner.
+    if SCOPE.try_with(|o| id.push_str(&o.tag)).is_err() {
+        match tokio::task::try_id() {
+            Some(task) => {
+                let _ = write!(id, "{task}");
+            }
+            None => THREAD_TAG.with(|t| id.push_str(t)),
+        }
     }
+    let _ = write!(id, "/{}", NEXT_ACQUISITION.fetch_add(1, Ordering::Relaxed));
+    Arc::from(id)
 }
 
 #[cfg(test)]
@@ -161,6 +173,7 @@ mod tests {
         let inner = Owner::new();
         assert_ne!(outer, inner);
         let (o, i) = (outer.clone(), inner.clone());
+        let o_tag = outer.tag().to_owned();
         outer
             .clone()
             .scope(async move {
@@ -170,6 +183,34 @@ mod tests {
             })
             .await;
         assert_eq!(Owner::current(), task);
-        assert_ne!(outer.acquisition_tag(), outer.acquisition_tag());
+        let ids = outer
+            .scope(async { [acquisition_owner_id("c"), acquisition_owner_id("c")] })
+            .await;
+        assert_ne!(ids[0], ids[1]);
+        for id in ids {
+            let tag = id.strip_prefix("c:").and_then(|r| r.rsplit_once('/'));
+            assert_eq!(tag.map(|(t, _)| t), Some(o_tag.as_str()), "{id}");
+        }
+    }
+
+    /// One acquisition's owner id is the current owner's id plus a number,
+    /// in a task, in a scope and outside any task.
+    #[test]
+    fn acquisition_ids_extend_the_owner_id() {
+        let outside = acquisition_owner_id("c");
+        assert!(
+            outside.starts_with(&format!("c:{}/", Owner::current().tag())),
+            "{outside}"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (task, id) = rt
+            .block_on(async {
+                tokio::spawn(async { (Owner::current(), acquisition_owner_id("c")) }).await
+            })
+            .unwrap();
+        assert!(id.starts_with(&format!("c:{}/", task.tag())), "{id}");
+        assert!(!task.tag().starts_with("thread-"));
     }
 }
