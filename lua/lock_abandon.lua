@@ -28,12 +28,8 @@ local held = redis.call('hmget', KEYS[1], owner, '~t', '~w', '~f')
 if not held[1] or held[2] == ARGV[2] then
   return 0
 end
-if held[3] then
-  local handed
-  handed, err = hand_to_next(KEYS[1], KEYS[3], KEYS[2], ARGV[5], tonumber(held[2]), held[4], ARGV[3], ARGV[4])
-  if handed then
-    return 1
-  end
+if held[3] and hand_to_next(KEYS[1], KEYS[3], KEYS[2], ARGV[5], tonumber(held[2]), held[4], ARGV[3], ARGV[4]) then
+  return 1
 end
 redis.call('del', KEYS[1])
 redis.call(ARGV[3], ARGV[4], 'unlock')

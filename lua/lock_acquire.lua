@@ -3,7 +3,8 @@
 --          token, '~w' = a waiter may be queued, '~f' = token floor set by
 --          an advance while held
 -- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in prelude.lua)
--- KEYS[3]  wait queue (list of "<lease ms> <number> <owner id>", oldest first; a
+-- KEYS[3]  wait queue (list of "<lease ms> <number> <token floor> <owner id>",
+--          oldest first, floor 0 for none; a
 --          release hands the lock to its head, see hand_to_next in prelude.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
@@ -28,7 +29,12 @@
 -- the queue needs none: it is handed the lock, or looks again on its own).
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, queue, owner, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
-local entry = ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. owner
+-- The caller's queue entry under number n (the floor travels with it: a
+-- hand-off honours it as a grant does).
+local function entry_of(n)
+  return ARGV[2] .. ' ' .. n .. ' ' .. (ARGV[5] ~= '' and ARGV[5] or '0') .. ' ' .. owner
+end
+local entry = entry_of(ARGV[8])
 local held = {false, false, false}
 local pttl, err
 if ARGV[7] == '1' then
@@ -69,6 +75,11 @@ local function grant()
   end
   local token = next_token(fence, ARGV[4], counter, ARGV[5])
   redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
+  if ARGV[6] == '2' then
+    -- Others may be queued behind us (we got a free lock, e.g. after a
+    -- crashed holder): our release must look.
+    redis.call('hset', lock, '~w', 1)
+  end
   redis.call('pexpire', lock, lease)
   return {1, token}
 end
@@ -115,7 +126,7 @@ if ARGV[6] ~= '' then
     if ARGV[6] == '2' then
       -- Gone (handed to us and expired, or the queue expired): a new entry
       -- with a new number.
-      entry = ARGV[2] .. ' ' .. ARGV[9] .. ' ' .. owner
+      entry = entry_of(ARGV[9])
       queued = 2
     end
     local length = redis.pcall('rpush', queue, entry)

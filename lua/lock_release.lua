@@ -33,14 +33,9 @@ if not held[3] then
   redis.call('del', lock)
   return 2
 end
-local handed = false
-if KEYS[3] then
-  handed, err = hand_to_next(lock, KEYS[3], KEYS[2], ARGV[6], tonumber(held[2]), held[4], ARGV[4], ARGV[5])
-  if err then
-    return err
-  end
-end
-if handed then
+-- Handed to the oldest queued waiter, or (nobody queued, or the queue or
+-- the counter is not ours) freed and every waiter woken.
+if KEYS[3] and hand_to_next(lock, KEYS[3], KEYS[2], ARGV[6], tonumber(held[2]), held[4], ARGV[4], ARGV[5]) then
   return 4
 end
 redis.call('del', lock)

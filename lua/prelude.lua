@@ -136,37 +136,54 @@ end
 -- Locks: hand-off to the oldest waiter.
 
 -- Hands a lock whose holder had token `token` (and token floor `floor` or
--- nil) to the head of its wait queue (entries "<lease ms> <number> <owner
--- id>", the number naming the owner's waiting acquisition): the
--- new holder's fencing token follows the rule of next_token from the old
--- one (never below the server time: a hold and queue brought back by a
--- restart from an older snapshot must not hand over a token below those
--- issued since), the counter follows, and the message
+-- nil) to the head of its wait queue (entries "<lease ms> <number> <token
+-- floor> <owner id>", the number naming the entry): the new holder's
+-- fencing token follows the rule of next_token from the old one (never
+-- below the server time: a hold and queue brought back by a restart from an
+-- older snapshot must not hand over a token below those issued since) and
+-- the waiter's floor, the counter follows, and the message
 -- "g:<token>:<number>:<owner>" tells the waiter, who then needs no command
--- of its own. Returns true when handed, false
--- for an empty queue (nothing written), or nil and an error reply naming
--- the queue when it holds something else (nothing written).
+-- of its own. Returns true when handed; false for an empty queue, or when
+-- the queue or the counter holds something else (the counter may have
+-- moved up, a token skipped; nothing else is written): the release goes on
+-- without a hand-off, and the next acquisition or waiter gets the error
+-- naming the key.
 local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish, channel)
+  local _, now_us = server_time()
+  local next = token_after(math.max(token, tonumber(floor) or 0), now_us)
+  -- The counter first (SET .. GET refuses a key of another type before
+  -- writing); with nobody to hand to, that only skips a token.
+  local counter = redis.pcall('set', fence, string.format('%.0f', next), 'PX', fence_ttl, 'GET')
+  if type(counter) == 'table' and counter.err then
+    return false
+  end
+  if (tonumber(counter) or 0) >= next then
+    -- Raised past the hold's token by other means: stay above it.
+    next = tonumber(counter) + 1
+    redis.call('set', fence, string.format('%.0f', next), 'PX', fence_ttl)
+  end
   local entry = redis.pcall('lpop', queue)
-  local err = read_error(entry, queue, 'lock queue')
-  if err then
-    return nil, err
+  if type(entry) == 'table' then
+    return false
   end
   while entry do
-    local lease, number, owner = string.match(entry, '^(%d+) (%d+) (.+)$')
+    local lease, number, wanted, owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$')
     if lease then
-      local _, now_us = server_time()
-      local next = string.format('%.0f', token_after(math.max(token, tonumber(floor) or 0), now_us))
-      redis.call('set', fence, next, 'PX', fence_ttl)
+      wanted = tonumber(wanted)
+      if wanted > next and wanted <= now_us + 1000000 then
+        next = wanted
+        redis.call('set', fence, string.format('%.0f', wanted), 'PX', fence_ttl)
+      end
+      local given = string.format('%.0f', next)
       redis.call('del', lock)
       -- '~w': more waiters may follow; the next release looks.
-      redis.call('hset', lock, owner, 1, '~t', next, '~w', 1)
+      redis.call('hset', lock, owner, 1, '~t', given, '~w', 1)
       redis.call('pexpire', lock, lease)
-      redis.call(publish, channel, 'g:' .. next .. ':' .. number .. ':' .. owner)
-      return true, nil
+      redis.call(publish, channel, 'g:' .. given .. ':' .. number .. ':' .. owner)
+      return true
     end
     -- Not one of ours: dropped.
     entry = redis.call('lpop', queue)
   end
-  return false, nil
+  return false
 end

@@ -402,6 +402,8 @@ async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
         })
         .await
     );
+    // WAIT counts this connection's writes: one after the entry.
+    let _: i64 = admin.incr("replica:after-queue").await.unwrap();
     assert!(caught_up(&admin).await, "the replica has the queue entry");
     replica.pause();
     g.unlock().await.unwrap();

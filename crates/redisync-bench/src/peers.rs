@@ -105,6 +105,7 @@ pub(crate) struct LockScripts {
     release: Script,
     hold: String,
     fence: String,
+    queue: String,
     channel: String,
     /// The token of the acquisition held (one task runs S1).
     token: std::sync::atomic::AtomicU64,
@@ -148,6 +149,7 @@ impl Floor {
             release: script(LOCK_RELEASE_LUA),
             hold: key("hold"),
             fence: key("fence"),
+            queue: key("queue"),
             channel: key("ch"),
             token: std::sync::atomic::AtomicU64::new(0),
         })))
@@ -162,13 +164,18 @@ impl Floor {
             .acquire
             .evalsha_with_reload(
                 &s.client,
-                vec![s.hold.as_str(), s.fence.as_str()],
+                vec![s.hold.as_str(), s.fence.as_str(), s.queue.as_str()],
+                // As `Lock` sends them uncontended: no wait queue, no hint.
                 vec![
                     "bench:1",
                     SCRIPT_FLOOR_LEASE_MS,
                     "",
                     SCRIPT_FLOOR_FENCE_TTL_MS,
                     "",
+                    "",
+                    "",
+                    "1",
+                    "2",
                 ],
             )
             .await
@@ -196,13 +203,14 @@ impl Floor {
             .release
             .evalsha_with_reload(
                 &s.client,
-                vec![s.hold.as_str()],
+                vec![s.hold.as_str(), s.fence.as_str(), s.queue.as_str()],
                 vec![
                     "bench:1",
                     token.as_str(),
                     "1",
                     "publish",
                     s.channel.as_str(),
+                    SCRIPT_FLOOR_FENCE_TTL_MS,
                 ],
             )
             .await

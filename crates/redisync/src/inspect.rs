@@ -156,10 +156,11 @@ pub struct Permits {
 /// [`Lock::inspect`](crate::Lock::inspect), [`Client::inspect`] and
 /// [`Client::list`].
 ///
-/// Waiters of a [`Lock`](crate::Lock) and of a
-/// [`Semaphore`](crate::Semaphore) wait in their clients, not in Redis:
-/// [`contended`](Inspection::contended) tells that a task of another client
-/// asked while it was taken.
+/// Waiters of a [`Semaphore`](crate::Semaphore) wait in their clients, not
+/// in Redis: [`contended`](Inspection::contended) tells that a task of
+/// another client asked while it was taken. Clients waiting for a
+/// [`Lock`](crate::Lock) are listed (one entry per client: its first
+/// waiting task); tasks waiting behind it in its client are not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Inspection {
@@ -185,7 +186,9 @@ pub struct Inspection {
     pub last_token: Option<u64>,
     /// A semaphore's permits.
     pub permits: Option<Permits>,
-    /// A task of another client than the holder's asked while it was taken.
+    /// A task of another client than the holder's asked while it was
+    /// taken; for a lock handed to a queued client, others may still be
+    /// queued behind it (its release looks at the queue).
     pub contended: bool,
     /// What the holder published about itself: a leader's identity (see
     /// [`Leader`](crate::Leader)).
@@ -327,7 +330,11 @@ pub(crate) async fn inspect_kind(
 /// The key roles of a kind, and the Redis type of each.
 fn roles(kind: Kind) -> &'static [(Role, &'static str)] {
     match kind {
-        Kind::Lock => &[(Role::Hold, "hash"), (Role::Fence, "string")],
+        Kind::Lock => &[
+            (Role::Hold, "hash"),
+            (Role::Fence, "string"),
+            (Role::Queue, "list"),
+        ],
         Kind::Fair => &[
             (Role::Hold, "hash"),
             (Role::Fence, "string"),
@@ -516,7 +523,10 @@ fn decode(
         left_out: 0,
     };
     match kind {
-        LockKind::Lock => exclusive(&mut out, &hold)?,
+        LockKind::Lock => {
+            exclusive(&mut out, &hold)?;
+            lock_queue(&mut out, &get(Role::Queue));
+        }
         LockKind::FairLock => {
             exclusive(&mut out, &hold)?;
             queue(&mut out, &get(Role::Queue), &get(Role::Deadlines), now);
@@ -568,6 +578,26 @@ fn queue(out: &mut Inspection, queue: &RawKey, deadlines: &RawKey, now: i64) {
         let expires_in = deadlines.get(owner.as_str()).copied().unwrap_or_default();
         out.waiters.push(Waiter {
             owner: owner.clone(),
+            client_id: client_of(owner),
+            mode: HoldMode::Exclusive,
+            expires_in,
+        });
+    }
+}
+
+/// A plain lock's queue of waiting clients (oldest first), entries
+/// "<lease ms> <number> <token floor> <owner id>"; a place lasts as long as
+/// the queue key (each waiter looks again within a quarter of its lease).
+fn lock_queue(out: &mut Inspection, queue: &RawKey) {
+    out.exists |= queue.exists();
+    out.left_out = queue.left_out();
+    let expires_in = queue.ttl().unwrap_or_default();
+    for entry in &queue.entries {
+        let Some(owner) = entry.splitn(4, ' ').nth(3) else {
+            continue;
+        };
+        out.waiters.push(Waiter {
+            owner: owner.to_owned(),
             client_id: client_of(owner),
             mode: HoldMode::Exclusive,
             expires_in,

@@ -137,7 +137,7 @@ async fn contend<S: Spec>(
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
         if let Err(e) = client.check_open() {
-            return Err(failed(grant, holder, place.queued, &mut undo, e).await);
+            return Err(failed(grant, holder, (place.queued, false), &mut undo, e).await);
         }
         let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
         if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
@@ -172,7 +172,7 @@ async fn contend<S: Spec>(
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
-        let attempt = place.attempt(holder, lease_ms, enqueue, slot.expects_busy(), ask);
+        let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
         let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
         let until = match reply {
@@ -183,7 +183,8 @@ async fn contend<S: Spec>(
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
                 Instant::now() + REFUSED_PAUSE
             }
-            Err(e) => return Err(failed(grant, holder, queued, &mut undo, e).await),
+            // The attempt in flight may have queued us.
+            Err(e) => return Err(failed(grant, holder, (queued, enqueue), &mut undo, e).await),
             Ok(Reply::Granted { token, exhausted }) => {
                 // A hand-off that crossed this grant is stale: the grant
                 // replaced it.
@@ -269,15 +270,22 @@ impl Place {
         }
     }
 
-    /// A fresh attempt (see [`Try`]) from where we stand.
-    fn attempt<'a, A>(
-        &self,
+    /// A fresh attempt (see [`Try`]) from where we stand. One that may
+    /// queue us in a hand-off queue holds the client's shutdown back until
+    /// we leave it.
+    fn attempt<'a, S: Spec, A>(
+        &mut self,
+        named: &super::Named,
+        slot: &Slot,
         holder: &'a str,
         lease_ms: i64,
         enqueue: bool,
-        expect_busy: bool,
         ask: A,
     ) -> Try<'a, A> {
+        if enqueue && S::WAKE == Wake::Handed && self.in_queue.is_none() {
+            self.in_queue = named.client.inner.start_background();
+        }
+        let expect_busy = slot.expects_busy();
         Try {
             holder,
             lease_ms,
@@ -332,16 +340,18 @@ impl Place {
 
 /// An attempt failed with `e` (returned): a shutdown leaves the queue
 /// first; the undo stays armed while the command may have run or we are
-/// queued.
+/// queued. `queue`: whether we are queued, and whether an attempt that may
+/// have queued us was in flight.
 async fn failed<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &str,
-    queued: bool,
+    queue: (bool, bool),
     undo: &mut Undo<S>,
     e: Error,
 ) -> Error {
+    let (queued, in_flight) = queue;
     if matches!(e, Error::Shutdown) {
-        leave_at_shutdown(grant, holder, queued, undo).await;
+        leave_at_shutdown(grant, holder, queued || in_flight, undo).await;
     } else if !queued && !e.outcome_unknown() {
         undo.disarm();
     }
@@ -399,6 +409,12 @@ async fn handed<S: Spec>(
     // the writes of ours, so a write after it (renewing the lease it gave
     // us) comes first. Unacknowledged, the hold goes on to the next waiter.
     if let Err(e) = held.extend(grant.lease).await {
+        if matches!(e, Error::NotHeld { .. }) {
+            // Gone before we could renew it (force-unlocked, expired): we
+            // are not queued any more; wait on.
+            drop(held);
+            return Ok(None);
+        }
         if let Err(undone) = held.release().await {
             tracing::warn!(target: "redisync.release.failed", lock_key = %grant.spec.named().key, error = %undone, "giving back an unsynced hand-off failed; it expires with its lease");
         }
