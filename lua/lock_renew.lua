@@ -14,7 +14,9 @@ for i, lock in ipairs(KEYS) do
   if redis.call('type', lock).ok == 'hash' then
     local held = redis.call('hmget', lock, owner, '~t')
     if held[1] and held[2] == token then
-      if redis.call('pttl', lock) < lease then
+      -- '<=': a renewal right after a hand-off (PTTL = lease, same ms)
+      -- still writes, so a WAIT after it covers the hand-off.
+      if redis.call('pttl', lock) <= lease then
         redis.call('pexpire', lock, lease)
       end
       ok = 1

@@ -143,25 +143,11 @@ end
 -- older snapshot must not hand over a token below those issued since) and
 -- the waiter's floor, the counter follows, and the message
 -- "g:<token>:<number>:<owner>" tells the waiter, who then needs no command
--- of its own. Returns true when handed; false for an empty queue, or when
--- the queue or the counter holds something else (the counter may have
--- moved up, a token skipped; nothing else is written): the release goes on
--- without a hand-off, and the next acquisition or waiter gets the error
--- naming the key.
+-- of its own. Returns true when handed; false (nothing written) for an
+-- empty queue, or when the queue or the counter holds something else: the
+-- release goes on without a hand-off, and the next acquisition or waiter
+-- gets the error naming the key.
 local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish, channel)
-  local _, now_us = server_time()
-  local next = token_after(math.max(token, tonumber(floor) or 0), now_us)
-  -- The counter first (SET .. GET refuses a key of another type before
-  -- writing); with nobody to hand to, that only skips a token.
-  local counter = redis.pcall('set', fence, string.format('%.0f', next), 'PX', fence_ttl, 'GET')
-  if type(counter) == 'table' and counter.err then
-    return false
-  end
-  if (tonumber(counter) or 0) >= next then
-    -- Raised past the hold's token by other means: stay above it.
-    next = tonumber(counter) + 1
-    redis.call('set', fence, string.format('%.0f', next), 'PX', fence_ttl)
-  end
   local entry = redis.pcall('lpop', queue)
   if type(entry) == 'table' then
     return false
@@ -169,10 +155,25 @@ local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish
   while entry do
     local lease, number, wanted, owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$')
     if lease then
+      local _, now_us = server_time()
+      local next = token_after(math.max(token, tonumber(floor) or 0), now_us)
       wanted = tonumber(wanted)
       if wanted > next and wanted <= now_us + 1000000 then
         next = wanted
-        redis.call('set', fence, string.format('%.0f', wanted), 'PX', fence_ttl)
+      end
+      -- SET .. GET refuses a counter of another type before writing: the
+      -- entry goes back where it was, and nothing is handed.
+      local counter = redis.pcall('set', fence, string.format('%.0f', next), 'PX', fence_ttl, 'GET')
+      if type(counter) == 'table' and counter.err then
+        if redis.call('lpush', queue, entry) == 1 then
+          redis.call('pexpire', queue, lease)
+        end
+        return false
+      end
+      if (tonumber(counter) or 0) >= next then
+        -- Raised past the hold's token by other means: stay above it.
+        next = tonumber(counter) + 1
+        redis.call('set', fence, string.format('%.0f', next), 'PX', fence_ttl)
       end
       local given = string.format('%.0f', next)
       redis.call('del', lock)

@@ -797,6 +797,7 @@ mod tests {
         let keys = [
             (Role::Hold, raw("none", -2, &[])),
             (Role::Fence, raw("string", 9000, &["5"])),
+            (Role::Queue, raw("none", -2, &[])),
         ];
         let i = decode(LockKind::Lock, "x", 0, &keys).unwrap();
         assert!(!i.exists && !i.is_held());
