@@ -27,9 +27,7 @@ fn per(n: u64, d: u64) -> String {
     format!("{}.{:02}", hundredths / 100, hundredths % 100)
 }
 
-fn queue_key(name: &str) -> String {
-    common::key("lock", "queue", name)
-}
+use common::lock_queue_key as queue_key;
 
 /// `clients` clients with `workers` tasks each take the lock `rounds` times
 /// per task (the lease `lease`, holding for a moment each time); returns the
@@ -213,10 +211,7 @@ async fn a_crashed_waiter_holds_the_others_up_for_one_lease_at_most() {
         }
     });
     assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("crash")).await.unwrap() == 2
-        })
-        .await,
+        common::lock_queued(&env.admin, "crash", 2).await,
         "B never queued"
     );
     let released = Instant::now();
@@ -264,20 +259,10 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_handed_the_
             .unwrap()
             .is_none()
     });
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("leave")).await.unwrap() == 1
-        })
-        .await
-    );
+    assert!(common::lock_queued(&env.admin, "leave", 1).await);
     let c_lock = next.lock("leave");
     let waiter = tokio::spawn(async move { c_lock.lock().await.unwrap() });
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("leave")).await.unwrap() == 2
-        })
-        .await
-    );
+    assert!(common::lock_queued(&env.admin, "leave", 2).await);
     assert!(timeout(Duration::from_secs(10), gave_up)
         .await
         .unwrap()
@@ -308,20 +293,10 @@ async fn a_client_that_shuts_down_while_waiting_leaves_the_queue() {
     let g = first.lock("bye").lock().await.unwrap();
     let b_lock = leaver.lock("bye");
     let b_waits = tokio::spawn(async move { b_lock.lock().await.map(|_| ()) });
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("bye")).await.unwrap() == 1
-        })
-        .await
-    );
+    assert!(common::lock_queued(&env.admin, "bye", 1).await);
     let c_lock = next.lock("bye");
     let c_waits = tokio::spawn(async move { c_lock.lock().await.unwrap() });
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("bye")).await.unwrap() == 2
-        })
-        .await
-    );
+    assert!(common::lock_queued(&env.admin, "bye", 2).await);
     leaver.shutdown().await.unwrap();
     assert!(matches!(
         timeout(Duration::from_secs(10), b_waits)
@@ -365,12 +340,7 @@ async fn a_hand_off_after_a_restart_from_an_older_snapshot_never_issues_a_lower_
             .unwrap()
             .expect("handed")
     });
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            env.admin.llen::<i64, _>(queue_key("snap")).await.unwrap() == 1
-        })
-        .await
-    );
+    assert!(common::lock_queued(&env.admin, "snap", 1).await);
     // ... and parked: its look after subscribing (the queued one, LPOS)
     // is done, so it does not take the lock when it is free below.
     assert!(

@@ -8,22 +8,16 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{eventually, lock_key, Env};
+use common::{lock_key, Env};
 use fred::prelude::*;
 use redisync::{Client, Error};
 use redisync_testkit::{Direction, FaultProxy};
 use tokio::time::timeout;
 
-fn queue_key(name: &str) -> String {
-    common::key("lock", "queue", name)
-}
+use common::lock_queue_key as queue_key;
 
 fn fence_key(name: &str) -> String {
     common::key("lock", "fence", name)
-}
-
-async fn queue_len(env: &Env, name: &str) -> i64 {
-    env.admin.llen::<i64, _>(queue_key(name)).await.unwrap()
 }
 
 /// `try_lock_with_min_token` promises a token of at least `min_token` for
@@ -47,10 +41,7 @@ async fn a_handed_hold_honours_the_waiters_min_token() {
             .await
     });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "floor").await == 1
-        })
-        .await,
+        common::lock_queued(&env.admin, "floor", 1).await,
         "B never queued"
     );
     g.unlock().await.unwrap();
@@ -121,10 +112,7 @@ async fn a_hand_off_never_overwrites_a_key_of_another_type_at_the_fencing_counte
     let lock_b = b.lock("wf");
     let waiter = tokio::spawn(async move { lock_b.try_lock(Duration::from_secs(20), None).await });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "wf").await == 1
-        })
-        .await,
+        common::lock_queued(&env.admin, "wf", 1).await,
         "B never queued"
     );
     // Somebody else's data at the counter's name.
@@ -169,10 +157,7 @@ async fn a_client_shut_down_during_its_first_attempt_leaves_the_queue() {
     let lock_b = b.lock("sd");
     let b_waits = tokio::spawn(async move { lock_b.lock().await.map(|_| ()) });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "sd").await == 1
-        })
-        .await,
+        common::lock_queued(&env.admin, "sd", 1).await,
         "B's attempt never ran"
     );
     // The shutdown starts (its first poll closes the client at once) while
@@ -216,42 +201,8 @@ async fn a_client_shut_down_during_its_first_attempt_leaves_the_queue() {
 async fn a_hand_off_lost_before_its_sync_does_not_fail_the_wait_with_not_held() {
     const LEASE: Duration = Duration::from_secs(45);
     let primary = redisync_testkit::RedisServer::start().await;
-    let _replica = {
-        let admin = common::admin(&primary.url()).await;
-        let _: Value = admin
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CONFIG",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["SET", "repl-diskless-sync-delay", "0"],
-            )
-            .await
-            .unwrap();
-        let port = primary.port().to_string();
-        redisync_testkit::RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).await
-    };
+    let _replica = common::replica_of(&primary).await;
     let admin = common::admin(&primary.url()).await;
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            let _: i64 = admin.incr("review:sync").await.unwrap();
-            let acked: i64 = admin
-                .custom(
-                    fred::types::CustomCommand::new_static(
-                        "WAIT",
-                        fred::types::ClusterHash::FirstKey,
-                        false,
-                    ),
-                    vec![1, 200],
-                )
-                .await
-                .unwrap();
-            acked >= 1
-        })
-        .await,
-        "the replica did not sync"
-    );
     let proxy = FaultProxy::start(primary.addr()).await;
     let a = Client::connect(&primary.url()).await.unwrap();
     let w = Client::builder(&proxy.url())
@@ -263,13 +214,7 @@ async fn a_hand_off_lost_before_its_sync_does_not_fail_the_wait_with_not_held() 
     let lock_w = w.lock("nh");
     let waiting =
         tokio::spawn(async move { lock_w.try_lock(Duration::from_mins(1), Some(LEASE)).await });
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            admin.llen::<i64, _>(queue_key("nh")).await.unwrap() == 1
-        })
-        .await,
-        "W never queued"
-    );
+    assert!(common::lock_queued(&admin, "nh", 1).await, "W never queued");
     // W hears the hand-off; its renewal waits in the proxy.
     proxy.blackhole(Direction::Upstream);
     g.unlock().await.unwrap();
@@ -306,10 +251,7 @@ async fn inspect_lists_the_clients_queued_for_a_lock() {
     let lock_b = b.lock("seen");
     let waiter = tokio::spawn(async move { lock_b.try_lock(Duration::from_secs(20), None).await });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "seen").await == 1
-        })
-        .await,
+        common::lock_queued(&env.admin, "seen", 1).await,
         "B never queued"
     );
     let seen = a.lock("seen").inspect().await.unwrap();
@@ -356,19 +298,13 @@ async fn a_release_after_a_crashed_holder_hands_the_lock_to_the_next_queued_clie
     let lock_b = b.lock("crash");
     let b_waits = tokio::spawn(async move { lock_b.lock().await.unwrap() });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "crash").await == 1
-        })
-        .await,
+        common::lock_queued(&env.admin, "crash", 1).await,
         "B never queued"
     );
     let lock_c = c.lock("crash");
     let c_waits = tokio::spawn(async move { lock_c.lock().await.unwrap() });
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "crash").await == 2
-        })
-        .await,
+        common::lock_queued(&env.admin, "crash", 2).await,
         "C never queued"
     );
     // B, first in line, takes the lock once the crashed holder's lease ends.

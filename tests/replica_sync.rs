@@ -5,44 +5,13 @@ mod common;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::ClusterHash;
 use redisync::Error;
 use redisync_testkit::RedisServer;
-
-async fn replica_of(primary: &RedisServer) -> RedisServer {
-    let primary_admin = common::admin(&primary.url()).await;
-    let command = |name| fred::types::CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-    // Start the full sync at once (the default waits 5 s for more replicas).
-    let _: Value = primary_admin
-        .custom(
-            command("CONFIG"),
-            vec!["SET", "repl-diskless-sync-delay", "0"],
-        )
-        .await
-        .unwrap();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).await;
-    // Ready once the replica acknowledges a write: WAIT counts replicas
-    // that have the connection's writes, so it needs one (a replica still
-    // loading the initial sync shows "online" with offset 0 and acks late).
-    for _ in 0..100 {
-        let _: i64 = primary_admin.incr("replica:ready").await.unwrap();
-        let acked: i64 = primary_admin
-            .custom(command("WAIT"), vec![1, 100])
-            .await
-            .unwrap();
-        if acked == 1 {
-            return replica;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the replica did not sync");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_acquisition_is_undone_and_reported() {
     let primary = RedisServer::start().await;
-    let replica = replica_of(&primary).await;
+    let replica = common::replica_of(&primary).await;
     let admin = common::admin(&primary.url()).await;
     // 1 s per acknowledgement: a loaded machine must not fail the healthy
     // phase (a paused replica never acknowledges, whatever the window).
@@ -113,7 +82,7 @@ async fn synced_pair_within(
     ack: Duration,
 ) -> (RedisServer, RedisServer, redisync::Client) {
     let primary = RedisServer::start().await;
-    let replica = replica_of(&primary).await;
+    let replica = common::replica_of(&primary).await;
     let client = redisync::Client::builder(&primary.url())
         .replica_sync(1, ack)
         .watchdog_timeout(watchdog)
@@ -222,22 +191,6 @@ async fn renewals_count_only_when_replicas_acknowledge_them() {
     assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
 }
 
-/// Whether the replica (resumed after a pause) acknowledges the primary's
-/// writes again within a generous bound.
-async fn caught_up(admin: &fred::clients::Client) -> bool {
-    common::eventually(Duration::from_secs(10), || async {
-        let acked: i64 = admin
-            .custom(
-                fred::types::CustomCommand::new_static("WAIT", ClusterHash::FirstKey, false),
-                vec![1, 500],
-            )
-            .await
-            .unwrap();
-        acked >= 1
-    })
-    .await
-}
-
 /// The fixed lease of the guards below: long enough for a loaded machine to
 /// run every step while they hold, far below the lease they are asked to
 /// extend or re-enter with ([`LONG`]).
@@ -284,7 +237,7 @@ async fn an_unacknowledged_extend_does_not_lengthen_the_guard() {
     // Acknowledged, an extend lengthens the guard.
     replica.resume();
     assert!(
-        caught_up(&admin).await,
+        common::replica_caught_up(&admin).await,
         "the resumed replica never acknowledged"
     );
     macro_rules! synced {
@@ -342,7 +295,7 @@ async fn an_undone_reentry_leaves_the_outer_hold_as_it_was() {
     );
     replica.resume();
     assert!(
-        caught_up(&admin).await,
+        common::replica_caught_up(&admin).await,
         "the resumed replica never acknowledged"
     );
     assert_eq!(lock.hold_count().await.unwrap(), 1, "lock");
@@ -380,7 +333,7 @@ async fn an_undone_reentry_leaves_the_outer_hold_as_it_was() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
     let primary = RedisServer::start().await;
-    let replica = replica_of(&primary).await;
+    let replica = common::replica_of(&primary).await;
     let admin = common::admin(&primary.url()).await;
     let releaser = redisync::Client::connect(&primary.url()).await.unwrap();
     let waiter = redisync::Client::builder(&primary.url())
@@ -395,16 +348,17 @@ async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
             .await
             .map(|g| g.is_some())
     });
-    let queue = common::key("lock", "queue", "handed");
+    let queue = common::lock_queue_key("handed");
     assert!(
         common::eventually(Duration::from_secs(10), || async {
             admin.llen::<i64, _>(&queue).await.unwrap() == 1
         })
         .await
     );
-    // WAIT counts this connection's writes: one after the entry.
-    let _: i64 = admin.incr("replica:after-queue").await.unwrap();
-    assert!(caught_up(&admin).await, "the replica has the queue entry");
+    assert!(
+        common::replica_caught_up(&admin).await,
+        "the replica has the queue entry"
+    );
     replica.pause();
     g.unlock().await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(20), waiting)

@@ -267,3 +267,68 @@ pub async fn on_one_thread<Fut: std::future::Future<Output = ()> + 'static>(
     .await
     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
 }
+
+/// The wait queue of the lock `name` (clients waiting in Redis).
+pub fn lock_queue_key(name: &str) -> String {
+    key("lock", "queue", name)
+}
+
+/// Whether the wait queue of the lock `name` reaches `len` entries within
+/// 10 s (the waiters' busy attempts ran).
+pub async fn lock_queued(admin: &fred::clients::Client, name: &str, len: i64) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        admin.llen::<i64, _>(lock_queue_key(name)).await.unwrap() == len
+    })
+    .await
+}
+
+/// Whether a replica acknowledges everything `admin`'s connection wrote,
+/// within `ms`: `WAIT` counts only the connection's own writes, so one is
+/// made first.
+pub async fn replica_acks(admin: &fred::clients::Client, ms: i64) -> bool {
+    let _: i64 = admin.incr("replica:ready").await.unwrap();
+    let acked: i64 = admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "WAIT",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            vec![1, ms],
+        )
+        .await
+        .unwrap();
+    acked >= 1
+}
+
+/// Whether the replica (resumed after a pause) acknowledges the primary's
+/// writes again within a generous bound.
+pub async fn replica_caught_up(admin: &fred::clients::Client) -> bool {
+    eventually(Duration::from_secs(10), || replica_acks(admin, 500)).await
+}
+
+/// A replica of `primary`, ready once it acknowledges a write (a replica
+/// still loading the initial sync shows "online" with offset 0 and acks
+/// late).
+pub async fn replica_of(primary: &RedisServer) -> RedisServer {
+    let admin = admin(&primary.url()).await;
+    // Start the full sync at once (the default waits 5 s for more replicas).
+    let _: fred::types::Value = admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "CONFIG",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            vec!["SET", "repl-diskless-sync-delay", "0"],
+        )
+        .await
+        .unwrap();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).await;
+    assert!(
+        eventually(Duration::from_secs(20), || replica_acks(&admin, 100)).await,
+        "the replica did not sync"
+    );
+    replica
+}

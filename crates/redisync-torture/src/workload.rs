@@ -465,12 +465,7 @@ impl Ctx {
     /// Ends a section with a last look (its end write).
     fn close(&self, mut rec: Rec, valid: impl FnOnce() -> bool) {
         self.look(&mut rec, valid);
-        self.state
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&rec.id);
-        let _ = self.sink.send(Record::Section(rec.section));
+        self.finish(rec);
     }
 
     /// Ends a section at its last look (work cancelled after it).
