@@ -462,6 +462,13 @@ async fn cancelled_waiters_leave_no_lock() {
             "a waiter finished while the lock was held: {r:?}"
         );
     }
+    // A cancelled waiter leaves the lock's queue in the background (until
+    // then a release could hand it the lock, and it would hand it on):
+    // every one has left before the release.
+    assert!(
+        common::lock_queued(&env.admin, "cancel", 0).await,
+        "a cancelled waiter stayed queued"
+    );
     held.unlock().await.unwrap();
 
     // No cancelled waiter takes the lock when the unlock message goes out.
