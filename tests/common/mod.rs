@@ -276,8 +276,17 @@ pub fn lock_queue_key(name: &str) -> String {
 /// Whether the wait queue of the lock `name` reaches `len` entries within
 /// 10 s (the waiters' busy attempts ran).
 pub async fn lock_queued(admin: &fred::clients::Client, name: &str, len: i64) -> bool {
+    queue_reaches(admin, &lock_queue_key(name), len).await
+}
+
+/// [`lock_queued`] for the semaphore `name`.
+pub async fn semaphore_queued(admin: &fred::clients::Client, name: &str, len: i64) -> bool {
+    queue_reaches(admin, &key("sem", "queue", name), len).await
+}
+
+async fn queue_reaches(admin: &fred::clients::Client, queue: &str, len: i64) -> bool {
     eventually(Duration::from_secs(10), || async {
-        admin.llen::<i64, _>(lock_queue_key(name)).await.unwrap() == len
+        admin.llen::<i64, _>(queue).await.unwrap() == len
     })
     .await
 }

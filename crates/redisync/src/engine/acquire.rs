@@ -151,11 +151,14 @@ async fn contend<S: Spec>(
             continue;
         }
         let queued = place.queued;
-        let Some(since) =
-            wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline, &named.labels).await
+        // The slot's generation, of local releases and wake-ups for all
+        // (what a grant that exhausted the permits waits for), and ours.
+        let Some(exhausted_since) =
+            wait_while_exhausted(slot, enqueue && !queued, deadline, &named.labels).await
         else {
             return Ok(None);
         };
+        let since = wakeup.generation();
         // A server too young since its restart grants nothing: wait (a
         // release message or its coming of age wakes us).
         let generation = guarded_generation(client);
@@ -199,7 +202,7 @@ async fn contend<S: Spec>(
                 } else {
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
-                    slot.note_exhausted(since, exhausted);
+                    slot.note_exhausted(exhausted_since, exhausted);
                     let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
                     let held = grant.new_held(holder.clone(), token, sent_at, permit);
                     return grant.synced(held).await.map(Some);
@@ -481,17 +484,18 @@ async fn park(
     }
 }
 
-/// The wake-up generation to attempt at. When the last grant took what was
-/// left and no release woke us since, and `may_wait`, first waits for one
-/// (or the server's bound) rather than ask Redis in vain: `None` when
-/// `deadline` passed meanwhile.
+/// The slot's wake-up generation to attempt at. When the last grant took
+/// what was left and no release woke the slot since, and `may_wait`, first
+/// waits for one (or the server's bound) rather than ask Redis in vain:
+/// `None` when `deadline` passed meanwhile. Local releases and wake-ups for
+/// every waiter wake the slot; a waiter that waits so has no queue entry.
 async fn wait_while_exhausted(
     slot: &Slot,
-    wakeup: &Wakeup,
     may_wait: bool,
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
+    let wakeup = &slot.wakeup;
     let since = wakeup.generation();
     let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
