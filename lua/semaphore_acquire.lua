@@ -91,6 +91,11 @@ if queued and total - used > 0 then
   if empty then
     queued = nil
   end
+  if state.last ~= tonumber(h[3] or '0') then
+    -- Handed some: the earliest lease end may be one of theirs now.
+    local earliest = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
+    first = tonumber(earliest[2])
+  end
 end
 
 -- Writes what changed of the hash ('~q' cleared when the queue was found
@@ -144,6 +149,9 @@ local function handed_before()
     return nil
   end
   state.last = token_after(state.last, now_us)
+  if state.used >= total then
+    state.mark = mark_with(state.mark, client_of(id))
+  end
   save()
   redis.call('zadd', leases, now + lease, id)
   return {1, state.last, total - state.used, lease_left()}

@@ -626,8 +626,10 @@ async fn give_back(
     {
         // While the slot migrates, a cluster refuses a script over keys the
         // source may not have (the queue, mostly missing): give back
-        // without it, waking every waiter instead of handing off.
-        Err(e) if e.is_refused() => {
+        // without it, waking every waiter instead of handing off. Not for
+        // a waiter leaving the queue: the refusal is returned, and its undo
+        // tries again while its lease lasts.
+        Err(e) if e.is_refused() && !leave => {
             keys.pop();
             RELEASE.run_idempotent(redis, key, keys, args).await
         }

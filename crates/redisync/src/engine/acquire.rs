@@ -153,8 +153,11 @@ async fn contend<S: Spec>(
         let queued = place.queued;
         // The slot's generation, of local releases and wake-ups for all
         // (what a grant that exhausted the permits waits for), and ours.
+        // A waiter without a queue entry looks again as often as a queued
+        // one: the server's bound may predate a hand-off of a shorter lease.
+        let look = (S::WAKE == Wake::Handed).then(|| lease / HANDED_LEASE_LOOKS);
         let Some(exhausted_since) =
-            wait_while_exhausted(slot, enqueue && !queued, deadline, &named.labels).await
+            wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
         else {
             return Ok(None);
         };
@@ -489,17 +492,22 @@ async fn park(
 /// waits for one (or the server's bound) rather than ask Redis in vain:
 /// `None` when `deadline` passed meanwhile. Local releases and wake-ups for
 /// every waiter wake the slot; a waiter that waits so has no queue entry.
+/// `look`: the longest it waits so.
 async fn wait_while_exhausted(
     slot: &Slot,
     may_wait: bool,
+    look: Option<Duration>,
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
     let wakeup = &slot.wakeup;
     let since = wakeup.generation();
-    let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
+    let Some(mut until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
+    if let Some(look) = look {
+        until = until.min(Instant::now() + look);
+    }
     park(wakeup, since, until, deadline, labels).await;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return None;
