@@ -214,7 +214,8 @@ end
 -- that takes the last permit marks its client in s.mark, as a grant does
 -- (its next waiter then waits for a release without asking). `me`: the
 -- caller's permit id, granted without a message. Updates s.used, s.last,
--- s.mark; returns whether the queue was found empty, the token granted to
+-- s.mark, and s.to_others (some went to another client than s.client);
+-- returns whether the queue was found empty, the token granted to
 -- `me` (nil: none), and an error reply naming the queue when it is not a
 -- list (then nothing was written).
 local function hand_permits(s, leases, queue, publish, channel, me)
@@ -238,6 +239,9 @@ local function hand_permits(s, leases, queue, publish, channel, me)
       redis.call('zadd', leases, s.now + tonumber(lease), id)
       if s.used >= s.total then
         s.mark = mark_with(s.mark, client_of(id))
+      end
+      if client_of(id) ~= s.client then
+        s.to_others = true
       end
       if id == me then
         return false, s.last

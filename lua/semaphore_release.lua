@@ -9,7 +9,9 @@
 -- ARGV[2]  publish command
 -- ARGV[3]  release channel
 -- ARGV[4]  '1' = also remove the id's queue entry (whatever its number)
--- Returns {permits given back, permits free after}; {0, 0} if the
+-- Returns {permits given back, permits free after, 1 if some went to a
+-- waiter of another client (the releasing client's own waiters then join
+-- the queue: they may wait without an entry) else 0}; {0, 0, 0} if the
 -- acquisition is not held (expired and reclaimed, released already, or
 -- never granted). Freed permits go to
 -- the queue's oldest waiters first (see hand_permits in prelude.lua).
@@ -40,10 +42,10 @@ if ARGV[4] == '1' and queue then
   end
 end
 if gone == 0 then
-  return {0, 0}
+  return {0, 0, 0}
 end
 local n = permits_of(id)
-local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2]}
+local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2], client = client_of(id)}
 local changes = {}
 local wake = false
 if h[3] and not queue then
@@ -71,4 +73,4 @@ if wake then
   redis.call(ARGV[2], ARGV[3], 'unlock')
 end
 redis.call('hset', sem, '~used', state.used, unpack(changes))
-return {n, free}
+return {n, free, state.to_others and 1 or 0}

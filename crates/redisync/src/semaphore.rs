@@ -583,7 +583,7 @@ async fn release_permit(
     publish: &'static str,
     hold: &Hold,
 ) -> Result<Released> {
-    let (freed, free) = give_back(
+    let (freed, free, to_others) = give_back(
         redis,
         publish,
         &hold.key,
@@ -593,14 +593,18 @@ async fn release_permit(
     )
     .await?;
     Ok(Released {
-        handed: freed > 0 && free == 0,
+        // All handed on within this client: its waiters need no wake-up (the
+        // one handed the permits wakes them in turn). Handed to another
+        // client, they join the queue behind it.
+        handed: freed > 0 && free == 0 && to_others == 0,
         ..Released::from_code(freed)
     })
 }
 
 /// `semaphore_release.lua` for permit id `id` of the semaphore whose hold
 /// key is `key` (`leave`: also take the id's queue entry out): the permits
-/// given back (0: it held none), and the permits free after it.
+/// given back (0: it held none), the permits free after it, and 1 if some
+/// went to a waiter of another client.
 async fn give_back(
     redis: &RedisClient,
     publish: &'static str,
@@ -608,7 +612,7 @@ async fn give_back(
     channel: &Key,
     id: Value,
     leave: bool,
-) -> Result<(i64, i64)> {
+) -> Result<(i64, i64, i64)> {
     let mut keys = vec![
         Key::from(key),
         keys::sibling_key(key, Role::Leases),
