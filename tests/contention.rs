@@ -410,17 +410,7 @@ async fn a_hand_off_after_a_restart_from_an_older_snapshot_never_issues_a_lower_
     assert!(common::lock_queued(&env.admin, "snap", 1).await);
     // ... and parked: its look after subscribing (the queued one, LPOS)
     // is done, so it does not take the lock when it is free below.
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            common::command_calls(&env)
-                .await
-                .get("lpos")
-                .copied()
-                .unwrap_or(0)
-                >= 1
-        })
-        .await
-    );
+    assert!(common::queued_waiter_looked(&env).await);
     let _: String = env
         .admin
         .custom(

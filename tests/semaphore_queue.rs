@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::{cli, primary_of_slot};
+
 use std::time::Duration;
 
 use common::Env;
@@ -14,6 +16,20 @@ use tokio::time::{timeout, Instant};
 
 fn queue_key(name: &str) -> String {
     common::key("sem", "queue", name)
+}
+
+/// Sets `name` up with `total` permits through `client` and takes
+/// `permits` of them with `lease`.
+async fn set_up_and_hold(
+    client: &redisync::Client,
+    name: &str,
+    total: u32,
+    permits: u32,
+    lease: Duration,
+) -> redisync::SemaphorePermit {
+    let sem = client.semaphore(name);
+    sem.try_set_permits(total).await.unwrap();
+    sem.acquire_with_lease(permits, lease).await.unwrap()
 }
 
 /// A waiting client's attempt: `permits` of `name` within 30 s, with
@@ -40,12 +56,7 @@ async fn a_release_hands_the_permit_to_the_oldest_waiting_client() {
     let env = Env::start().await;
     let (a, b, c) = (env.client().await, env.client().await, env.client().await);
     let lease = Duration::from_secs(30);
-    a.semaphore("order").try_set_permits(1).await.unwrap();
-    let held = a
-        .semaphore("order")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held = set_up_and_hold(&a, "order", 1, 1, lease).await;
     let b_waits = wait_for(&b, "order", 1, lease);
     assert!(common::semaphore_queued(&env.admin, "order", 1).await);
     let c_waits = wait_for(&c, "order", 1, lease);
@@ -81,12 +92,7 @@ async fn a_large_ask_at_the_head_of_the_queue_is_not_passed_over() {
     let env = Env::start().await;
     let (a, b, c) = (env.client().await, env.client().await, env.client().await);
     let lease = Duration::from_secs(30);
-    a.semaphore("big").try_set_permits(2).await.unwrap();
-    let held = a
-        .semaphore("big")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held = set_up_and_hold(&a, "big", 2, 1, lease).await;
     let b_waits = wait_for(&b, "big", 2, lease);
     assert!(common::semaphore_queued(&env.admin, "big", 1).await);
     // One permit is free, but B was first.
@@ -213,12 +219,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_handed_the_
     let env = Env::start().await;
     let (a, b, c) = (env.client().await, env.client().await, env.client().await);
     let lease = Duration::from_secs(30);
-    a.semaphore("leave").try_set_permits(1).await.unwrap();
-    let held = a
-        .semaphore("leave")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held = set_up_and_hold(&a, "leave", 1, 1, lease).await;
     let sem = b.semaphore("leave");
     let gave_up = tokio::spawn(async move {
         sem.try_acquire_with_lease(1, Duration::from_millis(400), lease)
@@ -262,12 +263,7 @@ async fn cancelled_and_shut_down_waiters_leave_the_queue() {
         env.client().await,
     );
     let lease = Duration::from_secs(30);
-    a.semaphore("bye").try_set_permits(1).await.unwrap();
-    let held = a
-        .semaphore("bye")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held = set_up_and_hold(&a, "bye", 1, 1, lease).await;
     let b_waits = wait_for(&b, "bye", 1, lease);
     assert!(common::semaphore_queued(&env.admin, "bye", 1).await);
     let sem = c.semaphore("bye");
@@ -302,12 +298,7 @@ async fn a_queue_of_another_type_is_an_error_naming_it() {
     let env = Env::start().await;
     let (a, b) = (env.client().await, env.client().await);
     let lease = Duration::from_secs(30);
-    a.semaphore("typed").try_set_permits(1).await.unwrap();
-    let held = a
-        .semaphore("typed")
-        .acquire_with_lease(1, lease)
-        .await
-        .unwrap();
+    let held = set_up_and_hold(&a, "typed", 1, 1, lease).await;
     let _: () = env
         .admin
         .set(queue_key("typed"), "not a queue", None, None, false)
@@ -347,12 +338,7 @@ async fn a_hand_off_whose_message_is_lost_is_found_on_the_next_look_and_counted_
     let env = Env::start().await;
     let (a, b, w) = (env.client().await, env.client().await, env.client().await);
     let long = Duration::from_secs(30);
-    a.semaphore("lost").try_set_permits(2).await.unwrap();
-    let held_a = a
-        .semaphore("lost")
-        .acquire_with_lease(1, long)
-        .await
-        .unwrap();
+    let held_a = set_up_and_hold(&a, "lost", 2, 1, long).await;
     let held_b = b
         .semaphore("lost")
         .acquire_with_lease(1, long)
@@ -362,17 +348,7 @@ async fn a_hand_off_whose_message_is_lost_is_found_on_the_next_look_and_counted_
     assert!(common::semaphore_queued(&env.admin, "lost", 1).await);
     // ... and parked: its look after subscribing (the queued one, LPOS) is
     // done, so its next look comes after B's release below.
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            common::command_calls(&env)
-                .await
-                .get("lpos")
-                .copied()
-                .unwrap_or(0)
-                >= 1
-        })
-        .await
-    );
+    assert!(common::queued_waiter_looked(&env).await);
     // A's permit handed to W as a release would, but no message is sent.
     let _: String = env
         .admin
@@ -569,17 +545,7 @@ async fn a_lost_hand_off_found_on_a_look_leaves_its_client_unmarked() {
     });
     assert!(common::semaphore_queued(&env.admin, name, 1).await);
     // Parked: its look after subscribing (LPOS) is done.
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            common::command_calls(&env)
-                .await
-                .get("lpos")
-                .copied()
-                .unwrap_or(0)
-                >= 1
-        })
-        .await
-    );
+    assert!(common::queued_waiter_looked(&env).await);
     // W's second task waits behind W1 in its client.
     let sem = w.semaphore(name);
     let w2 = tokio::spawn(async move {
@@ -686,31 +652,6 @@ async fn a_release_handed_to_a_crashed_waiter_leaves_local_waiters_asleep() {
         "A2 got {:?} after {waited:?} though the ghost's permit was free 300 ms after A1's release",
         got.as_ref().map(redisync::Guard::fencing_token)
     );
-}
-
-/// One command to the node on `port`, its reply as `redis-cli` prints it.
-async fn cli(port: u16, args: &[&str]) -> String {
-    redisync_testkit::command(port, args)
-        .await
-        .unwrap()
-        .trim()
-        .to_owned()
-}
-
-/// The port of the primary serving `slot` (from CLUSTER SLOTS).
-async fn primary_of_slot(cluster: &redisync_testkit::RedisCluster, slot: u16) -> u16 {
-    let text = cli(cluster.nodes()[0].port(), &["cluster", "slots"]).await;
-    let lines: Vec<&str> = text.lines().collect();
-    let mut i = 0;
-    while i + 3 < lines.len() {
-        if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
-            if (start..=end).contains(&slot) && lines[i + 2].contains('.') {
-                return lines[i + 3].parse().unwrap();
-            }
-        }
-        i += 1;
-    }
-    panic!("no primary for slot {slot} in {text}");
 }
 
 /// A waiter that gives up while its semaphore's slot migrates (the queue

@@ -507,14 +507,7 @@ impl Spec for Semaphore {
                     self.inner
                         .declared
                         .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
-                    Value::String(
-                        match (t.enqueue, t.queued) {
-                            (false, _) => "",
-                            (true, false) => "1",
-                            (true, true) => "2",
-                        }
-                        .into(),
-                    ),
+                    t.wait_mode(),
                     Value::String(t.number.to_string().into()),
                     Value::String(t.next_number.to_string().into()),
                     Value::String(client.hub.publish_command().into()),
