@@ -349,9 +349,11 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
     rt.spawn(async move {
         let _task = task;
         let result = if last {
-            retry_until_deadline(hold.valid_until(), || {
-                release_hold(&client, &slot, &hold, true)
-            })
+            retry_until_deadline(
+                hold.valid_until(),
+                || client.check_open(),
+                || release_hold(&client, &slot, &hold, true),
+            )
             .await
         } else {
             release_hold(&client, &slot, &hold, false).await
@@ -366,8 +368,14 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
 }
 
 /// Runs `op` until it succeeds, fails for good, or `until` passes; retries
-/// connection trouble with a growing pause. Only for idempotent operations.
-pub(crate) async fn retry_until_deadline<T, F, Fut>(until: Instant, mut op: F) -> Result<T>
+/// connection trouble with a growing pause, as long as `open` says the
+/// client is (a retry after a shutdown could follow the connection's quit).
+/// Only for idempotent operations.
+pub(crate) async fn retry_until_deadline<T, F, Fut>(
+    until: Instant,
+    open: impl Fn() -> Result<()>,
+    mut op: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -379,6 +387,7 @@ where
                 tracing::debug!(error = %e, "retrying in the background");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
+                open()?;
             }
             result => return result,
         }

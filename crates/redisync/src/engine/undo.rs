@@ -133,6 +133,15 @@ fn spawn_undo<S: Spec>(
                     drop(mine);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
+                    if client.check_open().is_err() {
+                        // Shut down while we paused: a command now could
+                        // follow the connection's quit (fred warns of each).
+                        tracing::debug!(lock_key = %slot.key, "undo cut short by the shutdown; it expires with its lease");
+                        if ordered {
+                            slot.remove_pending_undo(&holder);
+                        }
+                        return;
+                    }
                 }
                 result => {
                     match result {
