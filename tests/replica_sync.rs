@@ -373,3 +373,49 @@ async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
     let held: i64 = admin.exists(common::lock_key("handed")).await.unwrap();
     assert_eq!(held, 0, "the unacknowledged hand-off was given back");
 }
+
+/// The semaphore's hand-off, as the lock's: written by the releaser's
+/// connection, so the waiter's own write (a renewal in the same
+/// millisecond must still write) comes before its `WAIT`; unacknowledged,
+/// the permit goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_handed_over_counts_only_when_replicas_have_the_hand_off() {
+    let primary = RedisServer::start().await;
+    let replica = common::replica_of(&primary).await;
+    let admin = common::admin(&primary.url()).await;
+    let releaser = redisync::Client::connect(&primary.url()).await.unwrap();
+    let waiter = redisync::Client::builder(&primary.url())
+        .replica_sync(1, Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let sem = releaser.semaphore("handed").with_permits(1);
+    let p = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let sem = waiter.semaphore("handed").with_permits(1);
+    let waiting = tokio::spawn(async move {
+        sem.try_acquire_with_lease(1, Duration::from_secs(30), LEASE)
+            .await
+            .map(|p| p.is_some())
+    });
+    assert!(common::semaphore_queued(&admin, "handed", 1).await);
+    assert!(
+        common::replica_caught_up(&admin).await,
+        "the replica has the queue entry"
+    );
+    replica.pause();
+    p.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(got, Err(Error::ReplicaSync { acked: 0, .. })),
+        "handed over without the replicas: {got:?}"
+    );
+    replica.resume();
+    let held: i64 = admin
+        .zcard(common::key("sem", "leases", "handed"))
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "the unacknowledged hand-off was given back");
+}
