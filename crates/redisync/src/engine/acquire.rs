@@ -151,17 +151,11 @@ async fn contend<S: Spec>(
             continue;
         }
         let queued = place.queued;
-        // The slot's generation, of local releases and wake-ups for all
-        // (what a grant that exhausted the permits waits for), and ours.
-        // A waiter without a queue entry looks again as often as a queued
-        // one: the server's bound may predate a hand-off of a shorter lease.
-        let look = (S::WAKE == Wake::Handed).then(|| lease / HANDED_LEASE_LOOKS);
-        let Some(exhausted_since) =
-            wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
+        let Some(since) =
+            wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline, &named.labels).await
         else {
             return Ok(None);
         };
-        let since = wakeup.generation();
         // A server too young since its restart grants nothing: wait (a
         // release message or its coming of age wakes us).
         let generation = guarded_generation(client);
@@ -205,7 +199,7 @@ async fn contend<S: Spec>(
                 } else {
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
-                    slot.note_exhausted(exhausted_since, exhausted);
+                    slot.note_exhausted(since, exhausted);
                     let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
                     let held = grant.new_held(holder.clone(), token, sent_at, permit);
                     return grant.synced(held).await.map(Some);
@@ -487,27 +481,21 @@ async fn park(
     }
 }
 
-/// The slot's wake-up generation to attempt at. When the last grant took
-/// what was left and no release woke the slot since, and `may_wait`, first
-/// waits for one (or the server's bound) rather than ask Redis in vain:
-/// `None` when `deadline` passed meanwhile. Local releases and wake-ups for
-/// every waiter wake the slot; a waiter that waits so has no queue entry.
-/// `look`: the longest it waits so.
+/// The wake-up generation to attempt at. When the last grant took what was
+/// left and no release woke us since, and `may_wait`, first waits for one
+/// (or the server's bound) rather than ask Redis in vain: `None` when
+/// `deadline` passed meanwhile.
 async fn wait_while_exhausted(
     slot: &Slot,
+    wakeup: &Wakeup,
     may_wait: bool,
-    look: Option<Duration>,
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
-    let wakeup = &slot.wakeup;
     let since = wakeup.generation();
-    let Some(mut until) = slot.take_exhausted(since).filter(|_| may_wait) else {
+    let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
-    if let Some(look) = look {
-        until = until.min(Instant::now() + look);
-    }
     park(wakeup, since, until, deadline, labels).await;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return None;
