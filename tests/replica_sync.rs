@@ -132,21 +132,7 @@ async fn every_primitive_undoes_an_unacknowledged_acquisition() {
     // With the replica back (and caught up: it acknowledges again) every
     // primitive acquires, and releases.
     replica.resume();
-    let caught_up = common::eventually(Duration::from_secs(10), || async {
-        let acked: i64 = admin
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "WAIT",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec![1, 500],
-            )
-            .await
-            .unwrap();
-        acked >= 1
-    })
-    .await;
+    let caught_up = common::replica_caught_up(&admin).await;
     assert!(caught_up, "the resumed replica never acknowledged");
     let g = fair.lock().await.unwrap();
     g.unlock().await.unwrap();
