@@ -115,8 +115,10 @@ end
 -- after, the earliest lease end left (nil: none), whether anything was
 -- reclaimed (the caller then writes '~used') and nil; or an error reply
 -- naming the lease zset as fourth value, before anything is written.
-local function reclaim_expired(leases, used, now)
-  local first = redis.pcall('zrange', leases, 0, 0, 'WITHSCORES')
+-- `first` (optional): the caller's read of the earliest lease
+-- (ZRANGE 0 0 WITHSCORES), saving the script a second one.
+local function reclaim_expired(leases, used, now, first)
+  first = first or redis.pcall('zrange', leases, 0, 0, 'WITHSCORES')
   local err = read_error(first, leases, 'semaphore lease zset')
   if err then
     return nil, nil, false, err
@@ -187,4 +189,65 @@ local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish
     entry = redis.call('lpop', queue)
   end
   return false
+end
+
+
+-- Semaphores: hand-off to the oldest waiters. The wait queue holds
+-- "<lease ms> <number> <permit id>", oldest first (the number names the
+-- entry, as a lock's).
+
+-- '~w' after client `me` gets waiters that wait without a queue entry:
+-- the one client's uuid, or '*' for several.
+local function mark_with(waiting, me)
+  if waiting == me or waiting == '*' then
+    return waiting
+  end
+  return waiting and '*' or me
+end
+
+-- Hands free permits (s.total - s.used) to the queue's heads, oldest
+-- first, while the head's ask fits: each is granted (its lease from now,
+-- the next fencing token after s.last) and told by
+-- "g:<token>:<number>/<free>:<id>" with the permits left free. A head that
+-- does not fit stops it (FIFO: a large ask is never passed over); an entry
+-- asking more than the total, or not one of ours, is dropped. A hand-off
+-- that takes the last permit marks its client in s.mark, as a grant does
+-- (its next waiter then waits for a release without asking). `me`: the
+-- caller's permit id, granted without a message. Updates s.used, s.last,
+-- s.mark, and s.to_others (some went to another client than s.client);
+-- returns whether the queue was found empty, the token granted to
+-- `me` (nil: none), and an error reply naming the queue when it is not a
+-- list (then nothing was written).
+local function hand_permits(s, leases, queue, publish, channel, me)
+  while s.total - s.used > 0 do
+    local entry = redis.pcall('lpop', queue)
+    if type(entry) == 'table' then
+      return true, nil, read_error(entry, queue, 'semaphore queue')
+    end
+    if not entry then
+      return true, nil
+    end
+    local lease, number, id = string.match(entry, '^(%d+) (%d+) (.+)$')
+    local wanted = id and permits_of(id) or 0
+    if wanted > 0 and wanted <= s.total then
+      if wanted > s.total - s.used then
+        redis.call('lpush', queue, entry)
+        return false, nil
+      end
+      s.used = s.used + wanted
+      s.last = token_after(s.last, s.now_us)
+      redis.call('zadd', leases, s.now + tonumber(lease), id)
+      if s.used >= s.total then
+        s.mark = mark_with(s.mark, client_of(id))
+      end
+      if client_of(id) ~= s.client then
+        s.to_others = true
+      end
+      if id == me then
+        return false, s.last
+      end
+      redis.call(publish, channel, 'g:' .. string.format('%.0f', s.last) .. ':' .. number .. '/' .. (s.total - s.used) .. ':' .. id)
+    end
+  end
+  return false, nil
 end

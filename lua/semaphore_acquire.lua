@@ -1,33 +1,47 @@
 -- Take permits of a lease-bound semaphore.
 -- KEYS[1]  semaphore hash: '~permits' the total, '~used' permits held, '~t'
 --          the last fencing token, '~w' clients whose waiters need a release
---          message (see below)
+--          message (see below), '~q' the wait queue may hold entries
 -- KEYS[2]  lease zset: <permit id> -> lease end, server time in ms (the id
 --          says how many permits it holds, see permits_of in prelude.lua)
+-- KEYS[3]  wait queue (list of "<lease ms> <number> <permit id>", oldest
+--          first: releases hand freed permits to its heads, see
+--          hand_permits in prelude.lua)
 -- ARGV[1]  permit id (unique per acquisition)
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  the permit total the handle declares ('' for none): set when the
 --          semaphore is not set up
+-- ARGV[4]  '' = do not wait; '1' = wait: join the queue when busy; '2' =
+--          wait, queued already by an earlier attempt (joins again only if
+--          the entry is gone)
+-- ARGV[5]  the number of the caller's queue entry (a decimal; the hand-off
+--          message names it, so a late one never counts for another entry)
+-- ARGV[6]  the number a new entry takes when the caller's ('2') is gone
+-- ARGV[7]  publish command: 'spublish' (Redis >= 7) or 'publish'
+-- ARGV[8]  release channel (hand-off messages)
 -- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
--- until the earliest lease ends; {0, ms} busy (ms: -1 when no lease ends);
--- {-1, 0} not initialised; {-2, total} more permits than the semaphore has.
--- Expired acquisitions (crashed holders) are reclaimed first. A key of
--- another type is an error naming it, before anything is written.
+-- until the earliest lease ends; {0, ms, queued} busy (ms: -1 when no lease
+-- ends; queued: 0 no, 1 yes, 2 under the new number ARGV[6]); {-1, 0} not
+-- initialised; {-2, total} more permits than the semaphore has. Expired
+-- acquisitions (crashed holders) are reclaimed first, and free permits go
+-- to queued waiters first (FIFO among waiting clients). A key of another
+-- type is an error naming it, before anything is written.
 --
--- '~w' is the uuid of the one client that waits, or '*' for several. A busy
--- attempt marks its client, and so does a grant that takes the last permit
--- (that client's next waiter then waits without asking). A release by
--- another client than the marked one publishes and clears the mark; a
--- client's own waiters are woken by the client itself.
-local sem, leases = KEYS[1], KEYS[2]
-local id, lease = ARGV[1], tonumber(ARGV[2])
+-- '~w' is the uuid of the one client whose waiters wait without a queue
+-- entry, or '*' for several: a grant that takes the last permit marks its
+-- client (its next waiter then waits for a release without asking). A
+-- release by another client publishes and clears the mark; a client's own
+-- waiters are woken by the client itself.
+local sem, leases, queue = KEYS[1], KEYS[2], KEYS[3]
+local id, lease, mode = ARGV[1], tonumber(ARGV[2]), ARGV[4]
 local wanted = permits_of(id)
-local h = redis.pcall('hmget', sem, '~permits', '~used', '~t', '~w')
+local h = redis.pcall('hmget', sem, '~permits', '~used', '~t', '~w', '~q')
 local err = read_error(h, sem, 'semaphore')
 if err then
   return err
 end
 local total = tonumber(h[1])
+local set_up = false
 if not total then
   -- Not set up (never, or lost in a restart): a handle that declares its
   -- total sets it up now, in this script.
@@ -35,43 +49,168 @@ if not total then
   if not total then
     return {-1, 0}
   end
-  redis.call('hset', sem, '~permits', total)
+  set_up = true
 end
 if wanted > total then
   return {-2, total}
 end
 local now, now_us = server_time()
-local used, first, reclaimed
-used, first, reclaimed, err = reclaim_expired(leases, tonumber(h[2] or '0'), now)
+-- The queue is validated before the first write when one comes before the
+-- queue's own first command (a set-up, a reclaim).
+local first = redis.pcall('zrange', leases, 0, 0, 'WITHSCORES')
+err = read_error(first, leases, 'semaphore lease zset')
 if err then
   return err
 end
-
-local me, waiting = client_of(id), h[4]
-local mark = waiting
-if waiting ~= me and waiting ~= '*' then
-  mark = waiting and '*' or me
+if (set_up or (first[2] and tonumber(first[2]) <= now)) and (h[5] or mode ~= '') then
+  err = read_error(redis.pcall('llen', queue), queue, 'semaphore queue')
+  if err then
+    return err
+  end
+end
+if set_up then
+  redis.call('hset', sem, '~permits', total)
+end
+-- (What it reclaimed is written with the rest, by save below.)
+local used, _
+used, first, _, err = reclaim_expired(leases, tonumber(h[2] or '0'), now, first)
+if err then
+  return err
+end
+-- What the script may change of the hash: written once, at the end.
+local state = {total = total, used = used, last = tonumber(h[3] or '0'), mark = h[4], now = now, now_us = now_us}
+local queued, mine = h[5], nil
+if queued and total - used > 0 then
+  local empty
+  empty, mine, err = hand_permits(state, leases, queue, ARGV[7], ARGV[8], id)
+  if err then
+    -- The queue's first command, before any write but a set-up or a
+    -- reclaim (which validated it).
+    return err
+  end
+  if empty then
+    queued = nil
+  end
+  if state.last ~= tonumber(h[3] or '0') then
+    -- Handed some: the earliest lease end may be one of theirs now.
+    local earliest = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
+    first = tonumber(earliest[2])
+  end
 end
 
-if total - used >= wanted then
-  local token = token_after(tonumber(h[3] or '0'), now_us)
-  used = used + wanted
-  local ends = now + lease
-  if used >= total then
-    redis.call('hset', sem, '~used', used, '~t', string.format('%.0f', token), '~w', mark)
-  else
-    redis.call('hset', sem, '~used', used, '~t', string.format('%.0f', token))
+-- Writes what changed of the hash ('~q' cleared when the queue was found
+-- empty).
+local function save()
+  local changes = {}
+  if state.used ~= tonumber(h[2] or '0') then
+    table.insert(changes, '~used')
+    table.insert(changes, state.used)
   end
-  redis.call('zadd', leases, ends, id)
+  if state.last ~= tonumber(h[3] or '0') then
+    table.insert(changes, '~t')
+    table.insert(changes, string.format('%.0f', state.last))
+  end
+  if state.mark ~= h[4] then
+    table.insert(changes, '~w')
+    table.insert(changes, state.mark)
+  end
+  if queued and not h[5] then
+    table.insert(changes, '~q')
+    table.insert(changes, 1)
+  end
+  if #changes > 0 then
+    redis.call('hset', sem, unpack(changes))
+  end
+  if h[5] and not queued then
+    redis.call('hdel', sem, '~q')
+  end
+end
+
+-- The ms until the earliest lease ends, at most `lease`.
+local function lease_left()
+  first = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
+  local ends = now + lease
+  if first[2] and tonumber(first[2]) < ends then
+    ends = tonumber(first[2])
+  end
+  return ends - now
+end
+
+if mine then
+  save()
+  return {1, mine, total - state.used, lease_left()}
+end
+
+-- Handed to us already (the message still on its way, or lost): a fresh
+-- grant of the same permits replaces that one, with a new token (the late
+-- message names the old entry, and is ignored). Never counted twice.
+local function handed_before()
+  if not redis.call('zscore', leases, id) then
+    return nil
+  end
+  state.last = token_after(state.last, now_us)
+  if state.used >= total then
+    state.mark = mark_with(state.mark, client_of(id))
+  end
+  save()
+  redis.call('zadd', leases, now + lease, id)
+  return {1, state.last, total - state.used, lease_left()}
+end
+
+if not queued and total - state.used >= wanted then
+  local again = mode == '2' and handed_before()
+  if again then
+    return again
+  end
+  state.last = token_after(state.last, now_us)
+  state.used = state.used + wanted
+  if state.used >= total then
+    state.mark = mark_with(state.mark, client_of(id))
+  end
+  save()
+  redis.call('zadd', leases, now + lease, id)
+  local ends = now + lease
   if first and first < ends then
     ends = first
   end
-  return {1, token, total - used, ends - now}
+  return {1, state.last, total - state.used, ends - now}
 end
-if reclaimed or mark ~= waiting then
-  redis.call('hset', sem, '~used', used, '~w', mark)
-end
+
+local wait_ms = -1
 if first then
-  return {0, math.max(0, first - now)}
+  wait_ms = math.max(0, first - now)
 end
-return {0, -1}
+if mode == '' then
+  save()
+  return {0, wait_ms, 0}
+end
+local entry = ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. id
+local answer = 1
+if mode == '2' then
+  local at = redis.pcall('lpos', queue, entry)
+  err = read_error(at, queue, 'semaphore queue')
+  if err then
+    return err
+  end
+  if at then
+    save()
+    return {0, wait_ms, 1}
+  end
+  local again = handed_before()
+  if again then
+    return again
+  end
+  -- Gone (handed to us and expired, or the queue deleted): a new entry
+  -- with a new number.
+  entry = ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. id
+  answer = 2
+end
+-- The queue has no TTL, as the hash: an entry of a crashed waiter is
+-- handed permits in its turn, which come back when its lease ends.
+err = read_error(redis.pcall('rpush', queue, entry), queue, 'semaphore queue')
+if err then
+  return err
+end
+queued = true
+save()
+return {0, wait_ms, answer}

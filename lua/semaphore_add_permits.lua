@@ -28,6 +28,6 @@ if new < 1 or new > tonumber(ARGV[2]) then
 end
 new = redis.call('hincrby', sem, '~permits', ARGV[1])
 if delta > 0 then
-  redis.call(ARGV[3], ARGV[4], delta)
+  redis.call(ARGV[3], ARGV[4], 'unlock')
 end
 return {1, new}

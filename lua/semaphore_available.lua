@@ -21,8 +21,7 @@ if err then
   return err
 end
 if reclaimed then
-  local freed = tonumber(h[2] or '0') - used
   redis.call('hset', sem, '~used', used)
-  redis.call(ARGV[1], ARGV[2], freed)
+  redis.call(ARGV[1], ARGV[2], 'unlock')
 end
 return {1, tonumber(h[1]) - used}

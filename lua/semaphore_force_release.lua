@@ -29,5 +29,5 @@ end
 redis.call('del', leases)
 redis.call('hset', sem, '~used', 0)
 redis.call('hdel', sem, '~w')
-redis.call(ARGV[1], ARGV[2], 0)
+redis.call(ARGV[1], ARGV[2], 'unlock')
 return {1, last}

@@ -1,16 +1,26 @@
--- Give back the permits of one acquisition.
+-- Give back the permits of one acquisition, or (undo) also take its wait
+-- queue entry out: an acquisition whose waiter gave up, was cancelled, or
+-- whose reply never arrived.
 -- KEYS[1]  semaphore hash (see semaphore_acquire.lua)
 -- KEYS[2]  lease zset
+-- KEYS[3]  wait queue (optional: without it, queued waiters are woken, not
+--          handed permits, as while the slot migrates)
 -- ARGV[1]  permit id
 -- ARGV[2]  publish command
 -- ARGV[3]  release channel
--- Returns the permits given back, 0 if the acquisition is not held (expired
--- and reclaimed, or released already): nothing written then. Publishes
--- only when a client other than the releasing one marked '~w' (its waiters
--- need the message; the releasing client wakes its own).
--- The reads validate both keys before anything is written.
-local sem, leases, id = KEYS[1], KEYS[2], ARGV[1]
-local h = redis.pcall('hmget', sem, '~used', '~w')
+-- ARGV[4]  '1' = also remove the id's queue entry (whatever its number)
+-- Returns {permits given back, permits free after, 1 if some went to a
+-- waiter of another client (the releasing client's own waiters then join
+-- the queue: they may wait without an entry) else 0}; {0, 0, 0} if the
+-- acquisition is not held (expired and reclaimed, released already, or
+-- never granted). Freed permits go to
+-- the queue's oldest waiters first (see hand_permits in prelude.lua).
+-- Publishes a wake-up for everybody when a client other than the releasing
+-- one marked '~w' (its waiters wait without a queue entry) and permits stay
+-- free. The reads validate the hash and the zset before anything is
+-- written; a queue that is not a list hands nothing.
+local sem, leases, queue, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local h = redis.pcall('hmget', sem, '~used', '~w', '~q', '~permits', '~t')
 local err = read_error(h, sem, 'semaphore')
 if err then
   return err
@@ -20,13 +30,47 @@ err = read_error(gone, leases, 'semaphore lease zset')
 if err then
   return err
 end
+if ARGV[4] == '1' and queue then
+  local suffix = ' ' .. id
+  local entries = redis.pcall('lrange', queue, 0, -1)
+  if type(entries) == 'table' and not entries.err then
+    for _, entry in ipairs(entries) do
+      if string.sub(entry, -#suffix) == suffix then
+        redis.call('lrem', queue, 0, entry)
+      end
+    end
+  end
+end
 if gone == 0 then
-  return 0
+  return {0, 0, 0}
 end
 local n = permits_of(id)
-redis.call('hset', sem, '~used', math.max(0, tonumber(h[1] or '0') - n))
-if h[2] and h[2] ~= client_of(id) then
-  redis.call('hdel', sem, '~w')
-  redis.call(ARGV[2], ARGV[3], n)
+local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2], client = client_of(id)}
+local changes = {}
+local wake = false
+if h[3] and not queue then
+  wake = true
+elseif h[3] then
+  state.now, state.now_us = server_time()
+  local empty = hand_permits(state, leases, queue, ARGV[2], ARGV[3], nil)
+  if empty then
+    redis.call('hdel', sem, '~q')
+  end
+  if state.last ~= tonumber(h[5] or '0') then
+    changes = {'~t', string.format('%.0f', state.last)}
+  end
 end
-return n
+local free = math.max(0, state.total - state.used)
+if state.mark and state.mark ~= client_of(id) and free > 0 then
+  -- Its waiters wait for a message (they have no queue entry).
+  redis.call('hdel', sem, '~w')
+  wake = true
+elseif state.mark ~= h[2] then
+  table.insert(changes, '~w')
+  table.insert(changes, state.mark)
+end
+if wake then
+  redis.call(ARGV[2], ARGV[3], 'unlock')
+end
+redis.call('hset', sem, '~used', state.used, unpack(changes))
+return {n, free, state.to_others and 1 or 0}

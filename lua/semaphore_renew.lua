@@ -9,10 +9,16 @@ local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ton
 local result = {}
 for i, leases in ipairs(KEYS) do
   local ok = 0
-  if redis.call('zscore', leases, ARGV[i + 1]) then
-    -- GT: a renewal or an extend only ever raises a lease (a permit with a
-    -- longer fixed lease keeps it).
-    redis.call('zadd', leases, 'XX', 'GT', until_ms, ARGV[i + 1])
+  local ends = redis.call('zscore', leases, ARGV[i + 1])
+  if ends then
+    -- A renewal or an extend only ever raises a lease (a permit with a
+    -- longer fixed lease keeps it). One that ends where the lease does (a
+    -- hand-off in the same millisecond) still writes, one ms on, so a WAIT
+    -- after it covers the hand-off, written by another connection.
+    ends = tonumber(ends)
+    if ends <= until_ms then
+      redis.call('zadd', leases, 'XX', math.max(until_ms, ends + 1), ARGV[i + 1])
+    end
     ok = 1
   end
   result[i] = ok

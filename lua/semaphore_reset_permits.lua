@@ -17,6 +17,6 @@ local old = tonumber(redis.call('hget', sem, '~permits') or '0')
 redis.call('hset', sem, '~permits', ARGV[1])
 redis.call('hsetnx', sem, '~used', 0)
 if total > old then
-  redis.call(ARGV[2], ARGV[3], total - old)
+  redis.call(ARGV[2], ARGV[3], 'unlock')
 end
 return old

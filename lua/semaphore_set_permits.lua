@@ -12,5 +12,5 @@ if redis.call('hexists', KEYS[1], '~permits') == 1 then
   return 0
 end
 redis.call('hset', KEYS[1], '~permits', ARGV[1], '~used', 0)
-redis.call(ARGV[2], ARGV[3], ARGV[1])
+redis.call(ARGV[2], ARGV[3], 'unlock')
 return 1

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{cli, primary_of_slot};
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,23 +201,6 @@ async fn waiters_progress_through_a_primary_failover() {
     );
 }
 
-/// The port of the primary serving `slot` (from CLUSTER SLOTS).
-async fn primary_of_slot(cluster: &RedisCluster, slot: u16) -> u16 {
-    let text = cli(cluster.nodes()[0].port(), &["cluster", "slots"]).await;
-    let lines: Vec<&str> = text.lines().collect();
-    // Groups: start, end, ip, port, id, (replica ip, port, id)...
-    let mut i = 0;
-    while i + 3 < lines.len() {
-        if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
-            if (start..=end).contains(&slot) && lines[i + 2].contains('.') {
-                return lines[i + 3].parse().unwrap();
-            }
-        }
-        i += 1;
-    }
-    panic!("no primary for slot {slot} in {text}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_is_fifo_on_the_cluster() {
     let cluster = RedisCluster::start(3, 1).await;
@@ -256,15 +241,6 @@ async fn fair_lock_is_fifo_on_the_cluster() {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5], "{name}");
     }
-}
-
-/// One command to the node on `port`, its reply as `redis-cli` prints it.
-async fn cli(port: u16, args: &[&str]) -> String {
-    redisync_testkit::command(port, args)
-        .await
-        .unwrap()
-        .trim()
-        .to_owned()
 }
 
 /// One slot moved by hand from its primary to another, the steps

@@ -29,23 +29,70 @@ fn per(n: u64, d: u64) -> String {
 
 use common::lock_queue_key as queue_key;
 
-/// `clients` clients with `workers` tasks each take the lock `rounds` times
-/// per task (the lease `lease`, holding for a moment each time); returns the
-/// acquisitions and the commands Redis ran for them.
-async fn contend(env: &Env, name: &str, clients: usize, workers: usize, rounds: u32) -> (u64, u64) {
+/// What the contending tasks take: a lock, or one permit of a semaphore
+/// of one.
+#[derive(Clone, Copy, Debug)]
+enum Exclusive {
+    Lock,
+    Semaphore,
+}
+
+/// A hold of an [`Exclusive`].
+enum Taken {
+    Lock(redisync::LockGuard),
+    Permit(redisync::SemaphorePermit),
+}
+
+impl Exclusive {
+    /// Takes `name` through `client` within `wait` (10 s leases).
+    async fn take(self, client: &redisync::Client, name: &str, wait: Duration) -> Option<Taken> {
+        let lease = Duration::from_secs(10);
+        match self {
+            Exclusive::Lock => client
+                .lock(name)
+                .try_lock(wait, Some(lease))
+                .await
+                .unwrap()
+                .map(Taken::Lock),
+            Exclusive::Semaphore => client
+                .semaphore(name)
+                .with_permits(1)
+                .try_acquire_with_lease(1, wait, lease)
+                .await
+                .unwrap()
+                .map(Taken::Permit),
+        }
+    }
+}
+
+impl Taken {
+    async fn release(self) {
+        match self {
+            Taken::Lock(g) => g.unlock().await.unwrap(),
+            Taken::Permit(p) => p.release().await.unwrap(),
+        }
+    }
+}
+
+/// `clients` clients with `workers` tasks each take `what` `rounds` times
+/// per task (holding for a moment each time); returns the acquisitions and
+/// the commands Redis ran for them.
+async fn contend(
+    env: &Env,
+    what: Exclusive,
+    name: &str,
+    (clients, workers): (usize, usize),
+    rounds: u32,
+) -> (u64, u64) {
     let mut handles = Vec::new();
     for _ in 0..clients {
         let client = env.client().await;
         // Scripts loaded, connection set up: not counted.
-        client
-            .lock(name)
-            .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        what.take(&client, name, Duration::ZERO)
             .await
-            .unwrap()
             .expect("free before the start")
-            .unlock()
-            .await
-            .unwrap();
+            .release()
+            .await;
         handles.push(client);
     }
     let inside = Arc::new(AtomicU32::new(0));
@@ -54,20 +101,19 @@ async fn contend(env: &Env, name: &str, clients: usize, workers: usize, rounds: 
     let mut tasks = Vec::new();
     for client in &handles {
         for _ in 0..workers {
-            let lock = client.lock(name);
+            let (client, name) = (client.clone(), name.to_owned());
             let (inside, done) = (inside.clone(), done.clone());
             tasks.push(tokio::spawn(async move {
                 for _ in 0..rounds {
-                    let g = lock
-                        .try_lock(Duration::from_mins(1), Some(Duration::from_secs(10)))
+                    let g = what
+                        .take(&client, &name, Duration::from_mins(1))
                         .await
-                        .unwrap()
                         .expect("acquired within the wait");
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     done.fetch_add(1, Ordering::SeqCst);
-                    g.unlock().await.unwrap();
+                    g.release().await;
                 }
             }));
         }
@@ -84,37 +130,58 @@ async fn contend(env: &Env, name: &str, clients: usize, workers: usize, rounds: 
         .collect();
     by_name.sort();
     eprintln!(
-        "{clients}x{workers}: {commands} commands for {done} acquisitions ({} each): {by_name:?}",
+        "{what:?} {clients}x{workers}: {commands} commands for {done} acquisitions ({} each): {by_name:?}",
         per(commands, done)
     );
     (done, commands)
 }
 
-/// `clients` x `workers` tasks, 15 acquisitions each: at most 12 commands
-/// per acquisition. A waiting client's busy attempt joins the queue (4
-/// commands); the release hands the lock to the oldest waiter and tells it
-/// the token (8). Allowance per client: its first contention (a second
-/// attempt after subscribing, the SUBSCRIBE) and the last release.
-async fn twelve_commands_per_acquisition(name: &str, clients: usize, workers: usize) {
+/// `clients` x `workers` tasks, 15 acquisitions each, cost at most
+/// `budget` commands per acquisition, plus an allowance of `budget` per
+/// client (its first contention: a second attempt after subscribing, the
+/// SUBSCRIBE; the last release).
+async fn commands_per_acquisition_at_most(
+    budget: u64,
+    what: Exclusive,
+    name: &str,
+    layout: (usize, usize),
+) {
     let env = Env::start().await;
-    let (acquisitions, commands) = contend(&env, name, clients, workers, 15).await;
+    let (acquisitions, commands) = contend(&env, what, name, layout, 15).await;
     assert_eq!(acquisitions, 16 * 15);
-    let allowance = 12 * clients as u64;
+    let allowance = budget * layout.0 as u64;
     assert!(
-        commands <= 12 * acquisitions + allowance,
-        "{commands} commands for {acquisitions} acquisitions ({} each)",
+        commands <= budget * acquisitions + allowance,
+        "{what:?}: {commands} commands for {acquisitions} acquisitions ({} each)",
         per(commands, acquisitions)
     );
 }
 
+/// A lock: a waiting client's busy attempt joins the queue (4 commands);
+/// the release hands the lock to the oldest waiter and tells it the token
+/// (8).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_clients_cost_at_most_twelve_commands_per_acquisition() {
-    twelve_commands_per_acquisition("herd", 16, 1).await;
+    commands_per_acquisition_at_most(12, Exclusive::Lock, "herd", (16, 1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_clients_of_four_tasks_cost_at_most_twelve_commands_per_acquisition() {
-    twelve_commands_per_acquisition("herd4", 4, 4).await;
+    commands_per_acquisition_at_most(12, Exclusive::Lock, "herd4", (4, 4)).await;
+}
+
+/// A semaphore of one permit: a waiting client's busy attempt joins the
+/// queue (6 commands); the release hands the permit to the oldest waiter
+/// (8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_sixteen_clients_costs_at_most_fifteen_commands_per_acquisition() {
+    commands_per_acquisition_at_most(15, Exclusive::Semaphore, "sem-herd", (16, 1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_four_clients_of_four_tasks_costs_at_most_fifteen_commands_per_acquisition()
+{
+    commands_per_acquisition_at_most(15, Exclusive::Semaphore, "sem-herd4", (4, 4)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,17 +410,7 @@ async fn a_hand_off_after_a_restart_from_an_older_snapshot_never_issues_a_lower_
     assert!(common::lock_queued(&env.admin, "snap", 1).await);
     // ... and parked: its look after subscribing (the queued one, LPOS)
     // is done, so it does not take the lock when it is free below.
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            common::command_calls(&env)
-                .await
-                .get("lpos")
-                .copied()
-                .unwrap_or(0)
-                >= 1
-        })
-        .await
-    );
+    assert!(common::queued_waiter_looked(&env).await);
     let _: String = env
         .admin
         .custom(

@@ -359,3 +359,137 @@ async fn a_lock_handed_over_counts_only_when_replicas_have_the_hand_off() {
     let held: i64 = admin.exists(common::lock_key("handed")).await.unwrap();
     assert_eq!(held, 0, "the unacknowledged hand-off was given back");
 }
+
+/// The semaphore's hand-off, as the lock's: written by the releaser's
+/// connection, so the waiter's own write (a renewal in the same
+/// millisecond must still write) comes before its `WAIT`; unacknowledged,
+/// the permit goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_handed_over_counts_only_when_replicas_have_the_hand_off() {
+    let primary = RedisServer::start().await;
+    let replica = common::replica_of(&primary).await;
+    let admin = common::admin(&primary.url()).await;
+    let releaser = redisync::Client::connect(&primary.url()).await.unwrap();
+    let waiter = redisync::Client::builder(&primary.url())
+        .replica_sync(1, Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let sem = releaser.semaphore("handed").with_permits(1);
+    let p = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let sem = waiter.semaphore("handed").with_permits(1);
+    let waiting = tokio::spawn(async move {
+        sem.try_acquire_with_lease(1, Duration::from_secs(30), LEASE)
+            .await
+            .map(|p| p.is_some())
+    });
+    assert!(common::semaphore_queued(&admin, "handed", 1).await);
+    assert!(
+        common::replica_caught_up(&admin).await,
+        "the replica has the queue entry"
+    );
+    replica.pause();
+    p.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(got, Err(Error::ReplicaSync { acked: 0, .. })),
+        "handed over without the replicas: {got:?}"
+    );
+    replica.resume();
+    let held: i64 = admin
+        .zcard(common::key("sem", "leases", "handed"))
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "the unacknowledged hand-off was given back");
+}
+
+/// What a stalled waiter sends back: whether it got the permits, and a way
+/// to have it release them.
+type Outcome = (
+    redisync::Result<bool>,
+    Option<tokio::sync::oneshot::Sender<()>>,
+);
+
+/// A hand-off the waiter finds gone when it renews it (force-released while
+/// the waiter's process stood still) is given up, and the waiter tries again
+/// under the same permit id: the hold given up is released before that next
+/// attempt, never after it, where it would free the fresh grant the waiter
+/// counts as held (the torture found 2-permit semaphores held twice so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_given_up_is_released_before_the_waiter_tries_again() {
+    const NAME: &str = "given-up";
+    let primary = RedisServer::start().await;
+    let _replica = common::replica_of(&primary).await;
+    let admin = common::admin(&primary.url()).await;
+    let other = redisync::Client::connect(&primary.url()).await.unwrap();
+    let sem = other.semaphore(NAME).with_permits(1);
+    let p = sem.acquire_with_lease(1, LEASE).await.unwrap();
+
+    // The waiter runs on a runtime of its own, on one thread the test can
+    // stop (as a process stops under a pause).
+    let (stall, stall_asked) = tokio::sync::oneshot::channel::<()>();
+    let (stalled_tell, stalled) = tokio::sync::oneshot::channel::<()>();
+    let (resume, resume_asked) = std::sync::mpsc::channel::<()>();
+    let (outcome_tell, outcome) = tokio::sync::oneshot::channel::<Outcome>();
+    let url = primary.url();
+    let waiter_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let waiter = redisync::Client::builder(&url)
+                .replica_sync(1, Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap();
+            let sem = waiter.semaphore(NAME).with_permits(1);
+            tokio::spawn(async move {
+                if stall_asked.await.is_ok() {
+                    let _ = stalled_tell.send(());
+                    // Blocks the runtime's only thread.
+                    let _ = resume_asked.recv();
+                }
+            });
+            let got = sem.try_acquire_with_lease(1, LEASE, LEASE).await;
+            match got {
+                Ok(Some(permit)) => {
+                    let (release, released) = tokio::sync::oneshot::channel();
+                    let _ = outcome_tell.send((Ok(true), Some(release)));
+                    let _ = released.await;
+                    let _ = permit.release().await;
+                }
+                other => {
+                    let _ = outcome_tell.send((other.map(|p| p.is_some()), None));
+                }
+            }
+            let _ = waiter.shutdown().await;
+        });
+    });
+    assert!(common::semaphore_queued(&admin, NAME, 1).await);
+    stall.send(()).unwrap();
+    stalled.await.unwrap();
+    // Handed to the stopped waiter, then force-released before it renews.
+    p.release().await.unwrap();
+    let leases = common::key("sem", "leases", NAME);
+    let handed: i64 = admin.zcard(&leases).await.unwrap();
+    assert_eq!(handed, 1, "the release handed the permit to the waiter");
+    assert!(sem.force_release().await.unwrap());
+    resume.send(()).unwrap();
+
+    let (got, release) = tokio::time::timeout(Duration::from_secs(30), outcome)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(got, Ok(true)), "{got:?}");
+    // The waiter holds the permit: Redis has it, and nobody else gets it.
+    let held: i64 = admin.zcard(&leases).await.unwrap();
+    let again = sem.try_acquire(1, Duration::ZERO).await.unwrap();
+    assert_eq!(held, 1, "the waiter's permit was released under it");
+    assert!(again.is_none(), "a second holder of the only permit");
+    release.unwrap().send(()).unwrap();
+    waiter_thread.join().unwrap();
+}

@@ -544,19 +544,20 @@ async fn a_waiter_behind_the_last_permit_wakes_when_another_client_releases() {
         Some(b.id().to_string()),
         "the grant of the last permit marks its client"
     );
-    // A waiter of `a` subscribes; `a`'s release (which clears every mark,
-    // as b's grant marked b) hands it the last permit while subscribed.
+    // A waiter of `a` queues in Redis; `a`'s release hands it the last
+    // permit, which marks `a` too.
     let sem = a.semaphore("last");
     let second = tokio::spawn(async move { sem.acquire_with_lease(1, lease).await.unwrap() });
     someone_waits_on(&env, "last").await;
     first_a.release().await.unwrap();
     let second_a = tokio::time::timeout(Duration::from_secs(10), second)
         .await
-        .expect("woken by the local release")
+        .expect("handed the permit by the local release")
         .unwrap();
     assert_eq!(
         sem_field(&env, "last", "~w").await,
-        Some(a.id().to_string())
+        Some("*".to_string()),
+        "the hand-off of the last permit marks a, and b stays marked"
     );
     // The next waiter of `a` parks at its first poll, before `b` releases.
     let sem = a.semaphore("last");

@@ -276,8 +276,17 @@ pub fn lock_queue_key(name: &str) -> String {
 /// Whether the wait queue of the lock `name` reaches `len` entries within
 /// 10 s (the waiters' busy attempts ran).
 pub async fn lock_queued(admin: &fred::clients::Client, name: &str, len: i64) -> bool {
+    queue_reaches(admin, &lock_queue_key(name), len).await
+}
+
+/// [`lock_queued`] for the semaphore `name`.
+pub async fn semaphore_queued(admin: &fred::clients::Client, name: &str, len: i64) -> bool {
+    queue_reaches(admin, &key("sem", "queue", name), len).await
+}
+
+async fn queue_reaches(admin: &fred::clients::Client, queue: &str, len: i64) -> bool {
     eventually(Duration::from_secs(10), || async {
-        admin.llen::<i64, _>(lock_queue_key(name)).await.unwrap() == len
+        admin.llen::<i64, _>(queue).await.unwrap() == len
     })
     .await
 }
@@ -331,4 +340,40 @@ pub async fn replica_of(primary: &RedisServer) -> RedisServer {
         "the replica did not sync"
     );
     replica
+}
+
+/// One command to the node on `port`, its reply as `redis-cli` prints it.
+pub async fn cli(port: u16, args: &[&str]) -> String {
+    redisync_testkit::command(port, args)
+        .await
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// The port of the primary serving `slot` (from CLUSTER SLOTS).
+pub async fn primary_of_slot(cluster: &redisync_testkit::RedisCluster, slot: u16) -> u16 {
+    let text = cli(cluster.nodes()[0].port(), &["cluster", "slots"]).await;
+    let lines: Vec<&str> = text.lines().collect();
+    // Groups: start, end, ip, port, id, (replica ip, port, id)...
+    let mut i = 0;
+    while i + 3 < lines.len() {
+        if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
+            if (start..=end).contains(&slot) && lines[i + 2].contains('.') {
+                return lines[i + 3].parse().unwrap();
+            }
+        }
+        i += 1;
+    }
+    panic!("no primary for slot {slot} in {text}");
+}
+
+/// Whether a queued waiter looked again within 10 s: its first attempt
+/// after subscribing (`LPOS` of its queue entry) ran, so it is parked and
+/// its next look is on its own bound.
+pub async fn queued_waiter_looked(env: &Env) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        command_calls(env).await.get("lpos").copied().unwrap_or(0) >= 1
+    })
+    .await
 }

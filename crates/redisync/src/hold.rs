@@ -81,7 +81,9 @@ pub(crate) struct Released {
     pub(crate) contended: bool,
     /// The owner told that it is next (a fair lock's queue head).
     pub(crate) next_owner: Option<String>,
-    /// Handed to a waiting client: held by another client now.
+    /// Handed to waiting clients: held by others now, nothing is free after
+    /// it (a lock, or a semaphore's permits all handed on), so local
+    /// waiters need no wake-up.
     pub(crate) handed: bool,
 }
 

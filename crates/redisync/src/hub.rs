@@ -29,6 +29,11 @@ pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
 /// lock to a queued waiter (see `hand_to_next` in `lua/prelude.lua`).
 pub(crate) const HANDED_PREFIX: &str = "g:";
 
+/// How long a client's next waiter waits without asking after a hand-off
+/// that left no permit free, unless a release wakes it first (a bound for
+/// a release that freed one and crossed the hand-off's message).
+const HANDED_EXHAUSTED_LOOK: Duration = Duration::from_secs(1);
+
 /// The local state of one lock name on one client.
 pub(crate) struct Slot {
     pub(crate) key: Arc<str>,
@@ -134,9 +139,14 @@ impl Wakeup {
             .map(|(_, token)| token)
     }
 
-    fn hand(&self, number: u64, token: u64) {
+    /// Whether `number` names our queue entry (or the one we may queue).
+    fn expects(&self, number: u64) -> bool {
         let (current, next) = *lock_unpoisoned(&self.numbers);
-        if number == current || number == next {
+        number == current || number == next
+    }
+
+    fn hand(&self, number: u64, token: u64) {
+        if self.expects(number) {
             *lock_unpoisoned(&self.handed) = Some((number, token));
             self.wake();
         }
@@ -305,10 +315,25 @@ impl Slot {
     /// The lock was handed to `owner` with `token`: its waiter, if any,
     /// wakes holding it. Nobody else wakes. Without a waiter (it left), its
     /// undo gives the lock to the next one.
-    fn handed(&self, owner: &str, number: u64, token: u64) {
-        if let Some((a, _)) = lock_unpoisoned(&self.addressed).get(owner) {
-            a.hand(number, token);
+    ///
+    /// `free`: the permits a semaphore's hand-off left free. None: this
+    /// client's next waiter waits for a release (ours wakes the slot, one of
+    /// another client publishes) rather than ask in vain, as after a grant
+    /// that took the last permit. Noted before the waiter wakes, so before
+    /// its client's next waiter looks; a wake-up after the hand-off (of the
+    /// release that freed something after it) cancels it.
+    fn handed(&self, owner: &str, number: u64, token: u64, free: Option<u64>) {
+        let Some(wakeup) = lock_unpoisoned(&self.addressed)
+            .get(owner)
+            .map(|(a, _)| a.clone())
+        else {
+            return;
+        };
+        if free == Some(0) && wakeup.expects(number) {
+            let until = Instant::now() + HANDED_EXHAUSTED_LOOK;
+            self.note_exhausted(self.wakeup.generation(), Some(until));
         }
+        wakeup.hand(number, token);
     }
 
     /// Wakes the local waiter of `owner`, if any.
@@ -608,8 +633,8 @@ impl Hub {
         if let Some(key) = crate::keys::sibling(channel, crate::keys::Role::Hold) {
             if let Some(entry) = self.slots.get(key.as_str()) {
                 let text = payload.as_str();
-                if let Some((owner, number, token)) = text.as_deref().and_then(parse_handed) {
-                    entry.slot.handed(owner, number, token);
+                if let Some((owner, number, token, free)) = text.as_deref().and_then(parse_handed) {
+                    entry.slot.handed(owner, number, token, free);
                     return;
                 }
                 entry.slot.wake();
@@ -632,13 +657,17 @@ impl Hub {
     }
 }
 
-/// The owner, acquisition number and token of a [`HANDED_PREFIX`] payload
-/// "g:<token>:<number>:<owner>".
-fn parse_handed(payload: &str) -> Option<(&str, u64, u64)> {
+/// The owner, acquisition number, token and (a semaphore's) permits left
+/// free of a [`HANDED_PREFIX`] payload "g:<token>:<number>[/<free>]:<owner>".
+fn parse_handed(payload: &str) -> Option<(&str, u64, u64, Option<u64>)> {
     let (token, rest) = payload.strip_prefix(HANDED_PREFIX)?.split_once(':')?;
     let (number, owner) = rest.split_once(':')?;
     let token = token.parse().ok().filter(|t| *t > 0)?;
-    Some((owner, number.parse().ok()?, token))
+    let (number, free) = match number.split_once('/') {
+        Some((number, free)) => (number, Some(free.parse().ok()?)),
+        None => (number, None),
+    };
+    Some((owner, number.parse().ok()?, token, free))
 }
 
 /// A counted use of a slot; the slot is dropped (and unsubscribed) with its

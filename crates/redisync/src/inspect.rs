@@ -156,11 +156,11 @@ pub struct Permits {
 /// [`Lock::inspect`](crate::Lock::inspect), [`Client::inspect`] and
 /// [`Client::list`].
 ///
-/// Waiters of a [`Semaphore`](crate::Semaphore) wait in their clients, not
-/// in Redis: [`contended`](Inspection::contended) tells that a task of
-/// another client asked while it was taken. Clients waiting for a
-/// [`Lock`](crate::Lock) are listed (one entry per client: its first
-/// waiting task); tasks waiting behind it in its client are not.
+/// Clients waiting for a [`Lock`](crate::Lock) or a
+/// [`Semaphore`](crate::Semaphore) are listed (one entry per client: its
+/// first waiting task); tasks waiting behind it in its client are not.
+/// [`contended`](Inspection::contended) tells that a task of another client
+/// asked while it was taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Inspection {
@@ -347,7 +347,11 @@ fn roles(kind: Kind) -> &'static [(Role, &'static str)] {
             (Role::Readers, "zset"),
             (Role::Writers, "zset"),
         ],
-        Kind::Semaphore => &[(Role::Hold, "hash"), (Role::Leases, "zset")],
+        Kind::Semaphore => &[
+            (Role::Hold, "hash"),
+            (Role::Leases, "zset"),
+            (Role::Queue, "list"),
+        ],
     }
 }
 
@@ -538,7 +542,10 @@ fn decode(
             &get(Role::Writers),
             now,
         )?,
-        LockKind::Semaphore => permits(&mut out, &hold, &get(Role::Leases), now)?,
+        LockKind::Semaphore => {
+            permits(&mut out, &hold, &get(Role::Leases), now)?;
+            semaphore_queue(&mut out, &get(Role::Queue));
+        }
     }
     Ok(out)
 }
@@ -589,17 +596,43 @@ fn queue(out: &mut Inspection, queue: &RawKey, deadlines: &RawKey, now: i64) {
 /// "<lease ms> <number> <token floor> <owner id>"; a place lasts as long as
 /// the queue key (each waiter looks again within a quarter of its lease).
 fn lock_queue(out: &mut Inspection, queue: &RawKey) {
+    hand_off_queue(out, queue, 4, |owner| (owner, HoldMode::Exclusive));
+}
+
+/// A semaphore's queue of waiting clients (oldest first), entries
+/// "<lease ms> <number> <permit id>", the id `<owner>:<n>#<permits>`.
+fn semaphore_queue(out: &mut Inspection, queue: &RawKey) {
+    hand_off_queue(out, queue, 3, |id| {
+        let (owner, rest) = id.rsplit_once(':').unwrap_or((id, ""));
+        let permits = rest
+            .rsplit_once('#')
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0);
+        (owner, HoldMode::Permits(permits))
+    });
+}
+
+/// The waiters of a hand-off queue whose entries end with the waiter's id
+/// as their `fields`-th space-separated field; `owner` tells whose it is
+/// and what it asks.
+fn hand_off_queue(
+    out: &mut Inspection,
+    queue: &RawKey,
+    fields: usize,
+    owner: impl Fn(&str) -> (&str, HoldMode),
+) {
     out.exists |= queue.exists();
-    out.left_out = queue.left_out();
+    out.left_out += queue.left_out();
     let expires_in = queue.ttl().unwrap_or_default();
     for entry in &queue.entries {
-        let Some(owner) = entry.splitn(4, ' ').nth(3) else {
+        let Some(id) = entry.splitn(fields, ' ').nth(fields - 1) else {
             continue;
         };
+        let (owner, mode) = owner(id);
         out.waiters.push(Waiter {
             owner: owner.to_owned(),
             client_id: client_of(owner),
-            mode: HoldMode::Exclusive,
+            mode,
             expires_in,
         });
     }
@@ -665,7 +698,7 @@ fn read_write(
 }
 
 /// A semaphore: `~permits`, `~used`, `~t` the last token, `~w` waiters of
-/// other clients; the lease of every acquisition (id `<owner>:<n>#<permits>`).
+/// other clients, `~q` a queue; the lease of every acquisition (id `<owner>:<n>#<permits>`).
 fn permits(out: &mut Inspection, hold: &RawKey, leases: &RawKey, now: i64) -> Bad {
     let mut total = None;
     let mut used = 0u32;
@@ -674,7 +707,7 @@ fn permits(out: &mut Inspection, hold: &RawKey, leases: &RawKey, now: i64) -> Ba
             "~permits" => total = Some(count(Role::Hold, value)?),
             "~used" => used = count(Role::Hold, value)?,
             "~t" => out.last_token = Some(number(Role::Hold, value)?),
-            "~w" => out.contended = true,
+            "~w" | "~q" => out.contended = true,
             _ => {}
         }
     }

@@ -446,14 +446,7 @@ impl Spec for Lock {
                     token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
                     token_arg(t.ask),
-                    Value::String(
-                        match (t.enqueue, t.queued) {
-                            (false, _) => "",
-                            (true, false) => "1",
-                            (true, true) => "2",
-                        }
-                        .into(),
-                    ),
+                    t.wait_mode(),
                     Value::String(if t.expect_busy { "1" } else { "" }.into()),
                     Value::String(t.number.to_string().into()),
                     Value::String(t.next_number.to_string().into()),

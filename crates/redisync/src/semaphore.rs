@@ -42,14 +42,14 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// Permits are set with [`try_set_permits`](Semaphore::try_set_permits)
 /// (first total only), [`set_permits`](Semaphore::set_permits) or changed
 /// with [`add_permits`](Semaphore::add_permits); acquiring from a semaphore
-/// that has none set is [`Error::NotInitialized`]. Waiting never polls: a
-/// release publishes on the semaphore's channel when waiters of another
-/// client are marked in Redis (a client wakes its own waiters without a
-/// message), and a raised total always does; tasks of one client queue in
-/// FIFO order and only the first of them asks Redis (not at all while the
-/// last grant left no permit and nothing was released since), so each
-/// release lets in as many local waiters as permits became free, one after
-/// the other. Every acquisition gets a fencing token, strictly
+/// that has none set is [`Error::NotInitialized`]. Waiting never polls:
+/// tasks of one client queue in FIFO order and only the first of them asks
+/// Redis (not at all while the last grant left no permit and nothing was
+/// released since); a client that finds too few permits joins the
+/// semaphore's wait queue in Redis, and a release hands the freed permits
+/// to the oldest queued clients whose asks fit, telling only them (FIFO
+/// among waiting clients: a large ask is not passed over; README
+/// "Fairness"). Every acquisition gets a fencing token, strictly
 /// increasing per semaphore.
 #[derive(Clone)]
 pub struct Semaphore {
@@ -447,13 +447,15 @@ impl Semaphore {
 }
 
 /// The semaphore on the engine: a fresh permit id per acquisition (no
-/// re-entry, nothing to order), the local turn given up at the grant, every
-/// release message wakes every local waiter.
+/// re-entry, nothing to order), the local turn given up at the grant; a
+/// client whose attempt finds too few permits queues in Redis, and a
+/// release hands freed permits to the oldest queued clients
+/// ([`Wake::Handed`]).
 impl Spec for Semaphore {
     type Ask = u32;
     const WHAT: &'static str = "semaphore";
     const REENTRANT: bool = false;
-    const WAKE: Wake = Wake::Broadcast;
+    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named
@@ -488,18 +490,28 @@ impl Spec for Semaphore {
     /// Sent once: a re-send would count the permits twice.
     async fn attempt(&self, t: Try<'_, u32>) -> Result<Reply> {
         let client = self.named().client_inner();
+        let named = self.named();
         let permits = t.ask;
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,
-                &self.inner.named.key,
-                vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
+                &named.key,
+                vec![
+                    named.hold.clone(),
+                    self.inner.leases.clone(),
+                    named.role(Role::Queue),
+                ],
                 vec![
                     Value::String(t.holder.into()),
                     Value::Integer(t.lease_ms),
                     self.inner
                         .declared
                         .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
+                    t.wait_mode(),
+                    Value::String(t.number.to_string().into()),
+                    Value::String(t.next_number.to_string().into()),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(named.channel.clone()),
                 ],
             )
             .await?;
@@ -508,7 +520,11 @@ impl Spec for Semaphore {
                 token: u64::try_from(token).unwrap_or(0),
                 exhausted: (free <= 0).then(|| Reply::bound(lease_ends_ms, NO_LEASE_POLL)),
             }),
-            [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_LEASE_POLL)),
+            [0, wait_ms, queued] => Ok(Reply::Busy {
+                until: Reply::bound(wait_ms, NO_LEASE_POLL),
+                queued: queued > 0,
+                renumbered: queued == 2,
+            }),
             [-1, _] => Err(self.not_initialized()),
             [-2, total] => Err(Error::InvalidArgument(format!(
                 "{permits} permits asked from semaphore {:?}, which has {total}",
@@ -521,8 +537,8 @@ impl Spec for Semaphore {
         }
     }
 
-    /// Gives back whatever the permit id `holder` holds; local waiters need
-    /// not wait for our own message.
+    /// Gives back whatever the permit id `holder` holds and takes its queue
+    /// entry out; local waiters need not wait for our own message.
     async fn undo(&self, slot: &Slot, holder: &str, _: Option<u64>) -> Result<()> {
         let client = self.named().client_inner();
         let named = self.named();
@@ -532,6 +548,7 @@ impl Spec for Semaphore {
             &named.key,
             &named.channel,
             Value::String(holder.into()),
+            true,
         )
         .await?;
         slot.wake();
@@ -559,31 +576,62 @@ async fn release_permit(
     publish: &'static str,
     hold: &Hold,
 ) -> Result<Released> {
-    let freed = give_back(redis, publish, &hold.key, &hold.channel, hold.owner()).await?;
-    Ok(Released::from_code(freed))
+    let (freed, free, to_others) = give_back(
+        redis,
+        publish,
+        &hold.key,
+        &hold.channel,
+        hold.owner(),
+        false,
+    )
+    .await?;
+    Ok(Released {
+        // All handed on within this client: its waiters need no wake-up (the
+        // one handed the permits wakes them in turn). Handed to another
+        // client, they join the queue behind it.
+        handed: freed > 0 && free == 0 && to_others == 0,
+        ..Released::from_code(freed)
+    })
 }
 
 /// `semaphore_release.lua` for permit id `id` of the semaphore whose hold
-/// key is `key`: the permits given back (0: it held none).
+/// key is `key` (`leave`: also take the id's queue entry out): the permits
+/// given back (0: it held none), the permits free after it, and 1 if some
+/// went to a waiter of another client.
 async fn give_back(
     redis: &RedisClient,
     publish: &'static str,
     key: &str,
     channel: &Key,
     id: Value,
-) -> Result<i64> {
-    RELEASE
-        .run_idempotent(
-            redis,
-            key,
-            vec![Key::from(key), keys::sibling_key(key, Role::Leases)],
-            vec![
-                id,
-                Value::String(publish.into()),
-                Value::from(channel.clone()),
-            ],
-        )
+    leave: bool,
+) -> Result<(i64, i64, i64)> {
+    let mut keys = vec![
+        Key::from(key),
+        keys::sibling_key(key, Role::Leases),
+        keys::sibling_key(key, Role::Queue),
+    ];
+    let args = vec![
+        id,
+        Value::String(publish.into()),
+        Value::from(channel.clone()),
+        Value::String(if leave { "1" } else { "" }.into()),
+    ];
+    match RELEASE
+        .run_unless_refused(redis, key, keys.clone(), args.clone(), 3)
         .await
+    {
+        // While the slot migrates, a cluster refuses a script over keys the
+        // source may not have (the queue, mostly missing): give back
+        // without it, waking every waiter instead of handing off. Not for
+        // a waiter leaving the queue: the refusal is returned, and its undo
+        // tries again while its lease lasts.
+        Err(e) if e.is_refused() && !leave => {
+            keys.pop();
+            RELEASE.run_idempotent(redis, key, keys, args).await
+        }
+        other => other,
+    }
 }
 
 /// Permits of a [`Semaphore`]. Give them back with

@@ -151,11 +151,17 @@ async fn contend<S: Spec>(
             continue;
         }
         let queued = place.queued;
-        let Some(since) =
-            wait_while_exhausted(slot, wakeup, enqueue && !queued, deadline, &named.labels).await
+        // The slot's generation, of local releases and wake-ups for all
+        // (what a grant that exhausted the permits waits for), and ours.
+        // A waiter without a queue entry looks again as often as a queued
+        // one: the server's bound may predate a hand-off of a shorter lease.
+        let look = (S::WAKE == Wake::Handed).then(|| lease / HANDED_LEASE_LOOKS);
+        let Some(exhausted_since) =
+            wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
         else {
             return Ok(None);
         };
+        let since = wakeup.generation();
         // A server too young since its restart grants nothing: wait (a
         // release message or its coming of age wakes us).
         let generation = guarded_generation(client);
@@ -199,7 +205,7 @@ async fn contend<S: Spec>(
                 } else {
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
-                    slot.note_exhausted(since, exhausted);
+                    slot.note_exhausted(exhausted_since, exhausted);
                     let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
                     let held = grant.new_held(holder.clone(), token, sent_at, permit);
                     return grant.synced(held).await.map(Some);
@@ -409,13 +415,22 @@ async fn handed<S: Spec>(
     // the writes of ours, so a write after it (renewing the lease it gave
     // us) comes first. Unacknowledged, the hold goes on to the next waiter.
     if let Err(e) = held.extend(grant.lease).await {
+        // Given back before anything else is sent: the next attempt uses
+        // the same holder id, and a release in the background could land
+        // after that attempt's grant and free it (a semaphore's release
+        // knows the permit id only).
+        let released = held.release().await;
         if matches!(e, Error::NotHeld { .. }) {
             // Gone before we could renew it (force-unlocked, expired): we
-            // are not queued any more; wait on.
-            drop(held);
-            return Ok(None);
+            // are not queued any more; wait on, once the release is done.
+            return match released {
+                Ok(()) | Err(Error::NotHeld { .. }) => Ok(None),
+                // Still on its way (finished in the background): no
+                // attempt may follow it under this holder id.
+                Err(e) => Err(e),
+            };
         }
-        if let Err(undone) = held.release().await {
+        if let Err(undone) = released {
             tracing::warn!(target: "redisync.release.failed", lock_key = %grant.spec.named().key, error = %undone, "giving back an unsynced hand-off failed; it expires with its lease");
         }
         return Err(e);
@@ -481,21 +496,27 @@ async fn park(
     }
 }
 
-/// The wake-up generation to attempt at. When the last grant took what was
-/// left and no release woke us since, and `may_wait`, first waits for one
-/// (or the server's bound) rather than ask Redis in vain: `None` when
-/// `deadline` passed meanwhile.
+/// The slot's wake-up generation to attempt at. When the last grant took
+/// what was left and no release woke the slot since, and `may_wait`, first
+/// waits for one (or the server's bound) rather than ask Redis in vain:
+/// `None` when `deadline` passed meanwhile. Local releases and wake-ups for
+/// every waiter wake the slot; a waiter that waits so has no queue entry.
+/// `look`: the longest it waits so.
 async fn wait_while_exhausted(
     slot: &Slot,
-    wakeup: &Wakeup,
     may_wait: bool,
+    look: Option<Duration>,
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
+    let wakeup = &slot.wakeup;
     let since = wakeup.generation();
-    let Some(until) = slot.take_exhausted(since).filter(|_| may_wait) else {
+    let Some(mut until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
+    if let Some(look) = look {
+        until = until.min(Instant::now() + look);
+    }
     park(wakeup, since, until, deadline, labels).await;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return None;

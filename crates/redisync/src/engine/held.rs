@@ -292,7 +292,7 @@ async fn release_hold(
             // A local next owner need not wait for the message.
             slot.wake_addressed(next);
         }
-        if last && !released.not_held {
+        if last && !released.not_held && !released.handed {
             // Local waiters need not wait for our own message.
             slot.wake();
         }

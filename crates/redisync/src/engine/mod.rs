@@ -83,6 +83,23 @@ pub(crate) struct Try<'a, A> {
     pub(crate) ask: A,
 }
 
+impl<A> Try<'_, A> {
+    /// How a script of a hand-off queue is asked to wait, as its argument:
+    /// '' not at all (one try), '1' by joining the queue when busy, '2'
+    /// queued already by an earlier attempt (join again only if the entry
+    /// is gone).
+    pub(crate) fn wait_mode(&self) -> Value {
+        Value::String(
+            match (self.enqueue, self.queued) {
+                (false, _) => "",
+                (true, false) => "1",
+                (true, true) => "2",
+            }
+            .into(),
+        )
+    }
+}
+
 /// What an attempt's script answered.
 pub(crate) enum Reply {
     /// Acquired (or re-entered) with this fencing token. `exhausted`: the
