@@ -9,11 +9,12 @@
 -- ARGV[2]  publish command
 -- ARGV[3]  release channel
 -- ARGV[4]  '1' = also remove the id's queue entry (whatever its number)
--- Returns {permits given back, permits free after, 1 if some went to a
+-- Returns {permits given back (0 when it held none), permits free after, 1 if some went to a
 -- waiter of another client (the releasing client's own waiters then join
 -- the queue: they may wait without an entry) else 0}; {0, 0, 0} if the
 -- acquisition is not held (expired and reclaimed, released already, or
--- never granted). Freed permits go to
+-- never granted) and left no queue entry. Freed permits (and free permits
+-- a leaving head's ask did not fit) go to
 -- the queue's oldest waiters first (see hand_permits in prelude.lua).
 -- Publishes a wake-up for everybody when a client other than the releasing
 -- one marked '~w' (its waiters wait without a queue entry) and permits stay
@@ -30,6 +31,7 @@ err = read_error(gone, leases, 'semaphore lease zset')
 if err then
   return err
 end
+local left = false
 if ARGV[4] == '1' and queue then
   local suffix = ' ' .. id
   local entries = redis.pcall('lrange', queue, 0, -1)
@@ -37,14 +39,18 @@ if ARGV[4] == '1' and queue then
     for _, entry in ipairs(entries) do
       if string.sub(entry, -#suffix) == suffix then
         redis.call('lrem', queue, 0, entry)
+        left = true
       end
     end
   end
 end
-if gone == 0 then
+if gone == 0 and not left then
   return {0, 0, 0}
 end
-local n = permits_of(id)
+-- A waiter that left may have been the head whose ask did not fit: the
+-- permits free now go on to the entries behind it (they wait for nothing
+-- else).
+local n = gone == 0 and 0 or permits_of(id)
 local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2], client = client_of(id)}
 local changes = {}
 local wake = false
@@ -72,5 +78,7 @@ end
 if wake then
   redis.call(ARGV[2], ARGV[3], 'unlock')
 end
-redis.call('hset', sem, '~used', state.used, unpack(changes))
+if gone > 0 or #changes > 0 then
+  redis.call('hset', sem, '~used', state.used, unpack(changes))
+end
 return {n, free, state.to_others and 1 or 0}

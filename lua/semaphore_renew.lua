@@ -3,13 +3,14 @@
 -- ARGV[1]   lease, milliseconds
 -- ARGV[i+1] permit id of acquisition i
 -- Returns a list: 1 renewed (lease end = max(its end, now + lease)), 0 gone (expired and
--- reclaimed, or released). Never re-creates an acquisition.
+-- reclaimed, or released). Never re-creates an acquisition. A key of another
+-- type counts as gone (0) and is not touched: the others of the batch renew.
 local t = redis.call('time')
 local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 local result = {}
 for i, leases in ipairs(KEYS) do
   local ok = 0
-  local ends = redis.call('zscore', leases, ARGV[i + 1])
+  local ends = redis.call('type', leases).ok == 'zset' and redis.call('zscore', leases, ARGV[i + 1])
   if ends then
     -- A renewal or an extend only ever raises a lease (a permit with a
     -- longer fixed lease keeps it). One that ends where the lease does (a

@@ -681,3 +681,57 @@ async fn a_declared_total_sets_the_semaphore_up_again_after_an_empty_restart() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// The watchdog renews every permit of a client in one script call. A
+/// semaphore whose lease zset holds another type counts as gone in it (its
+/// permit is lost) and is not touched; the permits of the other semaphores
+/// in the same call are renewed (a failing script would fail them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_zset_of_another_type_costs_only_its_own_permit() {
+    let env = Env::start().await;
+    let client = env.client_with_watchdog(Duration::from_secs(2)).await;
+    let leases = |name: &str| common::key("sem", "leases", name);
+    let mut good = Vec::new();
+    for i in 0..4 {
+        let sem = client.semaphore(&format!("good-{i}")).with_permits(1);
+        good.push(sem.acquire(1).await.unwrap());
+    }
+    let bad = client
+        .semaphore("bad")
+        .with_permits(1)
+        .acquire(1)
+        .await
+        .unwrap();
+    let only_end = |admin: fred::clients::Client, name: String| async move {
+        let all: Vec<(String, f64)> = admin
+            .zrange(name, 0, -1, None, false, None, true)
+            .await
+            .unwrap();
+        all.first().map_or(0.0, |(_, s)| *s)
+    };
+    let _: i64 = env.admin.del(leases("bad")).await.unwrap();
+    let _: () = env
+        .admin
+        .set(leases("bad"), "not a zset", None, None, false)
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for i in 0..4 {
+        before.push(only_end(env.admin.clone(), leases(&format!("good-{i}"))).await);
+    }
+    // The renewal that finds the bad one gone renews the others.
+    tokio::time::timeout(Duration::from_secs(20), bad.lost())
+        .await
+        .expect("the permit whose lease zset is of another type is lost");
+    for (i, p) in good.iter().enumerate() {
+        let after = only_end(env.admin.clone(), leases(&format!("good-{i}"))).await;
+        assert!(
+            after > before[i],
+            "good-{i} not renewed: {} -> {after}",
+            before[i]
+        );
+        assert!(!p.is_lost(), "good-{i} lost");
+    }
+    let kept: String = env.admin.get(leases("bad")).await.unwrap();
+    assert_eq!(kept, "not a zset", "the key of another type was touched");
+}

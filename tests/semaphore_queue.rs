@@ -775,3 +775,46 @@ async fn a_waiter_that_gives_up_mid_migration_leaves_its_entry_behind() {
         got.as_ref().map(redisync::Guard::fencing_token)
     );
 }
+
+/// FIFO keeps a small ask behind a large one at the head of the queue while
+/// permits are free. When the large ask gives up (its deadline passes; a
+/// cancellation or a shutdown leaves the same way), its leave hands the free
+/// permits on to the entries behind it: the next waiter does not sleep until
+/// its own next look (a quarter of its lease: here 150 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_ask_that_gives_up_at_the_head_hands_free_permits_to_the_waiter_behind_it() {
+    let name = "head-leaves";
+    let long = Duration::from_mins(10);
+    let env = Env::start().await;
+    let (a, b, c) = (env.client().await, env.client().await, env.client().await);
+    a.semaphore(name).try_set_permits(3).await.unwrap();
+    let held = a.semaphore(name).acquire_with_lease(1, long).await.unwrap();
+    // B asks for all 3 and gives up after 2 s.
+    let sem = b.semaphore(name);
+    let big = tokio::spawn(async move {
+        sem.try_acquire_with_lease(3, Duration::from_secs(2), long)
+            .await
+            .map(|p| p.is_some())
+    });
+    assert!(common::semaphore_queued(&env.admin, name, 1).await);
+    // C asks for 1 (2 are free) and queues behind B.
+    let sem = c.semaphore(name);
+    let small = tokio::spawn(async move {
+        sem.try_acquire_with_lease(1, Duration::from_mins(1), long)
+            .await
+    });
+    assert!(common::semaphore_queued(&env.admin, name, 2).await);
+    let gave_up = timeout(Duration::from_secs(20), big)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(gave_up, Ok(false)), "B gave up: {gave_up:?}");
+    let got = timeout(Duration::from_secs(20), small)
+        .await
+        .expect("C still waits with 2 permits free after B left the head of the queue")
+        .unwrap()
+        .unwrap()
+        .expect("C granted");
+    got.release().await.unwrap();
+    held.release().await.unwrap();
+}
