@@ -243,3 +243,89 @@ async fn run_locked_releases_when_the_work_panics() {
     client.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// `try_run_locked` takes a `try_lock`'s result both ways: acquired, the
+/// work runs and the lock is released; not acquired (another client holds
+/// it), the work never runs and the answer is `Ok(None)`.
+async fn try_both_ways<G, A>(
+    try_acquire: impl Fn() -> A,
+    holder: impl Future<Output = Box<dyn std::any::Any + Send>>,
+    is_free: impl AsyncFn() -> bool,
+) where
+    G: Guard<Error = redisync::Error>,
+    A: Future<Output = redisync::Result<Option<G>>>,
+{
+    let outcome = redisync::try_run_locked(try_acquire(), async |g: &G| g.fencing_token())
+        .await
+        .unwrap()
+        .expect("acquired when free");
+    assert!(outcome.held_throughout());
+    assert!(is_free().await, "released after the work");
+    let held = holder.await;
+    let mut ran = false;
+    let skipped = redisync::try_run_locked(try_acquire(), async |_: &G| ran = true)
+        .await
+        .unwrap();
+    assert!(skipped.is_none(), "acquired while another client holds it");
+    assert!(!ran, "the work ran without the lock");
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_run_locked_runs_when_acquired_and_says_none_when_not() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let other = env.client().await;
+    let no_wait = Duration::ZERO;
+    for kind in KINDS {
+        let n = format!("try-run-{kind:?}");
+        let n = n.as_str();
+        match kind {
+            Kind::Lock => {
+                let h = client.lock(n);
+                let o = other.lock(n);
+                let holder =
+                    async { Box::new(o.lock().await.unwrap()) as Box<dyn std::any::Any + Send> };
+                let free = async || !h.is_locked().await.unwrap();
+                try_both_ways(|| h.try_lock(no_wait, None), holder, free).await;
+            }
+            Kind::Fair => {
+                let h = client.fair_lock(n);
+                let o = other.fair_lock(n);
+                let holder =
+                    async { Box::new(o.lock().await.unwrap()) as Box<dyn std::any::Any + Send> };
+                let free = async || !h.is_locked().await.unwrap();
+                try_both_ways(|| h.try_lock(no_wait, None), holder, free).await;
+            }
+            Kind::Read => {
+                let h = client.rw_lock(n);
+                let o = other.rw_lock(n);
+                let holder = async {
+                    Box::new(o.write().lock().await.unwrap()) as Box<dyn std::any::Any + Send>
+                };
+                let read = h.read();
+                let free = async || !h.write().is_locked().await.unwrap();
+                try_both_ways(|| read.try_lock(no_wait, None), holder, free).await;
+            }
+            Kind::Write => {
+                let h = client.rw_lock(n);
+                let o = other.rw_lock(n);
+                let holder = async {
+                    Box::new(o.read().lock().await.unwrap()) as Box<dyn std::any::Any + Send>
+                };
+                let write = h.write();
+                let free = async || !write.is_locked().await.unwrap();
+                try_both_ways(|| write.try_lock(no_wait, None), holder, free).await;
+            }
+            Kind::Semaphore => {
+                let h = client.semaphore(n).with_permits(1);
+                let o = other.semaphore(n).with_permits(1);
+                let holder = async {
+                    Box::new(o.acquire(1).await.unwrap()) as Box<dyn std::any::Any + Send>
+                };
+                let free = async || h.available_permits().await.unwrap() == 1;
+                try_both_ways(|| h.try_acquire(1, no_wait), holder, free).await;
+            }
+        }
+    }
+}

@@ -235,6 +235,48 @@ impl<T> Outcome<T> {
     }
 }
 
+/// [`run_locked`] for an acquisition that may not acquire: takes what a
+/// `try_lock` (or `try_acquire`) returns, runs `work` only when it acquired,
+/// and returns `Ok(None)` when it did not (the wait ran out).
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// use std::time::Duration;
+/// use redisync::try_run_locked;
+///
+/// let lock = client.lock("reports:daily");
+/// match try_run_locked(lock.try_lock(Duration::ZERO, None), async |guard| {
+///     guard.fencing_token()
+/// })
+/// .await?
+/// {
+///     Some(outcome) => println!("ran: {outcome:?}"),
+///     None => println!("somebody else holds it; skipped"),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`run_locked`].
+///
+/// # Cancel safety
+/// As [`run_locked`].
+pub async fn try_run_locked<G, T, A>(
+    acquire: A,
+    work: impl AsyncFnOnce(&G) -> T,
+) -> Result<Option<Outcome<T>>, G::Error>
+where
+    G: Guard,
+    A: Future<Output = Result<Option<G>, G::Error>>,
+{
+    let Some(guard) = acquire.await? else {
+        return Ok(None);
+    };
+    run_locked(std::future::ready(Ok(guard)), work)
+        .await
+        .map(Some)
+}
+
 /// Acquires with `acquire`, runs `work` with the guard, cancels the work
 /// (dropping it at its next await point) as soon as the lock is lost, then
 /// releases the lock, and tells how it went.

@@ -32,7 +32,7 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};
-pub use guard::{run_locked, Guard, GuardError, LostSignal, Outcome};
+pub use guard::{run_locked, try_run_locked, Guard, GuardError, LostSignal, Outcome};
 pub use inspect::{HoldMode, Holder, Inspection, LockKind, Permits, Waiter};
 pub use keys::KEY_LAYOUT;
 pub use leader::{Leader, LeaderInfo, Leadership};
