@@ -415,3 +415,92 @@ async fn a_server_older_than_the_minimum_is_refused_at_connect() {
     drop(minimum);
     assert_quiet("stopping the servers after a clean shutdown").await;
 }
+
+/// Every message a user sees names the right primitive (or none) and the
+/// address, and no internals: a lost permit, a fenced value on a key of
+/// another type, an empty election name, a refused connect, a URL of
+/// another scheme, a `try_lock` with Redis down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_name_the_right_thing_and_no_internals() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let client = client_with_short_timeout(&server).await;
+
+    // A lost semaphore permit's release: not a "lock".
+    let permit = client
+        .semaphore("payments")
+        .with_permits(1)
+        .acquire_with_lease(1, Duration::from_millis(100))
+        .await
+        .expect("acquire");
+    tokio::time::timeout(Duration::from_secs(10), permit.lost())
+        .await
+        .expect("the fixed lease ran out");
+    let text = permit.release().await.expect_err("lost").to_string();
+    assert!(
+        text.contains("\"payments\"") && !text.contains("lock"),
+        "{text}"
+    );
+
+    // A fenced value on a key of another type: not a "lock".
+    let admin = redisync_testkit::command(server.port(), &["RPUSH", "ledger", "x"]).await;
+    assert!(admin.is_ok());
+    let text = client
+        .fenced("ledger")
+        .read()
+        .await
+        .expect_err("a list is no fenced value")
+        .to_string();
+    assert!(text.contains("ledger") && !text.contains("lock"), "{text}");
+
+    // An empty election name: the election's words.
+    let text = client
+        .leader("")
+        .try_campaign(Duration::ZERO)
+        .await
+        .expect_err("empty name")
+        .to_string();
+    assert!(
+        text.contains("leader election name must not be empty"),
+        "{text}"
+    );
+
+    // A URL of another scheme: refused, naming the schemes that work.
+    let text = Client::connect(&format!("http://127.0.0.1:{}", server.port()))
+        .await
+        .expect_err("http is no Redis scheme")
+        .to_string();
+    assert!(
+        text.contains("redis://") && text.contains("http://"),
+        "{text}"
+    );
+
+    // A refused connect names the address (and never the password).
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let text = Client::connect(&format!("redis://me:secret@127.0.0.1:{port}"))
+        .await
+        .expect_err("nothing listens there")
+        .to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")) && !text.contains("secret"),
+        "{text}"
+    );
+
+    // With Redis down: a connection error in plain words, whatever state
+    // fred is in (the first try, then the name's own pending undo).
+    server.kill().await;
+    for _ in 0..4 {
+        let text = client
+            .lock("down")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .expect_err("the server is gone")
+            .to_string();
+        assert!(!text.contains("undo"), "{text}");
+    }
+    client.shutdown().await.expect("shutdown");
+    take_records();
+}

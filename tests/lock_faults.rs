@@ -742,3 +742,59 @@ async fn a_force_unlock_whose_reply_is_lost_never_runs_twice() {
         drop(second);
     }
 }
+
+/// `unlock()` of a guard already known lost, with Redis down, says
+/// `NotHeld` at once (as documented), not a retryable timeout after the
+/// whole command timeout; for every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocking_a_lost_guard_with_redis_down_says_not_held_at_once() {
+    let mut server = redisync_testkit::RedisServer::start().await;
+    let client = Client::builder(&server.url())
+        .command_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let lease = Duration::from_millis(200);
+    let lock = client.lock("lost").lock_with_lease(lease).await.unwrap();
+    let fair = client
+        .fair_lock("lost")
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let write = client
+        .rw_lock("lost")
+        .write()
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let permit = client
+        .semaphore("lost")
+        .with_permits(1)
+        .acquire_with_lease(1, lease)
+        .await
+        .unwrap();
+    timeout(Duration::from_secs(10), async {
+        lock.lost().await;
+        fair.lost().await;
+        write.lost().await;
+        permit.lost().await;
+    })
+    .await
+    .expect("the fixed leases ran out");
+    server.kill().await;
+    let started = Instant::now();
+    let answers = [
+        lock.unlock().await,
+        fair.unlock().await,
+        write.unlock().await,
+        permit.release().await,
+    ];
+    let took = started.elapsed();
+    for answer in answers {
+        assert!(matches!(answer, Err(Error::NotHeld { .. })), "{answer:?}");
+    }
+    // Far below the command timeout it once waited for (each).
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}

@@ -270,7 +270,9 @@ async fn names_that_hold_no_lock_and_keys_that_are_not_ours_are_errors() {
         wrong.stderr
     );
     assert!(
-        wrong.stderr.contains("not a redisync lock"),
+        wrong
+            .stderr
+            .contains("another type than redisync keeps there"),
         "{}",
         wrong.stderr
     );

@@ -304,6 +304,73 @@ pub(crate) struct ClientInner {
     pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
 }
 
+/// The URL schemes `connect` takes (no TLS is built in).
+const SCHEMES: [&str; 6] = [
+    "redis",
+    "redis-cluster",
+    "redis-sentinel",
+    "valkey",
+    "valkey-cluster",
+    "valkey-sentinel",
+];
+
+/// Refuses a URL whose scheme names no Redis deployment `connect` knows
+/// (fred would take `http://host` as a single server), naming the ones
+/// that work.
+fn check_scheme(url: &str) -> Result<()> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme {
+        Some(s) if SCHEMES.contains(&s.as_str()) => Ok(()),
+        Some(s) if s.starts_with("rediss") || s.starts_with("valkeys") => {
+            Err(Error::InvalidArgument(format!(
+                "redis url {:?}: TLS ({s}://) is not built into redisync; use one of {}",
+                redacted(url),
+                schemes_text()
+            )))
+        }
+        _ => Err(Error::InvalidArgument(format!(
+            "redis url {:?} has no scheme redisync connects with; use one of {}",
+            redacted(url),
+            schemes_text()
+        ))),
+    }
+}
+
+fn schemes_text() -> String {
+    SCHEMES.map(|s| format!("{s}://")).join(", ")
+}
+
+/// A failed connect to `url` as the caller sees it: where it went (fred's
+/// "Connection refused" names no address), and `None` as a timeout.
+fn connect_failed(url: &str, within: Duration, e: Option<fred::error::Error>) -> Error {
+    let at = redacted(url);
+    Error::Redis(match e {
+        Some(e) => fred::error::Error::new(
+            e.kind().clone(),
+            format!("could not connect to {at}: {}", e.details()),
+        ),
+        None => fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            format!("could not connect to {at} within {within:?}"),
+        ),
+    })
+}
+
+/// `url` without its password, for messages.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// Starts `client`'s connection task and waits until it is connected, as
 /// fred's `init` does, but keeps the task's handle: a connect that is still
 /// trying at `deadline` is stopped (`Err(None)`), not left running. A
@@ -469,8 +536,13 @@ impl Client {
 
     async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
         settings.validate()?;
+        check_scheme(url)?;
         let config = Config::from_url(url).map_err(|e| {
-            Error::InvalidArgument(format!("bad redis url {url:?}: {}", e.details()))
+            Error::InvalidArgument(format!(
+                "bad redis url {:?}: {}",
+                redacted(url),
+                e.details()
+            ))
         })?;
         let mut builder = Builder::from_config(config);
         let timeout = settings.command_timeout;
@@ -504,15 +576,9 @@ impl Client {
         // stopped its own, and one never started was not running (fred warns
         // about quitting either).
         let deadline = tokio::time::Instant::now() + connect_timeout;
-        let timed_out = || {
-            Error::Redis(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                format!("could not connect to {url} within {connect_timeout:?}"),
-            ))
-        };
         let routers = start_connections(&redis, &subscriber, deadline)
             .await
-            .map_err(|e| e.map_or_else(timed_out, Error::Redis))?;
+            .map_err(|e| connect_failed(url, connect_timeout, e))?;
         let version = redis.server_version();
         if let Some(v) = version.as_ref().filter(|v| (v.major, v.minor) < MIN_SERVER) {
             let _ = futures::join!(redis.quit(), subscriber.quit());
@@ -858,9 +924,7 @@ impl ClientInner {
             fred::types::ClientState::Connected => Ok(()),
             state => Err(Error::Redis(fred::error::Error::new(
                 fred::error::ErrorKind::IO,
-                format!(
-                    "not connected to Redis ({state:?}); an earlier attempt's undo waits for it"
-                ),
+                format!("not connected to Redis ({state:?}); try again once it is back"),
             ))),
         }
     }
@@ -996,6 +1060,39 @@ async fn follow_moved_shard_channels<T: Clone>(
             if let Err(e) = client.hub.subscriber.sync_cluster().await {
                 tracing::warn!(error = %e, "subscriber cluster sync failed");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_scheme, redacted};
+
+    #[test]
+    fn a_url_in_a_message_never_shows_its_password() {
+        assert_eq!(
+            redacted("redis://me:secret@host:6379/0"),
+            "redis://me:***@host:6379/0"
+        );
+        assert_eq!(redacted("redis://:secret@host"), "redis://:***@host");
+        assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redacted("not a url"), "not a url");
+    }
+
+    #[test]
+    fn only_the_schemes_that_work_are_taken() {
+        for ok in [
+            "redis://h",
+            "REDIS://h",
+            "redis-cluster://h",
+            "redis-sentinel://h",
+            "valkey://h",
+        ] {
+            assert!(check_scheme(ok).is_ok(), "{ok}");
+        }
+        for bad in ["http://h", "rediss://h", "h:6379", "unix:///tmp/s"] {
+            let e = check_scheme(bad).unwrap_err().to_string();
+            assert!(e.contains("redis://"), "{bad}: {e}");
         }
     }
 }

@@ -14,7 +14,7 @@ pub enum Error {
     /// Unlock, extend or release by an owner that does not hold the lock (any
     /// more): its lease ran out, it was force-unlocked, or Redis lost it.
     /// Nothing was written.
-    #[error("lock {name:?} is not held by this owner")]
+    #[error("{name:?} is not held by this owner any more: its lease ran out, it was force-released, or Redis lost it")]
     NotHeld {
         /// The lock's name.
         name: String,
@@ -32,7 +32,7 @@ pub enum Error {
     /// outer re-entrant hold of the same owner stays, its lease estimate as
     /// it was). From `extend`: the guard's lease estimate stays as it was.
     #[error(
-        "lock {name:?}: {acked} of {required} replicas acknowledged the write; an acquisition was undone, an extension left the guard's lease as it was"
+        "{name:?}: {acked} of {required} replicas acknowledged the write; an acquisition was undone, an extension left the guard's lease as it was"
     )]
     ReplicaSync {
         /// The lock's name.
@@ -52,9 +52,11 @@ pub enum Error {
     /// duration, zero permits, ...
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The key exists in Redis but is not a redisync lock; it was left untouched.
+    /// The key exists in Redis but holds another type than redisync keeps
+    /// there (not one of its locks, semaphores or fenced values); it was
+    /// left untouched.
     #[error(
-        "key {key:?} holds a value of another type, not a redisync lock; it was left untouched"
+        "key {key:?} holds a value of another type than redisync keeps there; it was left untouched"
     )]
     WrongType {
         /// The Redis key.

@@ -102,6 +102,17 @@ impl Leader {
         &self.identity
     }
 
+    /// An empty election name is refused in the election's words (the lock
+    /// under it would say "lock").
+    fn check_name(&self) -> Result<()> {
+        if self.name().is_empty() {
+            return Err(Error::InvalidArgument(
+                "leader election name must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Waits until this candidate leads, and publishes its identity.
     ///
     /// # Errors
@@ -110,6 +121,7 @@ impl Leader {
     /// # Cancel safety
     /// Cancel safe: a lead won in flight is given back in the background.
     pub async fn campaign(&self) -> Result<Leadership> {
+        self.check_name()?;
         loop {
             let guard = self.lock.lock().await?;
             if let Some(won) = self.publish(guard).await? {
@@ -127,6 +139,7 @@ impl Leader {
     /// # Cancel safety
     /// As [`Leader::campaign`].
     pub async fn try_campaign(&self, wait: Duration) -> Result<Option<Leadership>> {
+        self.check_name()?;
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -151,6 +164,7 @@ impl Leader {
     /// # Errors
     /// As [`Lock::inspect`].
     pub async fn current(&self) -> Result<Option<LeaderInfo>> {
+        self.check_name()?;
         let seen = self.lock.inspect().await?;
         Ok(seen.is_held().then_some(LeaderInfo {
             identity: seen.identity,
@@ -191,6 +205,7 @@ impl Leader {
         Fut: Future<Output = ()>,
     {
         crate::script::checked_ms("run period", every)?;
+        self.check_name()?;
         loop {
             let leadership = match self.campaign().await {
                 Ok(won) => won,

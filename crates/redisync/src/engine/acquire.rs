@@ -419,7 +419,7 @@ async fn handed<S: Spec>(
         // the same holder id, and a release in the background could land
         // after that attempt's grant and free it (a semaphore's release
         // knows the permit id only).
-        let released = held.release().await;
+        let released = held.release_in_order().await;
         if matches!(e, Error::NotHeld { .. }) {
             // Gone before we could renew it (force-unlocked, expired): we
             // are not queued any more; wait on, once the release is done.
