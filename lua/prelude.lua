@@ -219,20 +219,23 @@ end
 -- `me` (nil: none), and an error reply naming the queue when it is not a
 -- list (then nothing was written).
 local function hand_permits(s, leases, queue, publish, channel, me)
+  -- The caller's grant does not stop the hand-off: entries behind it that
+  -- fit in what is left get theirs too (nobody else would tell them).
+  local mine = nil
   while s.total - s.used > 0 do
     local entry = redis.pcall('lpop', queue)
     if type(entry) == 'table' then
-      return true, nil, read_error(entry, queue, 'semaphore queue')
+      return true, mine, read_error(entry, queue, 'semaphore queue')
     end
     if not entry then
-      return true, nil
+      return true, mine
     end
     local lease, number, id = string.match(entry, '^(%d+) (%d+) (.+)$')
     local wanted = id and permits_of(id) or 0
     if wanted > 0 and wanted <= s.total then
       if wanted > s.total - s.used then
         redis.call('lpush', queue, entry)
-        return false, nil
+        return false, mine
       end
       s.used = s.used + wanted
       s.last = token_after(s.last, s.now_us)
@@ -244,10 +247,11 @@ local function hand_permits(s, leases, queue, publish, channel, me)
         s.to_others = true
       end
       if id == me then
-        return false, s.last
+        mine = s.last
+      else
+        redis.call(publish, channel, 'g:' .. string.format('%.0f', s.last) .. ':' .. number .. '/' .. (s.total - s.used) .. ':' .. id)
       end
-      redis.call(publish, channel, 'g:' .. string.format('%.0f', s.last) .. ':' .. number .. '/' .. (s.total - s.used) .. ':' .. id)
     end
   end
-  return false, nil
+  return false, mine
 end
