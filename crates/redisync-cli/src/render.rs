@@ -79,6 +79,9 @@ pub(crate) fn inspections_text(found: &[Inspection]) -> String {
             "free".to_owned()
         };
         let _ = writeln!(out, "  state    {state}");
+        if let Some(who) = &i.identity {
+            let _ = writeln!(out, "  identity {who}");
+        }
         if let Some(p) = i.permits {
             let _ = writeln!(out, "  permits  {} of {} in use", p.in_use, p.total);
         }
@@ -214,6 +217,7 @@ fn inspection_json(i: &Inspection) -> Value {
         "last_token": i.last_token,
         "permits": i.permits.map(|p| json!({"total": p.total, "in_use": p.in_use})),
         "contended": i.contended,
+        "identity": i.identity,
         "holders": holders,
         "waiters": waiters,
         "left_out": i.left_out,

@@ -357,3 +357,52 @@ async fn the_cluster_is_listed_inspected_and_unlocked_across_primaries() {
     drop(guards);
     client.shutdown().await.unwrap();
 }
+
+/// A leader's identity shows in text and JSON; a semaphore whose only
+/// permit's lease ended (a crashed holder, not yet reclaimed) is free, not
+/// "permits held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_leaders_identity_and_ended_leases_as_free() {
+    let server = RedisServer::start().await;
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let leading = client
+        .leader("billing")
+        .with_identity("billing-1.internal:8080")
+        .campaign()
+        .await
+        .unwrap();
+    let text = redisync(&url, &["inspect", "billing"]).await;
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout.contains("identity billing-1.internal:8080"),
+        "{}",
+        text.stdout
+    );
+    let json = redisync(&url, &["--json", "inspect", "billing"])
+        .await
+        .json();
+    let lock = only(&json, "locks");
+    assert_eq!(lock["identity"], "billing-1.internal:8080", "{json}");
+    leading.resign().await.unwrap();
+
+    let sem = client.semaphore("payments").with_permits(1);
+    let permit = sem
+        .acquire_with_lease(1, Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), permit.lost())
+        .await
+        .expect("the fixed lease ran out");
+    // Like a crash: nothing released it, nobody reclaimed it yet.
+    std::mem::forget(permit);
+    let seen = sem.inspect().await.unwrap();
+    assert_eq!(seen.holders.len(), 1, "{seen:?}");
+    assert!(!seen.is_held(), "an ended lease counts as held: {seen:?}");
+    let text = redisync(&url, &["inspect", "payments"]).await;
+    assert!(text.stdout.contains("state    free"), "{}", text.stdout);
+    let json = redisync(&url, &["--json", "inspect", "payments"])
+        .await
+        .json();
+    assert_eq!(only(&json, "locks")["held"], false, "{json}");
+}

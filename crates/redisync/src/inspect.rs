@@ -126,6 +126,13 @@ pub struct Holder {
     pub lease_left: Option<Duration>,
 }
 
+impl Holder {
+    /// Whether its lease still runs (a lease that ended reads as zero).
+    pub fn is_live(&self) -> bool {
+        self.lease_left != Some(Duration::ZERO)
+    }
+}
+
 /// An owner waiting in Redis: in a [`FairLock`](crate::FairLock)'s queue,
 /// or a writer waiting on an [`RwLock`](crate::RwLock).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,9 +205,11 @@ pub struct Inspection {
 }
 
 impl Inspection {
-    /// Whether anybody holds it.
+    /// Whether anybody holds it under a live lease: a semaphore permit or a
+    /// read hold whose lease ended (a crashed holder's, left until the next
+    /// acquisition reclaims it) does not count.
     pub fn is_held(&self) -> bool {
-        !self.holders.is_empty()
+        self.holders.iter().any(Holder::is_live)
     }
 
     /// The holds `owner` has in `mode`.
@@ -212,9 +221,9 @@ impl Inspection {
             .sum()
     }
 
-    /// Whether somebody holds it in `mode`.
+    /// Whether somebody holds it in `mode` under a live lease.
     pub(crate) fn is_held_as(&self, mode: HoldMode) -> bool {
-        self.holders.iter().any(|h| h.mode == mode)
+        self.holders.iter().any(|h| h.mode == mode && h.is_live())
     }
 
     /// The handles' `remaining_lease`: `None` when nobody holds it,
