@@ -56,7 +56,7 @@ async fn main() -> Result<(), BoxError> {
     };
     let violations = run_example(&url).await?;
     if violations.is_empty() {
-        println!("proven: one leader at a time, the paused leader's late run was stopped and its write refused, leadership moved within one lease");
+        println!("proven: one leader at a time, the paused leader's late run was stopped and its write refused, leadership moved within one lease, and an observer's watch saw the take-over within one lease");
         Ok(())
     } else {
         for v in &violations {
@@ -139,6 +139,25 @@ async fn run_example(url: &str) -> Result<Vec<String>, BoxError> {
     let leader = client.leader(&format!("example:{run}:scheduler"));
     let mut members = Members::start(url, &run)?;
     let mut violations = Vec::new();
+    // An observer (not a member) watches who leads and prints each change.
+    let mut watch = leader.watch().await?;
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(now) = watch.changed().await {
+            let who = now.as_ref().and_then(|i| i.identity.clone());
+            match &now {
+                Some(i) => println!(
+                    "observer: {} leads (token {})",
+                    who.as_deref().unwrap_or("?"),
+                    i.token.unwrap_or(0)
+                ),
+                None => println!("observer: nobody leads"),
+            }
+            if seen_tx.send((Instant::now(), who)).is_err() {
+                return;
+            }
+        }
+    });
 
     // Fault 1: pause the leader inside its run, for three leases.
     let (paused, _) = members
@@ -181,6 +200,22 @@ async fn run_example(url: &str) -> Result<Vec<String>, BoxError> {
         })
         .await?;
     println!("the job goes on under member {after}: {line}");
+    // The observer saw the take-over within one lease of the kill.
+    let want = format!("member-{after}");
+    let deadline = killed_at + LEASE + SLACK;
+    loop {
+        let next = tokio::time::timeout_at(deadline, seen.recv()).await;
+        match next {
+            Ok(Some((at, Some(who)))) if who == want && at >= killed_at => break,
+            Ok(Some(_)) => {}
+            _ => {
+                violations.push(format!(
+                    "the observer did not see {want} lead within one lease of the kill"
+                ));
+                break;
+            }
+        }
+    }
     violations.extend(check_value(&client, &run).await?);
     client.shutdown().await?;
     Ok(violations)

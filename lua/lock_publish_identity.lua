@@ -4,6 +4,9 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  fencing token of the acquisition
 -- ARGV[3]  identity
+-- ARGV[4]  publish command: 'spublish' or 'publish'
+-- ARGV[5]  the lock's channel: watchers of the election hear of the change
+--          ('i': not a hand-off, it wakes no waiter that waits for one)
 -- Returns 1 stored, 0 when that acquisition does not hold the lock (nothing
 -- written).
 local held = redis.pcall('hmget', KEYS[1], ARGV[1], '~t')
@@ -15,4 +18,5 @@ if not held[1] or held[2] ~= ARGV[2] then
   return 0
 end
 redis.call('hset', KEYS[1], '~i', ARGV[3])
+redis.call(ARGV[4], ARGV[5], 'i')
 return 1

@@ -231,3 +231,92 @@ async fn bad_input_is_refused() {
     let err = client.leader("").campaign().await.unwrap_err();
     assert!(matches!(err, redisync::Error::InvalidArgument(_)), "{err}");
 }
+
+/// A watch of the election sees every change without polling in the test:
+/// a new identity published while leading, and a take-over after the
+/// leader's process froze (its runtime thread blocked, as under SIGSTOP),
+/// within about one lease of the freeze.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sees_a_new_identity_and_a_take_over_after_the_leader_froze() {
+    let lease = Duration::from_secs(2);
+    let server = redisync_testkit::RedisServer::start().await;
+    let url = server.url();
+    // The first leader runs on a runtime of its own, on one thread the test
+    // freezes.
+    let (led_tell, led) = tokio::sync::oneshot::channel::<()>();
+    let (renamed_tell, renamed) = tokio::sync::oneshot::channel::<()>();
+    let (freeze, freeze_asked) = tokio::sync::oneshot::channel::<()>();
+    let (thaw, thaw_asked) = std::sync::mpsc::channel::<()>();
+    let leader_url = url.clone();
+    let frozen_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let client = redisync::Client::builder(&leader_url)
+                .watchdog_timeout(lease)
+                .connect()
+                .await
+                .unwrap();
+            let leading = client
+                .leader("watched")
+                .with_identity("a")
+                .campaign()
+                .await
+                .unwrap();
+            let _ = led_tell.send(());
+            let _ = freeze_asked.await;
+            leading.set_identity("a2").await.unwrap();
+            let _ = renamed_tell.send(());
+            // Frozen: no renewal, no release.
+            let _ = thaw_asked.recv();
+            drop(leading);
+        });
+    });
+    led.await.unwrap();
+    let observer = redisync::Client::connect(&url).await.unwrap();
+    let mut watch = observer.leader("watched").watch().await.unwrap();
+    assert_eq!(
+        watch.current().and_then(|i| i.identity).as_deref(),
+        Some("a")
+    );
+    // Another member waits to take over.
+    let other = redisync::Client::builder(&url)
+        .watchdog_timeout(lease)
+        .connect()
+        .await
+        .unwrap();
+    let candidate = other.leader("watched").with_identity("b");
+    let taking_over = tokio::spawn(async move { candidate.campaign().await });
+
+    freeze.send(()).unwrap();
+    renamed.await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), watch.changed())
+        .await
+        .expect("the new identity is seen")
+        .unwrap();
+    assert_eq!(seen.and_then(|i| i.identity).as_deref(), Some("a2"));
+    let frozen_at = tokio::time::Instant::now();
+    // The frozen leader's lease runs out; the candidate takes over.
+    let took_over = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let now = watch.changed().await.unwrap();
+            if now.as_ref().and_then(|i| i.identity.as_deref()) == Some("b") {
+                return now;
+            }
+        }
+    })
+    .await
+    .expect("the take-over is seen");
+    let after = frozen_at.elapsed();
+    assert!(
+        after < lease + Duration::from_secs(2),
+        "the take-over was seen {after:?} after the freeze (lease {lease:?})"
+    );
+    let won = taking_over.await.unwrap().unwrap();
+    assert_eq!(took_over.and_then(|i| i.token), Some(won.token()));
+    thaw.send(()).unwrap();
+    frozen_thread.join().unwrap();
+    won.resign().await.unwrap();
+}

@@ -7,9 +7,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::MissedTickBehavior;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::client::Client;
+use crate::engine::Spec;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, LostSignal};
 use crate::lock::{Lock, LockGuard};
@@ -173,6 +175,71 @@ impl Leader {
         }))
     }
 
+    /// A live view of who leads, for any member or observer: its value is
+    /// the leader now (as [`current`](Leader::current) reads it), and
+    /// [`LeaderWatch::changed`] waits for the next leader (or for nobody
+    /// leading). A background task keeps it fresh without polling in your
+    /// code: it reads again when a new leader publishes its identity (a
+    /// message on the election's channel), when the leader's lease runs out
+    /// (a leader that crashed or froze: seen within one lease), and at
+    /// least once per watchdog period of the client (a message lost in a
+    /// reconnect). It stops when the watch is dropped.
+    ///
+    /// # Errors
+    /// As [`Leader::current`]; [`Error::Shutdown`] after the client's
+    /// shutdown.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing runs until it returns.
+    pub async fn watch(&self) -> Result<LeaderWatch> {
+        self.check_name()?;
+        let named = self.lock.named();
+        let client = named.client_inner();
+        client.check_open()?;
+        let slot = client.hub.slot(&named.key, &named.channel);
+        // Subscribed before the first read: a change after it is heard.
+        client.hub.ensure_subscribed(&slot).await?;
+        let since = slot.wakeup.generation();
+        let first = self.current().await?;
+        let (tx, rx) = watch::channel(first.clone());
+        let leader = self.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = Ok(first);
+            let mut since = since;
+            loop {
+                let next = match &seen {
+                    Ok(info) => look_again_after(&leader, info.as_ref()),
+                    Err(_) => RETRY_PAUSE,
+                };
+                slot.wakeup.wait(since, Instant::now() + next).await;
+                since = slot.wakeup.generation();
+                seen = leader.current().await;
+                match &seen {
+                    Ok(info) => {
+                        // Told only when the leader changes, not its lease.
+                        tx.send_if_modified(|now| {
+                            let changed = now.as_ref().map(|i| (&i.identity, i.token))
+                                != info.as_ref().map(|i| (&i.identity, i.token));
+                            now.clone_from(info);
+                            changed
+                        });
+                    }
+                    Err(Error::Shutdown) => return,
+                    Err(e) => {
+                        tracing::debug!(leader = %leader.name(), error = %e, "reading the leader failed; trying again");
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(LeaderWatch {
+            rx,
+            task: task.abort_handle(),
+        })
+    }
+
     /// Runs `job` every `every` while this candidate leads, and campaigns
     /// for the lead whenever it does not (after losing it too), until the
     /// returned future is dropped.
@@ -251,6 +318,51 @@ where
     }
 }
 
+/// When a watch reads again without a message: when the leader's lease
+/// runs out (a little after, so a crashed leader's key is gone), and at
+/// least once per watchdog period.
+fn look_again_after(leader: &Leader, info: Option<&LeaderInfo>) -> Duration {
+    let period = leader.lock.client().watchdog_timeout();
+    info.and_then(|i| i.lease_left).map_or(period, |left| {
+        (left + Duration::from_millis(20)).min(period)
+    })
+}
+
+/// Who leads an election, kept fresh in the background (see
+/// [`Leader::watch`]). Dropping it stops the background task.
+#[derive(Debug)]
+pub struct LeaderWatch {
+    rx: watch::Receiver<Option<LeaderInfo>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl LeaderWatch {
+    /// The leader as last read; `None` when nobody led then.
+    pub fn current(&self) -> Option<LeaderInfo> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits until the leader changes (another identity or token, or nobody
+    /// leading) and returns the new one.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`] when the watch can no longer be kept (its task
+    /// ended with the client's shutdown).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change it did not return is returned by the next call.
+    pub async fn changed(&mut self) -> Result<Option<LeaderInfo>> {
+        self.rx.changed().await.map_err(|_| Error::Shutdown)?;
+        Ok(self.rx.borrow_and_update().clone())
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// This candidate leads while this lives (see [`Leader`]). Dropping it
 /// resigns in the background; [`resign`](Leadership::resign) waits.
 #[must_use = "if unused the lead is given back immediately"]
@@ -282,6 +394,24 @@ impl Leadership {
     /// An owned signal that fires when the lead is lost or given back.
     pub fn lost_signal(&self) -> LostSignal {
         self.guard.lost_signal()
+    }
+
+    /// Publishes another identity (a new address, a changed value) while
+    /// this candidate leads; watchers see it at once.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lead was lost; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn set_identity(&self, identity: &str) -> Result<()> {
+        if self.guard.publish_identity(identity).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: self.guard.lock_name().to_owned(),
+            })
+        }
     }
 
     /// Gives the lead back now: a waiting candidate takes it.

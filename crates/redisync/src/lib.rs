@@ -35,7 +35,7 @@ pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};
 pub use guard::{run_locked, try_run_locked, Guard, GuardError, LostSignal, Outcome};
 pub use inspect::{HoldMode, Holder, Inspection, LockKind, Permits, Waiter};
 pub use keys::KEY_LAYOUT;
-pub use leader::{Leader, LeaderInfo, Leadership};
+pub use leader::{Leader, LeaderInfo, LeaderWatch, Leadership};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
 pub use restart::RestartGuard;

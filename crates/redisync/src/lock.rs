@@ -572,6 +572,11 @@ impl std::fmt::Debug for LockGuard {
 guard_accessors!(LockGuard);
 
 impl LockGuard {
+    /// The name of the lock it holds.
+    pub(crate) fn lock_name(&self) -> &str {
+        self.lock.name()
+    }
+
     /// Call this before moving the guard to another task. A guard belongs
     /// to the owner that took it (by default its task; see
     /// [`Owner`](crate::Owner)), wherever the guard goes: moved into a
@@ -637,6 +642,8 @@ impl LockGuard {
                     hold.owner(),
                     Value::String(hold.token.to_string().into()),
                     Value::String(identity.into()),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.lock.named().channel.clone()),
                 ],
             )
             .await?;
