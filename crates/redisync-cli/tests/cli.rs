@@ -396,7 +396,19 @@ async fn inspect_shows_a_leaders_identity_and_ended_leases_as_free() {
         .expect("the fixed lease ran out");
     // Like a crash: nothing released it, nobody reclaimed it yet.
     std::mem::forget(permit);
-    let seen = sem.inspect().await.unwrap();
+    // The client's clock gave up first (it counts from the send): wait for
+    // Redis's lease end too.
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let seen = sem.inspect().await.unwrap();
+            if seen.holders.first().and_then(|h| h.lease_left) == Some(Duration::ZERO) {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the lease ends in Redis");
     assert_eq!(seen.holders.len(), 1, "{seen:?}");
     assert!(!seen.is_held(), "an ended lease counts as held: {seen:?}");
     let text = redisync(&url, &["inspect", "payments"]).await;
