@@ -320,3 +320,31 @@ async fn a_watch_sees_a_new_identity_and_a_take_over_after_the_leader_froze() {
     frozen_thread.join().unwrap();
     won.resign().await.unwrap();
 }
+
+/// A resignation nobody waited for is seen by another process's watch at
+/// once, not at the end of the leader's (here 60 s) lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sees_a_resignation_at_once() {
+    let server = redisync_testkit::RedisServer::start().await;
+    let client = redisync::Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_mins(1))
+        .connect()
+        .await
+        .unwrap();
+    let leader = client.leader("resigning").with_identity("only");
+    let leading = leader.campaign().await.unwrap();
+    // Another process watches (a release wakes its own client's slot
+    // locally, without a message).
+    let observer = redisync::Client::connect(&server.url()).await.unwrap();
+    let mut watch = observer.leader("resigning").watch().await.unwrap();
+    assert_eq!(
+        watch.current().and_then(|i| i.identity).as_deref(),
+        Some("only")
+    );
+    leading.resign().await.unwrap();
+    let now = tokio::time::timeout(WITHIN, watch.changed())
+        .await
+        .expect("the resignation is seen well before the lease would end")
+        .unwrap();
+    assert_eq!(now, None, "nobody leads after the resignation");
+}

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -318,6 +319,27 @@ where
     }
 }
 
+/// Tells the election's watchers to read again: a release that nobody
+/// waited for publishes nothing (best effort: a watch reads again at the
+/// lease's end anyway).
+async fn announce(lock: &Lock) {
+    let named = lock.named();
+    let client = named.client_inner();
+    let slot = fred::util::redis_keyslot(named.key.as_bytes());
+    let publish = fred::types::CustomCommand::new(
+        client.hub.publish_command(),
+        fred::types::ClusterHash::Custom(slot),
+        false,
+    );
+    let args = vec![
+        fred::types::Value::from(named.channel.clone()),
+        fred::types::Value::from("i"),
+    ];
+    if let Err(e) = client.redis.custom::<i64, _>(publish, args).await {
+        tracing::debug!(leader = %lock.name(), error = %e, "telling watchers of a resignation failed");
+    }
+}
+
 /// When a watch reads again without a message: when the leader's lease
 /// runs out (a little after, so a crashed leader's key is gone), and at
 /// least once per watchdog period.
@@ -414,12 +436,16 @@ impl Leadership {
         }
     }
 
-    /// Gives the lead back now: a waiting candidate takes it.
+    /// Gives the lead back now: a waiting candidate takes it. Watchers
+    /// hear of it at once (nobody leads, or the next leader).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when it was lost already; [`Error::Redis`].
     pub async fn resign(self) -> Result<()> {
-        self.guard.unlock().await
+        let lock = self.guard.lock_handle().clone();
+        self.guard.unlock().await?;
+        announce(&lock).await;
+        Ok(())
     }
 }
 

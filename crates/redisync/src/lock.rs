@@ -577,6 +577,11 @@ impl LockGuard {
         self.lock.name()
     }
 
+    /// The handle it was acquired through.
+    pub(crate) fn lock_handle(&self) -> &Lock {
+        &self.lock
+    }
+
     /// Call this before moving the guard to another task. A guard belongs
     /// to the owner that took it (by default its task; see
     /// [`Owner`](crate::Owner)), wherever the guard goes: moved into a
