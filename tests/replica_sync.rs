@@ -493,3 +493,92 @@ async fn a_hand_off_given_up_is_released_before_the_waiter_tries_again() {
     release.unwrap().send(()).unwrap();
     waiter_thread.join().unwrap();
 }
+
+/// A waiter whose hand-off was gone when it renewed it (force-unlocked while
+/// its process stood still) tries again as the first of its client's tasks:
+/// it keeps the client's local turn, so the task queued behind it locally
+/// does not get ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_hand_off_was_gone_keeps_its_place_among_its_clients_tasks() {
+    const NAME: &str = "keeps-place";
+    let primary = RedisServer::start().await;
+    let _replica = common::replica_of(&primary).await;
+    let admin = common::admin(&primary.url()).await;
+    let other = redisync::Client::connect(&primary.url()).await.unwrap();
+    let lock = other.lock(NAME);
+    let held = lock.lock_with_lease(LEASE).await.unwrap();
+
+    let (second, second_asked) = tokio::sync::oneshot::channel::<()>();
+    let (stalled_tell, stalled) = tokio::sync::oneshot::channel::<()>();
+    let (resume, resume_asked) = std::sync::mpsc::channel::<()>();
+    let (order_tell, order) = tokio::sync::oneshot::channel::<Vec<&'static str>>();
+    let url = primary.url();
+    let waiter_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let waiter = redisync::Client::builder(&url)
+                .replica_sync(1, Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap();
+            let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let task = |who: &'static str| {
+                let lock = waiter.lock(NAME);
+                let order = order.clone();
+                tokio::spawn(async move {
+                    let g = lock
+                        .try_lock(Duration::from_secs(30), Some(LEASE))
+                        .await
+                        .unwrap()
+                        .expect("acquired");
+                    order.lock().unwrap().push(who);
+                    g.unlock().await.unwrap();
+                })
+            };
+            let first = task("first");
+            // On the test's word (the first is queued in Redis): the second
+            // task starts and waits behind the first locally, then the
+            // runtime stops.
+            let _ = second_asked.await;
+            let second = task("second");
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            let _ = stalled_tell.send(());
+            // Blocks the runtime's only thread.
+            let _ = resume_asked.recv();
+            first.await.unwrap();
+            second.await.unwrap();
+            let got = order.lock().unwrap().clone();
+            let _ = order_tell.send(got);
+            let _ = waiter.shutdown().await;
+        });
+    });
+    let queue = common::lock_queue_key(NAME);
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            admin.llen::<i64, _>(&queue).await.unwrap() == 1
+        })
+        .await
+    );
+    second.send(()).unwrap();
+    stalled.await.unwrap();
+    // Handed to the stopped waiter's first task, then force-unlocked
+    // before it renews.
+    held.unlock().await.unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    resume.send(()).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(30), order)
+        .await
+        .unwrap()
+        .unwrap();
+    waiter_thread.join().unwrap();
+    assert_eq!(
+        got,
+        ["first", "second"],
+        "a later task of the client got ahead"
+    );
+}

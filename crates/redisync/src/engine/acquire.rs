@@ -406,9 +406,12 @@ async fn handed<S: Spec>(
         return Ok(None);
     }
     undo.disarm();
-    let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
-    let held = grant.new_held(holder.clone(), token, sent_at, permit);
+    // The local turn stays with the acquisition until the hold is
+    // confirmed: one given up below tries again as its client's first
+    // task, not behind the task that would take the turn meanwhile.
+    let held = grant.new_held(holder.clone(), token, sent_at, None);
     if client.settings.replica_sync.is_none() {
+        keep_turn_if(&held, undo, gate);
         return Ok(Some(held));
     }
     // The hand-off was written on the releaser's connection: `WAIT` counts
@@ -435,7 +438,16 @@ async fn handed<S: Spec>(
         }
         return Err(e);
     }
+    keep_turn_if(&held, undo, gate);
     Ok(Some(held))
+}
+
+/// A confirmed hold takes the acquisition's local turn when it keeps it
+/// while held ([`Gate::WhileHeld`]); otherwise the turn is given up here.
+fn keep_turn_if<S: Spec>(held: &Held, undo: &mut Undo<S>, gate: Gate) {
+    let turn = undo.turn.take();
+    held.hold()
+        .keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
 }
 
 /// The command connection's generation when the client has a restart
