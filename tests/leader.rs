@@ -248,31 +248,25 @@ async fn a_watch_sees_a_new_identity_and_a_take_over_after_the_leader_froze() {
     let (freeze, freeze_asked) = tokio::sync::oneshot::channel::<()>();
     let (thaw, thaw_asked) = std::sync::mpsc::channel::<()>();
     let leader_url = url.clone();
-    let frozen_thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let frozen_thread = common::on_own_runtime(move || async move {
+        let client = redisync::Client::builder(&leader_url)
+            .watchdog_timeout(lease)
+            .connect()
+            .await
             .unwrap();
-        rt.block_on(async move {
-            let client = redisync::Client::builder(&leader_url)
-                .watchdog_timeout(lease)
-                .connect()
-                .await
-                .unwrap();
-            let leading = client
-                .leader("watched")
-                .with_identity("a")
-                .campaign()
-                .await
-                .unwrap();
-            let _ = led_tell.send(());
-            let _ = freeze_asked.await;
-            leading.set_identity("a2").await.unwrap();
-            let _ = renamed_tell.send(());
-            // Frozen: no renewal, no release.
-            let _ = thaw_asked.recv();
-            drop(leading);
-        });
+        let leading = client
+            .leader("watched")
+            .with_identity("a")
+            .campaign()
+            .await
+            .unwrap();
+        let _ = led_tell.send(());
+        let _ = freeze_asked.await;
+        leading.set_identity("a2").await.unwrap();
+        let _ = renamed_tell.send(());
+        // Frozen: no renewal, no release.
+        let _ = thaw_asked.recv();
+        drop(leading);
     });
     led.await.unwrap();
     let observer = redisync::Client::connect(&url).await.unwrap();

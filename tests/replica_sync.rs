@@ -435,39 +435,33 @@ async fn a_hand_off_given_up_is_released_before_the_waiter_tries_again() {
     let (resume, resume_asked) = std::sync::mpsc::channel::<()>();
     let (outcome_tell, outcome) = tokio::sync::oneshot::channel::<Outcome>();
     let url = primary.url();
-    let waiter_thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let waiter_thread = common::on_own_runtime(move || async move {
+        let waiter = redisync::Client::builder(&url)
+            .replica_sync(1, Duration::from_secs(2))
+            .connect()
+            .await
             .unwrap();
-        rt.block_on(async move {
-            let waiter = redisync::Client::builder(&url)
-                .replica_sync(1, Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap();
-            let sem = waiter.semaphore(NAME).with_permits(1);
-            tokio::spawn(async move {
-                if stall_asked.await.is_ok() {
-                    let _ = stalled_tell.send(());
-                    // Blocks the runtime's only thread.
-                    let _ = resume_asked.recv();
-                }
-            });
-            let got = sem.try_acquire_with_lease(1, LEASE, LEASE).await;
-            match got {
-                Ok(Some(permit)) => {
-                    let (release, released) = tokio::sync::oneshot::channel();
-                    let _ = outcome_tell.send((Ok(true), Some(release)));
-                    let _ = released.await;
-                    let _ = permit.release().await;
-                }
-                other => {
-                    let _ = outcome_tell.send((other.map(|p| p.is_some()), None));
-                }
+        let sem = waiter.semaphore(NAME).with_permits(1);
+        tokio::spawn(async move {
+            if stall_asked.await.is_ok() {
+                let _ = stalled_tell.send(());
+                // Blocks the runtime's only thread.
+                let _ = resume_asked.recv();
             }
-            let _ = waiter.shutdown().await;
         });
+        let got = sem.try_acquire_with_lease(1, LEASE, LEASE).await;
+        match got {
+            Ok(Some(permit)) => {
+                let (release, released) = tokio::sync::oneshot::channel();
+                let _ = outcome_tell.send((Ok(true), Some(release)));
+                let _ = released.await;
+                let _ = permit.release().await;
+            }
+            other => {
+                let _ = outcome_tell.send((other.map(|p| p.is_some()), None));
+            }
+        }
+        let _ = waiter.shutdown().await;
     });
     assert!(common::semaphore_queued(&admin, NAME, 1).await);
     stall.send(()).unwrap();
@@ -513,49 +507,43 @@ async fn a_waiter_whose_hand_off_was_gone_keeps_its_place_among_its_clients_task
     let (resume, resume_asked) = std::sync::mpsc::channel::<()>();
     let (order_tell, order) = tokio::sync::oneshot::channel::<Vec<&'static str>>();
     let url = primary.url();
-    let waiter_thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let waiter_thread = common::on_own_runtime(move || async move {
+        let waiter = redisync::Client::builder(&url)
+            .replica_sync(1, Duration::from_secs(2))
+            .connect()
+            .await
             .unwrap();
-        rt.block_on(async move {
-            let waiter = redisync::Client::builder(&url)
-                .replica_sync(1, Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap();
-            let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let task = |who: &'static str| {
-                let lock = waiter.lock(NAME);
-                let order = order.clone();
-                tokio::spawn(async move {
-                    let g = lock
-                        .try_lock(Duration::from_secs(30), Some(LEASE))
-                        .await
-                        .unwrap()
-                        .expect("acquired");
-                    order.lock().unwrap().push(who);
-                    g.unlock().await.unwrap();
-                })
-            };
-            let first = task("first");
-            // On the test's word (the first is queued in Redis): the second
-            // task starts and waits behind the first locally, then the
-            // runtime stops.
-            let _ = second_asked.await;
-            let second = task("second");
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-            let _ = stalled_tell.send(());
-            // Blocks the runtime's only thread.
-            let _ = resume_asked.recv();
-            first.await.unwrap();
-            second.await.unwrap();
-            let got = order.lock().unwrap().clone();
-            let _ = order_tell.send(got);
-            let _ = waiter.shutdown().await;
-        });
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = |who: &'static str| {
+            let lock = waiter.lock(NAME);
+            let order = order.clone();
+            tokio::spawn(async move {
+                let g = lock
+                    .try_lock(Duration::from_secs(30), Some(LEASE))
+                    .await
+                    .unwrap()
+                    .expect("acquired");
+                order.lock().unwrap().push(who);
+                g.unlock().await.unwrap();
+            })
+        };
+        let first = task("first");
+        // On the test's word (the first is queued in Redis): the second
+        // task starts and waits behind the first locally, then the
+        // runtime stops.
+        let _ = second_asked.await;
+        let second = task("second");
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let _ = stalled_tell.send(());
+        // Blocks the runtime's only thread.
+        let _ = resume_asked.recv();
+        first.await.unwrap();
+        second.await.unwrap();
+        let got = order.lock().unwrap().clone();
+        let _ = order_tell.send(got);
+        let _ = waiter.shutdown().await;
     });
     let queue = common::lock_queue_key(NAME);
     assert!(

@@ -377,3 +377,21 @@ pub async fn queued_waiter_looked(env: &Env) -> bool {
     })
     .await
 }
+
+/// Runs the future `work` builds on a current-thread runtime of its own, on
+/// a thread of its own: blocking that thread from inside (a std channel's
+/// `recv`) stops everything it runs, timers and connections included, as a
+/// process stops under SIGSTOP.
+pub fn on_own_runtime<W, F>(work: W) -> std::thread::JoinHandle<()>
+where
+    W: FnOnce() -> F + Send + 'static,
+    F: std::future::Future<Output = ()>,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(work());
+    })
+}
