@@ -202,34 +202,31 @@ impl Leader {
         client.hub.ensure_subscribed(&slot).await?;
         let since = slot.wakeup.generation();
         let first = self.current().await?;
-        let (tx, rx) = watch::channel(first.clone());
+        let mut next = look_again_after(self, first.as_ref());
+        let (tx, rx) = watch::channel(first);
         let leader = self.clone();
         let task = tokio::spawn(async move {
-            let mut seen = Ok(first);
             let mut since = since;
             loop {
-                let next = match &seen {
-                    Ok(info) => look_again_after(&leader, info.as_ref()),
-                    Err(_) => RETRY_PAUSE,
-                };
                 slot.wakeup.wait(since, Instant::now() + next).await;
                 since = slot.wakeup.generation();
-                seen = leader.current().await;
-                match &seen {
+                next = match leader.current().await {
                     Ok(info) => {
                         // Told only when the leader changes, not its lease.
                         tx.send_if_modified(|now| {
                             let changed = now.as_ref().map(|i| (&i.identity, i.token))
                                 != info.as_ref().map(|i| (&i.identity, i.token));
-                            now.clone_from(info);
+                            now.clone_from(&info);
                             changed
                         });
+                        look_again_after(&leader, info.as_ref())
                     }
                     Err(Error::Shutdown) => return,
                     Err(e) => {
                         tracing::debug!(leader = %leader.name(), error = %e, "reading the leader failed; trying again");
+                        RETRY_PAUSE
                     }
-                }
+                };
                 if tx.is_closed() {
                     return;
                 }

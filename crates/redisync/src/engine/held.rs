@@ -174,18 +174,24 @@ impl Held {
     /// dropped, is finished in the background while the lease lasts. A hold
     /// known lost is [`Error::NotHeld`] at once (what may be left in Redis is
     /// released in the background, as on a drop), never a wait on Redis.
-    pub(crate) async fn release(self) -> Result<()> {
-        self.release_with(true).await
+    pub(crate) async fn release(mut self) -> Result<()> {
+        if self.client.check_connected().is_ok() {
+            if let Some(hold) = self.hold.take_if(|h| h.is_lost()) {
+                // The answer is known: not held. What may be left in Redis
+                // goes in the background, as on a drop (it never touches a
+                // later acquisition), so a lost guard never waits on Redis.
+                let last = detach(&self.slot, &hold, self.watchdog);
+                release_in_background(self.client.clone(), self.slot.clone(), hold, last);
+                return Err(self.not_held());
+            }
+        }
+        self.release_in_order().await
     }
 
     /// [`Held::release`] that always waits for its script (or its failure):
     /// for an acquisition that tries again under the same holder id next,
     /// which must come after the release.
-    pub(crate) async fn release_in_order(self) -> Result<()> {
-        self.release_with(false).await
-    }
-
-    async fn release_with(mut self, prompt_when_lost: bool) -> Result<()> {
+    pub(crate) async fn release_in_order(mut self) -> Result<()> {
         let Some(hold) = self.hold.take() else {
             return Ok(());
         };
@@ -193,14 +199,6 @@ impl Held {
             // Shut down: the shutdown released it; only leave the hold.
             detach(&self.slot, &hold, self.watchdog);
             return Err(e);
-        }
-        if prompt_when_lost && hold.is_lost() {
-            // The answer is known: not held. What may be left in Redis goes
-            // in the background, as on a drop (it never touches a later
-            // acquisition), so a lost guard never waits on Redis.
-            let last = detach(&self.slot, &hold, self.watchdog);
-            release_in_background(self.client.clone(), self.slot.clone(), hold, last);
-            return Err(self.not_held());
         }
         // Known lost already (the lease ran out by our clock): still release,
         // to free what may be left in Redis, but report it as not held.
