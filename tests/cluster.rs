@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cli, primary_of_slot};
+use common::{cli, primary_of_slot, SlotMove};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -240,70 +240,6 @@ async fn fair_lock_is_fifo_on_the_cluster() {
                 .unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5], "{name}");
-    }
-}
-
-/// One slot moved by hand from its primary to another, the steps
-/// `redis-cli --cluster reshard` takes, over RESP.
-struct SlotMove {
-    slot: String,
-    src: u16,
-    dst: u16,
-    src_id: String,
-    dst_id: String,
-}
-
-impl SlotMove {
-    /// Plans moving the slot of `key` to another primary.
-    async fn plan(cluster: &RedisCluster, key: &str) -> SlotMove {
-        let slot = fred::util::redis_keyslot(key.as_bytes());
-        let src = primary_of_slot(cluster, slot).await;
-        let dst = cluster
-            .nodes()
-            .iter()
-            .map(redisync_testkit::RedisServer::port)
-            .find(|p| *p != src)
-            .unwrap();
-        SlotMove {
-            slot: slot.to_string(),
-            src,
-            dst,
-            src_id: cli(src, &["cluster", "myid"]).await,
-            dst_id: cli(dst, &["cluster", "myid"]).await,
-        }
-    }
-
-    /// Marks the slot importing on the target, migrating on the source.
-    async fn begin(&self) {
-        cli(
-            self.dst,
-            &["cluster", "setslot", &self.slot, "importing", &self.src_id],
-        )
-        .await;
-        cli(
-            self.src,
-            &["cluster", "setslot", &self.slot, "migrating", &self.dst_id],
-        )
-        .await;
-    }
-
-    /// Moves `keys` of the slot to the target.
-    async fn migrate(&self, keys: &[&str]) {
-        let dst = self.dst.to_string();
-        let mut args = vec!["migrate", "127.0.0.1", &dst, "", "0", "5000", "keys"];
-        args.extend_from_slice(keys);
-        assert_eq!(cli(self.src, &args).await, "OK", "MIGRATE {keys:?}");
-    }
-
-    /// Hands the slot to the target on every node.
-    async fn finish(&self, cluster: &RedisCluster) {
-        for n in cluster.nodes() {
-            cli(
-                n.port(),
-                &["cluster", "setslot", &self.slot, "node", &self.dst_id],
-            )
-            .await;
-        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cli, primary_of_slot};
+use common::{cli, SlotMove};
 
 use std::time::Duration;
 
@@ -674,19 +674,8 @@ async fn a_waiter_that_gives_up_mid_migration_leaves_its_entry_behind() {
     let cluster = redisync_testkit::RedisCluster::start(3, 0).await;
     let a = redisync::Client::connect(&cluster.url()).await.unwrap();
     let b = redisync::Client::connect(&cluster.url()).await.unwrap();
-    let slot = fred::util::redis_keyslot(hold_key(name).as_bytes());
-    let src = primary_of_slot(&cluster, slot).await;
-    let dst = cluster
-        .nodes()
-        .iter()
-        .map(redisync_testkit::RedisServer::port)
-        .find(|p| *p != src)
-        .unwrap();
-    let (src_id, dst_id) = (
-        cli(src, &["cluster", "myid"]).await,
-        cli(dst, &["cluster", "myid"]).await,
-    );
-    let slot = slot.to_string();
+    let slot_move = SlotMove::plan(&cluster, &hold_key(name)).await;
+    let (src, dst) = (slot_move.src, slot_move.dst);
     a.semaphore(name).try_set_permits(1).await.unwrap();
     let held = a
         .semaphore(name)
@@ -704,26 +693,8 @@ async fn a_waiter_that_gives_up_mid_migration_leaves_its_entry_behind() {
     .await;
     assert!(queued, "B queued");
     // The slot starts to move; the queue goes first.
-    cli(dst, &["cluster", "setslot", &slot, "importing", &src_id]).await;
-    cli(src, &["cluster", "setslot", &slot, "migrating", &dst_id]).await;
-    let dst_port = dst.to_string();
-    assert_eq!(
-        cli(
-            src,
-            &[
-                "migrate",
-                "127.0.0.1",
-                &dst_port,
-                "",
-                "0",
-                "5000",
-                "keys",
-                &queue_key(name)
-            ]
-        )
-        .await,
-        "OK"
-    );
+    slot_move.begin().await;
+    slot_move.migrate(&[&queue_key(name)]).await;
     // B gives up (its deadline passes) while the slot is half moved: it
     // times out or fails (the attempts are refused meanwhile); either way
     // its undo runs, before B's shutdown returns.
@@ -735,29 +706,10 @@ async fn a_waiter_that_gives_up_mid_migration_leaves_its_entry_behind() {
     let b_id = b.id();
     b.shutdown().await.unwrap();
     // The slot finishes moving.
-    let hash = hold_key(name);
-    let leases = leases_key(name);
-    assert_eq!(
-        cli(
-            src,
-            &[
-                "migrate",
-                "127.0.0.1",
-                &dst_port,
-                "",
-                "0",
-                "5000",
-                "keys",
-                &hash,
-                &leases
-            ]
-        )
-        .await,
-        "OK"
-    );
-    for n in cluster.nodes() {
-        cli(n.port(), &["cluster", "setslot", &slot, "node", &dst_id]).await;
-    }
+    slot_move
+        .migrate(&[&hold_key(name), &leases_key(name)])
+        .await;
+    slot_move.finish(&cluster).await;
     let left = cli(dst, &["lrange", &queue_key(name), "0", "-1"]).await;
     // What it costs: once A gives its permit back, a newcomer finds it
     // taken by the entry of B, which gave up long ago.

@@ -395,3 +395,67 @@ where
             .block_on(work());
     })
 }
+
+/// One slot moved by hand from its primary to another, the steps
+/// `redis-cli --cluster reshard` takes, over RESP.
+pub struct SlotMove {
+    pub slot: String,
+    pub src: u16,
+    pub dst: u16,
+    pub src_id: String,
+    pub dst_id: String,
+}
+
+impl SlotMove {
+    /// Plans moving the slot of `key` to another primary.
+    pub async fn plan(cluster: &redisync_testkit::RedisCluster, key: &str) -> SlotMove {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let src = primary_of_slot(cluster, slot).await;
+        let dst = cluster
+            .nodes()
+            .iter()
+            .map(redisync_testkit::RedisServer::port)
+            .find(|p| *p != src)
+            .unwrap();
+        SlotMove {
+            slot: slot.to_string(),
+            src,
+            dst,
+            src_id: cli(src, &["cluster", "myid"]).await,
+            dst_id: cli(dst, &["cluster", "myid"]).await,
+        }
+    }
+
+    /// Marks the slot importing on the target, migrating on the source.
+    pub async fn begin(&self) {
+        cli(
+            self.dst,
+            &["cluster", "setslot", &self.slot, "importing", &self.src_id],
+        )
+        .await;
+        cli(
+            self.src,
+            &["cluster", "setslot", &self.slot, "migrating", &self.dst_id],
+        )
+        .await;
+    }
+
+    /// Moves `keys` of the slot to the target.
+    pub async fn migrate(&self, keys: &[&str]) {
+        let dst = self.dst.to_string();
+        let mut args = vec!["migrate", "127.0.0.1", &dst, "", "0", "5000", "keys"];
+        args.extend_from_slice(keys);
+        assert_eq!(cli(self.src, &args).await, "OK", "MIGRATE {keys:?}");
+    }
+
+    /// Hands the slot to the target on every node.
+    pub async fn finish(&self, cluster: &redisync_testkit::RedisCluster) {
+        for n in cluster.nodes() {
+            cli(
+                n.port(),
+                &["cluster", "setslot", &self.slot, "node", &self.dst_id],
+            )
+            .await;
+        }
+    }
+}
