@@ -419,11 +419,11 @@ async fn a_server_older_than_the_minimum_is_refused_at_connect() {
 /// Every message a user sees names the right primitive (or none) and the
 /// address, and no internals: a lost permit, a fenced value on a key of
 /// another type, an empty election name, a refused connect, a URL of
-/// another scheme, a `try_lock` with Redis down.
+/// another scheme.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_name_the_right_thing_and_no_internals() {
     let _serial = serial().await;
-    let mut server = RedisServer::start().await;
+    let server = RedisServer::start().await;
     let client = client_with_short_timeout(&server).await;
 
     // A lost semaphore permit's release: not a "lock".
@@ -489,18 +489,12 @@ async fn messages_name_the_right_thing_and_no_internals() {
         "{text}"
     );
 
-    // With Redis down: a connection error in plain words, whatever state
-    // fred is in (the first try, then the name's own pending undo).
-    server.kill().await;
-    for _ in 0..4 {
-        let text = client
-            .lock("down")
-            .try_lock(Duration::ZERO, None)
-            .await
-            .expect_err("the server is gone")
-            .to_string();
-        assert!(!text.contains("undo"), "{text}");
-    }
     client.shutdown().await.expect("shutdown");
+    drop(server);
+    // (With Redis down the messages are checked in lock_faults.rs: the
+    // undos a dead server leaves pending would log into the next test's
+    // capture here.) The lost permit warned, as it should: let what
+    // follows land, then clear the capture for the next test.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     take_records();
 }

@@ -798,3 +798,27 @@ async fn unlocking_a_lost_guard_with_redis_down_says_not_held_at_once() {
     // Far below the command timeout it once waited for (each).
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// With Redis down, `try_lock` fails with a connection error in plain
+/// words, whatever state fred is in (the first try, then the name's own
+/// pending undo): no internal words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_error_has_no_internal_words() {
+    let mut server = redisync_testkit::RedisServer::start().await;
+    let client = Client::builder(&server.url())
+        .command_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    server.kill().await;
+    for _ in 0..4 {
+        let text = client
+            .lock("down")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .expect_err("the server is gone")
+            .to_string();
+        assert!(!text.contains("undo"), "{text}");
+    }
+    client.shutdown().await.unwrap();
+}
