@@ -450,6 +450,14 @@ async fn start_connections(
     Err(error)
 }
 
+/// Quits `client` if fred has it connected; otherwise does nothing (see
+/// `ClientInner::close_connections`).
+async fn quit_if_up<C: ClientLike>(client: &C) {
+    if client.state() == fred::types::ClientState::Connected {
+        let _ = client.quit().await;
+    }
+}
+
 /// Stops connection tasks that were told to quit. A quit sent while fred
 /// reconnects (the server gone) waits in its queue, and fred's reconnection
 /// loop can miss the close notice: without this it would keep reconnecting
@@ -877,7 +885,12 @@ impl ClientInner {
         if self.connections_closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let quits = futures::future::join(self.hub.subscriber.quit(), self.redis.quit());
+        // A client that fred is reconnecting is not told to quit: commands
+        // sent meanwhile wait in fred's queue, and a quit makes fred warn of
+        // each as it drops them. Stopping its connection task drops them
+        // quietly (their callers gave up already: the releases above ended).
+        let quits =
+            futures::future::join(quit_if_up(&self.hub.subscriber), quit_if_up(&self.redis));
         if tokio::time::timeout_at(deadline, quits).await.is_err() {
             tracing::debug!("the server did not answer the quit in time; closing anyway");
         }
