@@ -249,6 +249,20 @@ async fn member_main(member: usize) -> Result<(), BoxError> {
         .leader(&format!("example:{run}:scheduler"))
         .with_identity(format!("member-{member}"));
     let value = client.fenced(&format!("example:{run}:last-run"));
+    // The elected / lost events of `run`, as a job's owner would log them.
+    let mut status = leader.status();
+    tokio::spawn(async move {
+        while status.changed().await.is_ok() {
+            let now = *status.borrow_and_update();
+            match now {
+                redisync::LeaderStatus::Leading { token } => {
+                    println!("status: elected, token {token}");
+                }
+                redisync::LeaderStatus::Campaigning => println!("status: campaigning"),
+                other => println!("status: {other:?}"),
+            }
+        }
+    });
     let mut runs = 0u32;
     let mut led_under = 0u64;
     leader

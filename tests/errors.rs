@@ -465,6 +465,36 @@ async fn messages_name_the_right_thing_and_no_internals() {
         "{text}"
     );
 
+    // A latch: its own words for an empty name and a key of another type,
+    // and an expiry that says what it means.
+    let text = client
+        .count_down_latch("")
+        .count()
+        .await
+        .expect_err("empty name")
+        .to_string();
+    assert!(text.contains("latch name must not be empty"), "{text}");
+    let key = "redisync:v1:latch:hold:{phase}";
+    let admin = redisync_testkit::command(server.port(), &["SET", key, "x"]).await;
+    assert!(admin.is_ok());
+    let text = client
+        .count_down_latch("phase")
+        .count_down()
+        .await
+        .expect_err("a string is no latch")
+        .to_string();
+    assert!(text.contains(key) && !text.contains("lock"), "{text}");
+    let latch = client.count_down_latch("short");
+    latch
+        .try_set_count(2, Duration::from_millis(200))
+        .await
+        .expect("set");
+    let text = latch.wait().await.expect_err("expired").to_string();
+    assert!(
+        text.contains("\"short\"") && text.contains("expired") && !text.contains("lock"),
+        "{text}"
+    );
+
     // A URL of another scheme: refused, naming the schemes that work.
     let text = Client::connect(&format!("http://127.0.0.1:{}", server.port()))
         .await

@@ -342,3 +342,66 @@ async fn a_watch_sees_a_resignation_at_once() {
         .unwrap();
     assert_eq!(now, None, "nobody leads after the resignation");
 }
+
+/// `Leader::status` tells a `run` user when it is elected and when it loses
+/// the lead: idle before `run`, campaigning while another leads, leading
+/// (with the term's token) once elected, out of that term when forced away,
+/// then leading again under a newer token; idle once `run` is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_status_reports_election_loss_and_stop() {
+    use redisync::LeaderStatus;
+    let env = Env::start().await;
+    let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
+    let other = env.client().await;
+    let leader = client.leader("status");
+    let status = leader.status();
+    assert_eq!(*status.borrow(), LeaderStatus::Idle);
+
+    let first = other.leader("status").campaign().await.unwrap();
+    let job = {
+        let leader = leader.clone();
+        tokio::spawn(async move { leader.run(Duration::from_millis(20), |_| async {}).await })
+    };
+    let seen = |want: fn(&LeaderStatus) -> bool| {
+        let mut status = status.clone();
+        async move {
+            let got = tokio::time::timeout(WITHIN, status.wait_for(want)).await;
+            *got.expect("status within the bound").expect("sender alive")
+        }
+    };
+    seen(|s| *s == LeaderStatus::Campaigning).await;
+    // Still campaigning while the other leads: it cannot have been elected.
+    assert_eq!(*status.borrow(), LeaderStatus::Campaigning);
+
+    first.resign().await.unwrap();
+    let LeaderStatus::Leading { token: t1 } =
+        seen(|s| matches!(s, LeaderStatus::Leading { .. })).await
+    else {
+        unreachable!()
+    };
+    let now = other.leader("status").current().await.unwrap().unwrap();
+    assert_eq!(now.token, Some(t1), "the status's token is the term's");
+
+    // Forced away: the term ends (lost), and it is elected again, later.
+    let operator = env.client().await;
+    assert!(operator.lock("status").force_unlock().await.unwrap());
+    let next = {
+        let mut status = status.clone();
+        tokio::time::timeout(
+            WITHIN,
+            status.wait_for(|s| matches!(s, LeaderStatus::Leading { token } if *token != t1)),
+        )
+        .await
+        .expect("elected again within the bound")
+        .map(|s| *s)
+        .unwrap()
+    };
+    let LeaderStatus::Leading { token: t2 } = next else {
+        unreachable!()
+    };
+    assert!(t2 > t1, "a new term has a newer token: {t1} then {t2}");
+
+    job.abort();
+    assert!(job.await.unwrap_err().is_cancelled());
+    seen(|s| *s == LeaderStatus::Idle).await;
+}

@@ -70,7 +70,9 @@ pub(crate) fn inspections_text(found: &[Inspection]) -> String {
     let mut out = String::new();
     for i in found {
         let _ = writeln!(out, "{} {}", i.kind, i.name);
-        let state = if i.is_held() {
+        let state = if let Some(n) = i.count {
+            latch_state(n, i.lease_left)
+        } else if i.is_held() {
             match i.kind {
                 LockKind::Semaphore => "permits held".to_owned(),
                 _ => format!("held ({})", lease(i.lease_left)),
@@ -107,8 +109,21 @@ pub(crate) fn inspections_text(found: &[Inspection]) -> String {
     out.trim_end().to_owned()
 }
 
+/// A count-down latch's state: its count left and when it ends.
+fn latch_state(count: u64, ttl: Option<Duration>) -> String {
+    let ends = ttl.map_or("no TTL".to_owned(), |d| format!("ends in {}", human(d)));
+    if count == 0 {
+        format!("open ({ends})")
+    } else {
+        format!("counting down, {count} to go ({ends})")
+    }
+}
+
 /// One line of `list`.
 fn summary(i: &Inspection) -> String {
+    if let Some(n) = i.count {
+        return latch_state(n, i.lease_left);
+    }
     let mut s = match (i.kind, i.holders.as_slice()) {
         (LockKind::Semaphore, holders) => {
             let p = i.permits.map_or("?".to_owned(), |p| {
@@ -216,6 +231,7 @@ fn inspection_json(i: &Inspection) -> Value {
         "token": i.token,
         "last_token": i.last_token,
         "permits": i.permits.map(|p| json!({"total": p.total, "in_use": p.in_use})),
+        "count": i.count,
         "contended": i.contended,
         "identity": i.identity,
         "holders": holders,
@@ -249,5 +265,10 @@ mod tests {
         assert_eq!(human(Duration::from_millis(28_340)), "28.3 s");
         assert_eq!(human(Duration::from_secs(1800)), "30 min");
         assert_eq!(lease(None), "no TTL");
+        assert_eq!(
+            latch_state(3, Some(Duration::from_secs(60))),
+            "counting down, 3 to go (ends in 60.0 s)"
+        );
+        assert_eq!(latch_state(0, None), "open (no TTL)");
     }
 }

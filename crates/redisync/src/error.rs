@@ -103,6 +103,14 @@ pub enum Error {
         /// The oldest version redisync supports.
         minimum: &'static str,
     },
+    /// A [`CountDownLatch`](crate::CountDownLatch) expired (its TTL ended)
+    /// before its count reached zero: a counter may have crashed, or the
+    /// phase took longer than the TTL. It did not open.
+    #[error("count-down latch {name:?} expired before its count reached zero (a counter may have crashed, or the TTL was too short)")]
+    LatchExpired {
+        /// The latch's name.
+        name: String,
+    },
     /// [`Client::shutdown`](crate::Client::shutdown) was called.
     #[error("the redisync client was shut down")]
     Shutdown,

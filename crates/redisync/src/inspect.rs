@@ -37,25 +37,29 @@ pub enum LockKind {
     RwLock,
     /// [`Semaphore`](crate::Semaphore).
     Semaphore,
+    /// [`CountDownLatch`](crate::CountDownLatch).
+    Latch,
 }
 
 impl LockKind {
     /// Every kind.
-    pub const ALL: [LockKind; 4] = [
+    pub const ALL: [LockKind; 5] = [
         LockKind::Lock,
         LockKind::FairLock,
         LockKind::RwLock,
         LockKind::Semaphore,
+        LockKind::Latch,
     ];
 
     /// The short name used by the command-line tool and in keys: `lock`,
-    /// `fair`, `rw`, `semaphore`.
+    /// `fair`, `rw`, `semaphore`, `latch`.
     pub fn as_str(self) -> &'static str {
         match self {
             LockKind::Lock => Kind::Lock,
             LockKind::FairLock => Kind::Fair,
             LockKind::RwLock => Kind::Rw,
             LockKind::Semaphore => Kind::Semaphore,
+            LockKind::Latch => Kind::Latch,
         }
         .label()
     }
@@ -66,6 +70,7 @@ impl LockKind {
             Kind::Fair => LockKind::FairLock,
             Kind::Rw => LockKind::RwLock,
             Kind::Semaphore => LockKind::Semaphore,
+            Kind::Latch => LockKind::Latch,
         }
     }
 }
@@ -85,7 +90,7 @@ impl std::str::FromStr for LockKind {
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "unknown kind {s:?}: one of lock, fair, rw, semaphore"
+                    "unknown kind {s:?}: one of lock, fair, rw, semaphore, latch"
                 ))
             })
     }
@@ -193,6 +198,8 @@ pub struct Inspection {
     pub last_token: Option<u64>,
     /// A semaphore's permits.
     pub permits: Option<Permits>,
+    /// A count-down latch's count left (0: open).
+    pub count: Option<u64>,
     /// A task of another client than the holder's asked while it was
     /// taken; for a lock handed to a queued client, others may still be
     /// queued behind it (its release looks at the queue).
@@ -361,6 +368,7 @@ fn roles(kind: Kind) -> &'static [(Role, &'static str)] {
             (Role::Leases, "zset"),
             (Role::Queue, "list"),
         ],
+        Kind::Latch => &[(Role::Hold, "hash")],
     }
 }
 
@@ -531,6 +539,7 @@ fn decode(
             _ => None,
         },
         permits: None,
+        count: None,
         contended: false,
         identity: None,
         left_out: 0,
@@ -555,6 +564,7 @@ fn decode(
             permits(&mut out, &hold, &get(Role::Leases), now)?;
             semaphore_queue(&mut out, &get(Role::Queue));
         }
+        LockKind::Latch => latch(&mut out, &hold)?,
     }
     Ok(out)
 }
@@ -581,6 +591,20 @@ fn exclusive(out: &mut Inspection, hold: &RawKey) -> Bad {
     }
     for h in &mut out.holders {
         h.token = out.token;
+    }
+    Ok(())
+}
+
+/// A count-down latch's hash: `n` the count left (see
+/// `lua/latch_set_count.lua`).
+fn latch(out: &mut Inspection, hold: &RawKey) -> Bad {
+    for (field, value) in hold.pairs() {
+        if field == "n" {
+            out.count = Some(number(Role::Hold, value)?);
+        }
+    }
+    if hold.exists() && out.count.is_none() {
+        return Err(Role::Hold);
     }
     Ok(())
 }

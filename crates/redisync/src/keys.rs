@@ -33,11 +33,18 @@ pub(crate) enum Kind {
     Fair,
     Rw,
     Semaphore,
+    Latch,
 }
 
 impl Kind {
     /// Every kind, in the order the inspector reports them.
-    pub(crate) const ALL: [Kind; 4] = [Kind::Lock, Kind::Fair, Kind::Rw, Kind::Semaphore];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::Lock,
+        Kind::Fair,
+        Kind::Rw,
+        Kind::Semaphore,
+        Kind::Latch,
+    ];
 
     /// The kind's name for people: the inspector's and the metrics' `kind`.
     pub(crate) fn label(self) -> &'static str {
@@ -46,6 +53,7 @@ impl Kind {
             Kind::Fair => "fair",
             Kind::Rw => "rw",
             Kind::Semaphore => "semaphore",
+            Kind::Latch => "latch",
         }
     }
 
@@ -55,6 +63,7 @@ impl Kind {
             Kind::Fair => "fair",
             Kind::Rw => "rw",
             Kind::Semaphore => "sem",
+            Kind::Latch => "latch",
         }
     }
 }
@@ -62,7 +71,8 @@ impl Kind {
 /// What a key of a primitive holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
-    /// The main hash: holders, counts, tokens (permits for a semaphore).
+    /// The main hash: holders, counts, tokens (permits for a semaphore, the
+    /// count for a latch).
     Hold,
     /// The fencing counter.
     Fence,
@@ -208,7 +218,7 @@ mod tests {
         "x{}",
         "redisync:v1:lock:hold:{x}",
     ];
-    const KINDS: [Kind; 4] = Kind::ALL;
+    const KINDS: [Kind; 5] = Kind::ALL;
     const ROLES: [Role; 8] = Role::ALL;
 
     #[test]

@@ -48,6 +48,23 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 pub struct Leader {
     lock: Lock,
     identity: Arc<str>,
+    /// What `run` does, shared by the handle's clones.
+    status: Arc<watch::Sender<LeaderStatus>>,
+}
+
+/// What a candidate's [`Leader::run`] is doing: see [`Leader::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaderStatus {
+    /// `run` is not running (not called yet, returned, or dropped).
+    Idle,
+    /// `run` campaigns: another candidate leads, or nobody yet.
+    Campaigning,
+    /// `run` leads, under this leadership's fencing token.
+    Leading {
+        /// The leadership's fencing token (each term has its own).
+        token: u64,
+    },
 }
 
 impl std::fmt::Debug for Leader {
@@ -69,6 +86,7 @@ impl Client {
             // task must not both lead.
             lock: self.lock(name).non_reentrant(),
             identity: Arc::from(self.id().to_string()),
+            status: Arc::new(watch::Sender::new(LeaderStatus::Idle)),
         }
     }
 }
@@ -238,6 +256,36 @@ impl Leader {
         })
     }
 
+    /// What [`run`](Leader::run) does on this handle (and its clones), for
+    /// "elected" and "lost the lead" events: it moves from
+    /// [`Campaigning`](LeaderStatus::Campaigning) to
+    /// [`Leading`](LeaderStatus::Leading) when elected and back when the
+    /// lead is lost (the moment `run` knows, before its next run), and to
+    /// [`Idle`](LeaderStatus::Idle) when `run` ends. A status read late
+    /// skips what came between: two `Leading` with different tokens are two
+    /// terms, with a loss between them.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use redisync::LeaderStatus;
+    ///
+    /// let leader = client.leader("jobs:nightly");
+    /// let mut status = leader.status();
+    /// tokio::spawn(async move {
+    ///     while status.changed().await.is_ok() {
+    ///         match *status.borrow_and_update() {
+    ///             LeaderStatus::Leading { token } => println!("elected, token {token}"),
+    ///             LeaderStatus::Campaigning => println!("not leading; campaigning"),
+    ///             _ => println!("stopped"),
+    ///         }
+    ///     }
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn status(&self) -> watch::Receiver<LeaderStatus> {
+        self.status.subscribe()
+    }
+
     /// Runs `job` every `every` while this candidate leads, and campaigns
     /// for the lead whenever it does not (after losing it too), until the
     /// returned future is dropped.
@@ -271,7 +319,10 @@ impl Leader {
     {
         crate::script::checked_ms("run period", every)?;
         self.check_name()?;
+        // Idle again however `run` ends: returned, or its future dropped.
+        let _idle = IdleOnDrop(&self.status);
         loop {
+            self.status.send_replace(LeaderStatus::Campaigning);
             let leadership = match self.campaign().await {
                 Ok(won) => won,
                 Err(e) if e.redis_kind().is_some() => {
@@ -281,10 +332,22 @@ impl Leader {
                 }
                 Err(e) => return Err(e),
             };
+            self.status.send_replace(LeaderStatus::Leading {
+                token: leadership.token(),
+            });
             lead(&leadership, every, &mut job).await;
             // Lost: its release (if any) runs in the background.
             drop(leadership);
         }
+    }
+}
+
+/// Sets a `run`'s status to idle when dropped.
+struct IdleOnDrop<'a>(&'a watch::Sender<LeaderStatus>);
+
+impl Drop for IdleOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(LeaderStatus::Idle);
     }
 }
 

@@ -1,0 +1,323 @@
+//! Count-down latches: tasks of any process wait until a count, set once,
+//! is counted down to zero (Redisson's `RCountDownLatch`, with a TTL).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::client::Client;
+use crate::engine::held::retry_until_deadline;
+use crate::error::{Error, Result};
+use crate::inspect::{inspect_kind, Inspection};
+use crate::keys::{self, Kind, Role};
+use crate::script::{checked_ms, lua_script};
+
+lua_script!(SET_COUNT, "latch_set_count.lua");
+lua_script!(COUNT_DOWN, "latch_count_down.lua");
+lua_script!(READ, "latch_read.lua");
+
+/// Counts are below 2^53 (exact in Lua numbers).
+const COUNT_LIMIT: u64 = 1 << 53;
+
+/// How long a count-down whose outcome is unknown (the connection dropped)
+/// is sent again: it counts once however often it runs.
+const COUNT_DOWN_RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// A latch that tasks of any process wait on until its count, set once
+/// with [`try_set_count`](CountDownLatch::try_set_count), is counted down to
+/// zero by [`count_down`](CountDownLatch::count_down): "wait until the N
+/// workers of this phase are done".
+///
+/// - **Waiting** is woken by a message when the count reaches zero (no
+///   polling); a waiter also looks again when the latch's TTL would end and
+///   at least once per watchdog period of the client (a message lost in a
+///   reconnect).
+/// - **A TTL bounds its life**, counting or open: the latch of a fleet whose
+///   counters crashed does not stay in Redis for ever. A latch that expires
+///   before it opened is an error for its waiters
+///   ([`Error::LatchExpired`]), never an opening: set a TTL longer than
+///   the phase can take. Once open it stays open (count 0) for its TTL
+///   again, then is gone.
+/// - **A count-down counts once**: it is sent again when the connection
+///   drops before the answer (for up to 10 s), and a second run of it
+///   changes nothing.
+/// - **Not set means open**, as with Redisson and Java's latch: waiting on
+///   a latch whose count was never set (or that opened and ended) returns
+///   at once. Set the count before the waiters start; members that race can
+///   all call `try_set_count`, the first one sets it.
+/// - An open latch can be set again for the next phase; a waiter of the
+///   phase before still sees its phase opened.
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// use std::time::Duration;
+///
+/// let phase = client.count_down_latch("import:phase-1");
+/// phase.try_set_count(3, Duration::from_hours(1)).await?;
+/// // In each of the three workers, when its part is done:
+/// phase.count_down().await?;
+/// // In the coordinator:
+/// if phase.wait_timeout(Duration::from_mins(10)).await? {
+///     println!("all three workers are done");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct CountDownLatch {
+    client: Client,
+    name: Arc<str>,
+    /// The latch hash, as a string: also the key of the client's local slot.
+    key: Arc<str>,
+    channel: Key,
+}
+
+impl std::fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountDownLatch")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A handle on the count-down latch `name` (no I/O). See
+    /// [`CountDownLatch`].
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch {
+            client: self.clone(),
+            name: Arc::from(name),
+            key: Arc::from(keys::key(Kind::Latch, Role::Hold, name)),
+            channel: Key::from(keys::key(Kind::Latch, Role::Channel, name)),
+        }
+    }
+}
+
+/// A latch as its waiters read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Look {
+    /// Not set, or expired.
+    Unset,
+    /// Open: counted down to zero.
+    Open,
+    /// Counting down: `left` to go, set as `id` (after `before` opened),
+    /// ending in `ttl`.
+    Counting {
+        id: String,
+        before: Option<String>,
+        ttl: Option<Duration>,
+    },
+}
+
+impl CountDownLatch {
+    /// The latch's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.inner.check_usable(&self.name, "latch")
+    }
+
+    /// Sets the count to `count` for `ttl`, unless the latch is counting
+    /// down already: `Ok(false)` then, and nothing changed. A latch that is
+    /// open (or not set, or expired) is set.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, a zero count or one of
+    /// 2^53 or more, a zero or absurd TTL; [`Error::WrongType`] when the
+    /// latch's key holds something else; [`Error::Redis`] when Redis fails
+    /// (after a timeout it may have been set).
+    pub async fn try_set_count(&self, count: u64, ttl: Duration) -> Result<bool> {
+        self.check()?;
+        if count == 0 || count >= COUNT_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "latch count must be from 1 to 2^53 - 1, not {count}"
+            )));
+        }
+        let ttl_ms = checked_ms("latch TTL", ttl)?;
+        let set: i64 = SET_COUNT
+            .run(
+                &self.client.inner.redis,
+                &self.key,
+                vec![Key::from(&*self.key)],
+                vec![
+                    Value::Integer(i64::try_from(count).unwrap_or(i64::MAX)),
+                    Value::Integer(ttl_ms),
+                    Value::from(Uuid::new_v4().to_string()),
+                ],
+            )
+            .await?;
+        Ok(set == 1)
+    }
+
+    /// Counts the latch down by one and returns the count left; at zero it
+    /// opens and its waiters wake. A latch that is open or not set stays as
+    /// it is (`Ok(0)`).
+    ///
+    /// Counts once even when sent again: the connection dropping before
+    /// the answer makes it send the same count-down again, for up to 10 s.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when the latch's key holds something else; [`Error::Redis`] when
+    /// Redis stays unreachable (it may have counted).
+    pub async fn count_down(&self) -> Result<u64> {
+        self.check()?;
+        let inner = &self.client.inner;
+        let id = Uuid::new_v4().to_string();
+        let until = Instant::now() + COUNT_DOWN_RETRY_FOR;
+        let left: i64 = retry_until_deadline(
+            until,
+            || inner.check_open(),
+            || {
+                COUNT_DOWN.run(
+                    &inner.redis,
+                    &self.key,
+                    vec![Key::from(&*self.key)],
+                    vec![
+                        Value::from(id.as_str()),
+                        Value::from(inner.hub.publish_command()),
+                        Value::from(self.channel.clone()),
+                    ],
+                )
+            },
+        )
+        .await?;
+        Ok(u64::try_from(left).unwrap_or(0))
+    }
+
+    /// The count left: 0 when open or not set.
+    ///
+    /// # Errors
+    /// As [`count_down`](CountDownLatch::count_down).
+    pub async fn count(&self) -> Result<u64> {
+        self.check()?;
+        let (left, _) = self.read().await?;
+        Ok(left)
+    }
+
+    /// Waits until the latch opens (its count reaches zero). Returns at
+    /// once when it is open or not set.
+    ///
+    /// # Errors
+    /// [`Error::LatchExpired`] when the latch expires (its TTL ends) before
+    /// it opened; [`Error::InvalidArgument`] for an empty name;
+    /// [`Error::WrongType`] when its key holds something else;
+    /// [`Error::Redis`] when Redis fails; [`Error::Shutdown`] after the
+    /// client's shutdown.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_until(None).await.map(|_| ())
+    }
+
+    /// [`wait`](CountDownLatch::wait) for at most `timeout`: `Ok(true)` when
+    /// the latch opened, `Ok(false)` when the time ran out first.
+    ///
+    /// # Errors
+    /// As [`wait`](CountDownLatch::wait).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.wait_until(Some(Instant::now() + timeout)).await
+    }
+
+    async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
+        self.check()?;
+        let inner = &self.client.inner;
+        let slot = inner.hub.slot(&self.key, &self.channel);
+        // Subscribed before the first look: an opening after it is heard.
+        inner.hub.ensure_subscribed(&slot).await?;
+        let period = inner.settings.watchdog_timeout;
+        let mut waited_for: Option<String> = None;
+        loop {
+            let since = slot.wakeup.generation();
+            let (_, look) = self.read().await?;
+            let ttl = match look {
+                Look::Open => return Ok(true),
+                Look::Unset if waited_for.is_none() => return Ok(true),
+                Look::Unset => return Err(self.expired()),
+                Look::Counting { id, before, ttl } => {
+                    match &waited_for {
+                        None => waited_for = Some(id),
+                        // Set again since: ours opened first, or expired.
+                        Some(mine) if *mine != id => {
+                            return if before.as_ref() == Some(mine) {
+                                Ok(true)
+                            } else {
+                                Err(self.expired())
+                            };
+                        }
+                        Some(_) => {}
+                    }
+                    ttl
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(false);
+            }
+            // Again when the TTL ends (a little after, so the key is gone),
+            // and at least once per watchdog period.
+            let mut next =
+                now + ttl.map_or(period, |t| (t + Duration::from_millis(20)).min(period));
+            if let Some(d) = deadline {
+                next = next.min(d);
+            }
+            slot.wakeup.wait(since, next).await;
+            inner.check_open()?;
+        }
+    }
+
+    fn expired(&self) -> Error {
+        Error::LatchExpired {
+            name: self.name.to_string(),
+        }
+    }
+
+    /// The count left and the latch as its waiters see it.
+    async fn read(&self) -> Result<(u64, Look)> {
+        let reply: Vec<Value> = READ
+            .run_idempotent(
+                &self.client.inner.redis,
+                &self.key,
+                vec![Key::from(&*self.key)],
+                Vec::new(),
+            )
+            .await?;
+        let bad = || Error::Script {
+            name: READ.name,
+            message: "unexpected reply".into(),
+        };
+        let [left, id, before, ttl] = <[Value; 4]>::try_from(reply).map_err(|_| bad())?;
+        let left = left.as_i64().ok_or_else(bad)?;
+        let look = match u64::try_from(left) {
+            Err(_) => Look::Unset,
+            Ok(0) => Look::Open,
+            Ok(_) => Look::Counting {
+                id: id.as_string().ok_or_else(bad)?,
+                before: before.as_string(),
+                ttl: ttl
+                    .as_i64()
+                    .and_then(|t| u64::try_from(t).ok())
+                    .map(Duration::from_millis),
+            },
+        };
+        Ok((u64::try_from(left).unwrap_or(0), look))
+    }
+
+    /// What Redis holds of the latch: [`Inspection::count`] is its count
+    /// left, [`Inspection::lease_left`] its TTL left.
+    ///
+    /// # Errors
+    /// As [`count`](CountDownLatch::count).
+    pub async fn inspect(&self) -> Result<Inspection> {
+        inspect_kind(&self.client.inner, &self.name, Kind::Latch, "latch").await
+    }
+}
