@@ -1,7 +1,6 @@
 -- Sets a count-down latch's count, unless it is counting already.
 -- KEYS[1]  latch hash: n = count left, id = this setting's id, t = TTL ms,
---          p = id of the setting before it (when that one opened),
---          d:<op> = a count-down already applied (a retry counts once)
+--          p = id of the setting before it (when that one opened)
 -- ARGV[1]  count (>= 1)
 -- ARGV[2]  TTL, milliseconds: the latch, counting or open, ends then
 -- ARGV[3]  id of this setting (unique)

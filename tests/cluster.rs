@@ -524,3 +524,67 @@ async fn a_paused_primary_costs_only_its_own_locks() {
         assert!(!g.is_lost(), "guard on {p} lost");
     }
 }
+
+/// A count-down latch on the cluster, across clients, for a name with a
+/// hash tag of its own and for a plain one: waiters of one client (blocked
+/// before the last count-down, with `wait` and `wait_timeout`) wake within
+/// a bound well below their periodic look, by the opening's sharded
+/// message, when count-downs of two other clients bring it to zero; each
+/// then sees count 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_down_latch_opens_for_waiters_of_other_clients() {
+    let cluster = RedisCluster::start(3, 1).await;
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+    let c = client(&cluster).await;
+    let ttl = Duration::from_mins(10);
+    for name in ["{batch-7}:phase", "phase-plain"] {
+        let latch = a.count_down_latch(name);
+        assert!(latch.try_set_count(2, ttl).await.unwrap(), "{name}");
+        let waiters: Vec<_> = (0..3)
+            .map(|i| {
+                let mine = b.count_down_latch(name);
+                tokio::spawn(async move {
+                    let woke = if i == 0 {
+                        mine.wait().await.map(|()| true)
+                    } else {
+                        mine.wait_timeout(ttl).await
+                    };
+                    (woke, mine.count().await)
+                })
+            })
+            .collect();
+        assert_eq!(c.count_down_latch(name).count_down().await.unwrap(), 1);
+        assert_eq!(b.count_down_latch(name).count().await.unwrap(), 1);
+        assert!(
+            !b.count_down_latch(name)
+                .wait_timeout(Duration::from_millis(200))
+                .await
+                .unwrap(),
+            "{name}: open at 1"
+        );
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "{name}: a waiter returned at 1"
+        );
+        assert_eq!(latch.count_down().await.unwrap(), 0, "{name}");
+        for w in waiters {
+            let (woke, seen) = tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("woken by the opening")
+                .unwrap();
+            assert!(woke.unwrap(), "{name}");
+            assert_eq!(seen.unwrap(), 0, "{name}: woken before the opening");
+        }
+        let seen = c.count_down_latch(name).inspect().await.unwrap();
+        assert_eq!(seen.count, Some(0), "{name}");
+        assert!(
+            a.list("*")
+                .await
+                .unwrap()
+                .iter()
+                .any(|i| i.name == name && i.kind == redisync::LockKind::Latch),
+            "{name}: not listed"
+        );
+    }
+}

@@ -88,6 +88,9 @@ pub(crate) enum Role {
     Writers,
     /// Semaphore: the acquisitions' lease ends.
     Leases,
+    /// Count-down latch: the count-downs counted lately (a re-sent one
+    /// counts once).
+    Counted,
 }
 
 impl Role {
@@ -101,10 +104,11 @@ impl Role {
             Role::Readers => "readers",
             Role::Writers => "writers",
             Role::Leases => "leases",
+            Role::Counted => "counted",
         }
     }
 
-    const ALL: [Role; 8] = [
+    const ALL: [Role; 9] = [
         Role::Hold,
         Role::Fence,
         Role::Channel,
@@ -113,6 +117,7 @@ impl Role {
         Role::Readers,
         Role::Writers,
         Role::Leases,
+        Role::Counted,
     ];
 }
 
@@ -219,7 +224,7 @@ mod tests {
         "redisync:v1:lock:hold:{x}",
     ];
     const KINDS: [Kind; 5] = Kind::ALL;
-    const ROLES: [Role; 8] = Role::ALL;
+    const ROLES: [Role; 9] = Role::ALL;
 
     #[test]
     fn every_key_of_a_name_shares_one_tag() {

@@ -26,6 +26,10 @@ const COUNT_LIMIT: u64 = 1 << 53;
 /// is sent again: it counts once however often it runs.
 const COUNT_DOWN_RETRY_FOR: Duration = Duration::from_secs(10);
 
+/// How long Redis remembers a count-down (after the latch's last one): well
+/// past the re-sends of [`COUNT_DOWN_RETRY_FOR`].
+const COUNTED_FOR_MS: i64 = 60_000;
+
 /// A latch that tasks of any process wait on until its count, set once
 /// with [`try_set_count`](CountDownLatch::try_set_count), is counted down to
 /// zero by [`count_down`](CountDownLatch::count_down): "wait until the N
@@ -43,7 +47,11 @@ const COUNT_DOWN_RETRY_FOR: Duration = Duration::from_secs(10);
 ///   again, then is gone.
 /// - **A count-down counts once**: it is sent again when the connection
 ///   drops before the answer (for up to 10 s), and a second run of it
-///   changes nothing.
+///   changes nothing, also after the latch opened and was set again (Redis
+///   remembers each count-down for a minute after the latch's last one).
+/// - A waiter stalled (a paused process) for longer than the TTL of the
+///   latch after it opened finds it gone and reports
+///   [`Error::LatchExpired`]: an error, never a false opening.
 /// - **Not set means open**, as with Redisson and Java's latch: waiting on
 ///   a latch whose count was never set (or that opened and ended) returns
 ///   at once. Set the count before the waiters start; members that race can
@@ -72,6 +80,7 @@ pub struct CountDownLatch {
     name: Arc<str>,
     /// The latch hash, as a string: also the key of the client's local slot.
     key: Arc<str>,
+    counted: Key,
     channel: Key,
 }
 
@@ -91,6 +100,7 @@ impl Client {
             client: self.clone(),
             name: Arc::from(name),
             key: Arc::from(keys::key(Kind::Latch, Role::Hold, name)),
+            counted: Key::from(keys::key(Kind::Latch, Role::Counted, name)),
             channel: Key::from(keys::key(Kind::Latch, Role::Channel, name)),
         }
     }
@@ -177,11 +187,12 @@ impl CountDownLatch {
                 COUNT_DOWN.run(
                     &inner.redis,
                     &self.key,
-                    vec![Key::from(&*self.key)],
+                    vec![Key::from(&*self.key), self.counted.clone()],
                     vec![
                         Value::from(id.as_str()),
                         Value::from(inner.hub.publish_command()),
                         Value::from(self.channel.clone()),
+                        Value::Integer(COUNTED_FOR_MS),
                     ],
                 )
             },
