@@ -255,3 +255,36 @@ local function hand_permits(s, leases, queue, publish, channel, me)
   end
   return false, mine
 end
+
+
+-- Count-down latches (see latch_set_count.lua for the layout).
+
+-- The latch hash read: {count left, id, TTL ms} (count nil when the latch
+-- is not set), or nil and an error reply naming the key when it is not a
+-- latch: another type, or a hash without a whole count, an id and a TTL.
+local function read_latch(latch, record)
+  local seen = redis.pcall('hmget', latch, 'n', 'id', 't')
+  local err = read_error(seen, latch, 'count-down latch')
+  if err then
+    return nil, err
+  end
+  local kind = redis.call('type', record).ok
+  if kind ~= 'none' and kind ~= 'hash' then
+    return nil, redis.error_reply('WRONGTYPE ' .. record .. ' is not a redisync count-down record')
+  end
+  if not (seen[1] or seen[2] or seen[3]) and redis.call('exists', latch) == 0 then
+    return {nil, nil, nil}, nil
+  end
+  local n, t = seen[1], seen[3]
+  if not (n and t and seen[2] and string.match(n, '^%d+$') and string.match(t, '^%d+$')) then
+    return nil, redis.error_reply('WRONGTYPE ' .. latch .. ' is not a redisync count-down latch')
+  end
+  return {tonumber(n), seen[2], tonumber(t)}, nil
+end
+
+-- Keeps `key` for at least `ms` from now (never shortens its TTL).
+local function keep_for(key, ms)
+  if redis.call('pttl', key) < tonumber(ms) then
+    redis.call('pexpire', key, ms)
+  end
+end

@@ -481,7 +481,7 @@ impl Drop for ClientInner {
             let redis = self.redis.clone();
             let sub = self.hub.subscriber.clone();
             rt.spawn(async move {
-                let _ = futures::join!(sub.quit(), redis.quit());
+                futures::join!(quit_if_up(&sub), quit_if_up(&redis));
                 stop_routers(routers);
             });
         } else {

@@ -88,9 +88,9 @@ pub(crate) enum Role {
     Writers,
     /// Semaphore: the acquisitions' lease ends.
     Leases,
-    /// Count-down latch: the count-downs counted lately (a re-sent one
-    /// counts once).
-    Counted,
+    /// Count-down latch: what outlives a phase (the count-downs counted
+    /// lately, the phases that opened).
+    Record,
 }
 
 impl Role {
@@ -104,7 +104,7 @@ impl Role {
             Role::Readers => "readers",
             Role::Writers => "writers",
             Role::Leases => "leases",
-            Role::Counted => "counted",
+            Role::Record => "record",
         }
     }
 
@@ -117,7 +117,7 @@ impl Role {
         Role::Readers,
         Role::Writers,
         Role::Leases,
-        Role::Counted,
+        Role::Record,
     ];
 }
 

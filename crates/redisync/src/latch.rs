@@ -26,9 +26,10 @@ const COUNT_LIMIT: u64 = 1 << 53;
 /// is sent again: it counts once however often it runs.
 const COUNT_DOWN_RETRY_FOR: Duration = Duration::from_secs(10);
 
-/// How long Redis remembers a count-down (after the latch's last one): well
-/// past the re-sends of [`COUNT_DOWN_RETRY_FOR`].
-const COUNTED_FOR_MS: i64 = 60_000;
+/// How long Redis remembers a count-down (after the latch's last one, well
+/// past the re-sends of [`COUNT_DOWN_RETRY_FOR`]) and that a phase opened
+/// (after the open latch ended).
+const RECORD_FOR_MS: i64 = 60_000;
 
 /// A latch that tasks of any process wait on until its count, set once
 /// with [`try_set_count`](CountDownLatch::try_set_count), is counted down to
@@ -49,15 +50,16 @@ const COUNTED_FOR_MS: i64 = 60_000;
 ///   drops before the answer (for up to 10 s), and a second run of it
 ///   changes nothing, also after the latch opened and was set again (Redis
 ///   remembers each count-down for a minute after the latch's last one).
-/// - A waiter stalled (a paused process) for longer than the TTL of the
-///   latch after it opened finds it gone and reports
-///   [`Error::LatchExpired`]: an error, never a false opening.
+/// - A waiter stalled (a paused process) until more than a minute after
+///   the open latch ended cannot tell an opening from an expiry any more
+///   and reports [`Error::LatchExpired`]: an error, never a false opening.
 /// - **Not set means open**, as with Redisson and Java's latch: waiting on
 ///   a latch whose count was never set (or that opened and ended) returns
 ///   at once. Set the count before the waiters start; members that race can
 ///   all call `try_set_count`, the first one sets it.
 /// - An open latch can be set again for the next phase; a waiter of the
-///   phase before still sees its phase opened.
+///   phase before still sees its phase opened (Redis remembers that it
+///   opened until a minute after the open latch ended).
 ///
 /// ```no_run
 /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
@@ -80,7 +82,7 @@ pub struct CountDownLatch {
     name: Arc<str>,
     /// The latch hash, as a string: also the key of the client's local slot.
     key: Arc<str>,
-    counted: Key,
+    record: Key,
     channel: Key,
 }
 
@@ -100,7 +102,7 @@ impl Client {
             client: self.clone(),
             name: Arc::from(name),
             key: Arc::from(keys::key(Kind::Latch, Role::Hold, name)),
-            counted: Key::from(keys::key(Kind::Latch, Role::Counted, name)),
+            record: Key::from(keys::key(Kind::Latch, Role::Record, name)),
             channel: Key::from(keys::key(Kind::Latch, Role::Channel, name)),
         }
     }
@@ -111,15 +113,10 @@ impl Client {
 enum Look {
     /// Not set, or expired.
     Unset,
-    /// Open: counted down to zero.
-    Open,
-    /// Counting down: `left` to go, set as `id` (after `before` opened),
-    /// ending in `ttl`.
-    Counting {
-        id: String,
-        before: Option<String>,
-        ttl: Option<Duration>,
-    },
+    /// Open (counted down to zero), as set with `id`.
+    Open { id: String },
+    /// Counting down, as set with `id`, ending in `ttl`.
+    Counting { id: String, ttl: Option<Duration> },
 }
 
 impl CountDownLatch {
@@ -153,7 +150,7 @@ impl CountDownLatch {
             .run(
                 &self.client.inner.redis,
                 &self.key,
-                vec![Key::from(&*self.key)],
+                vec![Key::from(&*self.key), self.record.clone()],
                 vec![
                     Value::Integer(i64::try_from(count).unwrap_or(i64::MAX)),
                     Value::Integer(ttl_ms),
@@ -187,12 +184,12 @@ impl CountDownLatch {
                 COUNT_DOWN.run(
                     &inner.redis,
                     &self.key,
-                    vec![Key::from(&*self.key), self.counted.clone()],
+                    vec![Key::from(&*self.key), self.record.clone()],
                     vec![
                         Value::from(id.as_str()),
                         Value::from(inner.hub.publish_command()),
                         Value::from(self.channel.clone()),
-                        Value::Integer(COUNTED_FOR_MS),
+                        Value::Integer(RECORD_FOR_MS),
                     ],
                 )
             },
@@ -207,7 +204,7 @@ impl CountDownLatch {
     /// As [`count_down`](CountDownLatch::count_down).
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
-        let (left, _) = self.read().await?;
+        let (left, _, _) = self.read(None).await?;
         Ok(left)
     }
 
@@ -236,7 +233,8 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.wait_until(Some(Instant::now() + timeout)).await
+        // A bound too far to represent is no bound.
+        self.wait_until(Instant::now().checked_add(timeout)).await
     }
 
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
@@ -246,27 +244,23 @@ impl CountDownLatch {
         // Subscribed before the first look: an opening after it is heard.
         inner.hub.ensure_subscribed(&slot).await?;
         let period = inner.settings.watchdog_timeout;
+        // The phase (setting id) this wait is for, once seen counting.
         let mut waited_for: Option<String> = None;
         loop {
             let since = slot.wakeup.generation();
-            let (_, look) = self.read().await?;
+            let (_, look, opened) = self.read(waited_for.as_deref()).await?;
+            if opened {
+                return Ok(true);
+            }
+            // Another phase than ours, and ours did not open: it expired.
+            let ours = |id: &str| waited_for.as_ref().is_none_or(|mine| mine == id);
             let ttl = match look {
-                Look::Open => return Ok(true),
                 Look::Unset if waited_for.is_none() => return Ok(true),
-                Look::Unset => return Err(self.expired()),
-                Look::Counting { id, before, ttl } => {
-                    match &waited_for {
-                        None => waited_for = Some(id),
-                        // Set again since: ours opened first, or expired.
-                        Some(mine) if *mine != id => {
-                            return if before.as_ref() == Some(mine) {
-                                Ok(true)
-                            } else {
-                                Err(self.expired())
-                            };
-                        }
-                        Some(_) => {}
-                    }
+                Look::Open { id } if ours(&id) => return Ok(true),
+                Look::Unset | Look::Open { .. } => return Err(self.expired()),
+                Look::Counting { id, .. } if !ours(&id) => return Err(self.expired()),
+                Look::Counting { id, ttl } => {
+                    waited_for.get_or_insert(id);
                     ttl
                 }
             };
@@ -292,35 +286,41 @@ impl CountDownLatch {
         }
     }
 
-    /// The count left and the latch as its waiters see it.
-    async fn read(&self) -> Result<(u64, Look)> {
+    /// The count left, the latch as its waiters see it, and whether the
+    /// phase `mine` opened.
+    async fn read(&self, mine: Option<&str>) -> Result<(u64, Look, bool)> {
         let reply: Vec<Value> = READ
             .run_idempotent(
                 &self.client.inner.redis,
                 &self.key,
-                vec![Key::from(&*self.key)],
-                Vec::new(),
+                vec![Key::from(&*self.key), self.record.clone()],
+                vec![Value::from(mine.unwrap_or(""))],
             )
             .await?;
         let bad = || Error::Script {
             name: READ.name,
             message: "unexpected reply".into(),
         };
-        let [left, id, before, ttl] = <[Value; 4]>::try_from(reply).map_err(|_| bad())?;
+        let [left, id, ttl, opened] = <[Value; 4]>::try_from(reply).map_err(|_| bad())?;
         let left = left.as_i64().ok_or_else(bad)?;
         let look = match u64::try_from(left) {
             Err(_) => Look::Unset,
-            Ok(0) => Look::Open,
+            Ok(0) => Look::Open {
+                id: id.as_string().ok_or_else(bad)?,
+            },
             Ok(_) => Look::Counting {
                 id: id.as_string().ok_or_else(bad)?,
-                before: before.as_string(),
                 ttl: ttl
                     .as_i64()
                     .and_then(|t| u64::try_from(t).ok())
                     .map(Duration::from_millis),
             },
         };
-        Ok((u64::try_from(left).unwrap_or(0), look))
+        Ok((
+            u64::try_from(left).unwrap_or(0),
+            look,
+            opened.as_i64() == Some(1),
+        ))
     }
 
     /// What Redis holds of the latch: [`Inspection::count`] is its count

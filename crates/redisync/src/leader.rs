@@ -48,8 +48,57 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 pub struct Leader {
     lock: Lock,
     identity: Arc<str>,
-    /// What `run` does, shared by the handle's clones.
-    status: Arc<watch::Sender<LeaderStatus>>,
+    /// What the `run`s of the handle and its clones do.
+    status: Arc<RunStatus>,
+}
+
+/// The `run`s of a handle and its clones: each run's state (`None`:
+/// campaigning, `Some(token)`: leading), and what [`Leader::status`] shows
+/// of them all.
+#[derive(Debug)]
+struct RunStatus {
+    runs: std::sync::Mutex<(u64, std::collections::HashMap<u64, Option<u64>>)>,
+    shown: watch::Sender<LeaderStatus>,
+}
+
+impl RunStatus {
+    /// Registers a run; it campaigns.
+    fn start(&self) -> u64 {
+        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
+        runs.0 += 1;
+        let id = runs.0;
+        runs.1.insert(id, None);
+        self.show(&runs.1);
+        id
+    }
+
+    /// Run `id` now leads under `token` (`None`: campaigns).
+    fn set(&self, id: u64, token: Option<u64>) {
+        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
+        runs.1.insert(id, token);
+        self.show(&runs.1);
+    }
+
+    fn end(&self, id: u64) {
+        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
+        runs.1.remove(&id);
+        self.show(&runs.1);
+    }
+
+    /// Leading when a run leads (the newest term), else campaigning when a
+    /// run runs, else idle.
+    fn show(&self, runs: &std::collections::HashMap<u64, Option<u64>>) {
+        let now = match runs.values().flatten().max() {
+            Some(&token) => LeaderStatus::Leading { token },
+            None if runs.is_empty() => LeaderStatus::Idle,
+            None => LeaderStatus::Campaigning,
+        };
+        self.shown.send_if_modified(|shown| {
+            let changed = *shown != now;
+            *shown = now;
+            changed
+        });
+    }
 }
 
 /// What a candidate's [`Leader::run`] is doing: see [`Leader::status`].
@@ -86,7 +135,10 @@ impl Client {
             // task must not both lead.
             lock: self.lock(name).non_reentrant(),
             identity: Arc::from(self.id().to_string()),
-            status: Arc::new(watch::Sender::new(LeaderStatus::Idle)),
+            status: Arc::new(RunStatus {
+                runs: std::sync::Mutex::default(),
+                shown: watch::Sender::new(LeaderStatus::Idle),
+            }),
         }
     }
 }
@@ -256,8 +308,9 @@ impl Leader {
         })
     }
 
-    /// What [`run`](Leader::run) does on this handle (and its clones), for
-    /// "elected" and "lost the lead" events: it moves from
+    /// What [`run`](Leader::run) does on this handle and its clones (when
+    /// several run: leading when one leads, else campaigning while one
+    /// runs), for "elected" and "lost the lead" events: it moves from
     /// [`Campaigning`](LeaderStatus::Campaigning) to
     /// [`Leading`](LeaderStatus::Leading) when elected and back when the
     /// lead is lost (the moment `run` knows, before its next run), and to
@@ -283,7 +336,7 @@ impl Leader {
     /// # Ok(()) }
     /// ```
     pub fn status(&self) -> watch::Receiver<LeaderStatus> {
-        self.status.subscribe()
+        self.status.shown.subscribe()
     }
 
     /// Runs `job` every `every` while this candidate leads, and campaigns
@@ -319,10 +372,10 @@ impl Leader {
     {
         crate::script::checked_ms("run period", every)?;
         self.check_name()?;
-        // Idle again however `run` ends: returned, or its future dropped.
-        let _idle = IdleOnDrop(&self.status);
+        // Ended however `run` ends: returned, or its future dropped.
+        let run = RunEnd(&self.status, self.status.start());
         loop {
-            self.status.send_replace(LeaderStatus::Campaigning);
+            self.status.set(run.1, None);
             let leadership = match self.campaign().await {
                 Ok(won) => won,
                 Err(e) if e.redis_kind().is_some() => {
@@ -332,9 +385,7 @@ impl Leader {
                 }
                 Err(e) => return Err(e),
             };
-            self.status.send_replace(LeaderStatus::Leading {
-                token: leadership.token(),
-            });
+            self.status.set(run.1, Some(leadership.token()));
             lead(&leadership, every, &mut job).await;
             // Lost: its release (if any) runs in the background.
             drop(leadership);
@@ -342,12 +393,12 @@ impl Leader {
     }
 }
 
-/// Sets a `run`'s status to idle when dropped.
-struct IdleOnDrop<'a>(&'a watch::Sender<LeaderStatus>);
+/// Ends a `run`'s status when dropped.
+struct RunEnd<'a>(&'a RunStatus, u64);
 
-impl Drop for IdleOnDrop<'_> {
+impl Drop for RunEnd<'_> {
     fn drop(&mut self) {
-        self.0.send_replace(LeaderStatus::Idle);
+        self.0.end(self.1);
     }
 }
 
