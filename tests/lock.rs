@@ -928,3 +928,27 @@ async fn force_unlock_after_the_counter_expired_loses_a_grant_in_flight() {
         second.is_some()
     );
 }
+
+/// A guard dropped, then the lock asked again at once with a zero wait by
+/// the same task: the drop queues the release on the connection and passes
+/// the local turn on before it returns, so the attempt (sent after the
+/// release) finds the lock free, a new acquisition with a higher token. It
+/// used to find the turn still kept (the background release had not run
+/// yet) and answer "busy".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_frees_the_lock_for_an_attempt_right_after() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("dropped-then-asked");
+    let mut last = 0;
+    for i in 0..50 {
+        let guard = lock
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("busy on round {i}, right after the drop"));
+        assert!(guard.fencing_token() > last, "a new acquisition each time");
+        last = guard.fencing_token();
+        drop(guard);
+    }
+}

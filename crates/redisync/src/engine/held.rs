@@ -3,6 +3,7 @@
 //! wrapper over [`Held`], so release, `Drop`, extend, validity and the lost
 //! signal are written once.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -365,7 +366,7 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         tracing::warn!(lock_key = %hold.key, "guard dropped outside a tokio runtime; it expires with its lease");
         return;
     };
-    rt.spawn(async move {
+    let release = async move {
         let _task = task;
         let result = if last {
             retry_until_deadline(
@@ -380,10 +381,23 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         match result {
             Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
             Ok(_) => {}
-            Err(e) if client.check_open().is_err() => tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease"),
-            Err(e) => tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease"),
+            Err(e) if client.check_open().is_err() => {
+                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease")
+            }
+            Err(e) => {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease")
+            }
         }
-    });
+    };
+    // Polled once here: the script is queued on the connection and the
+    // local turn passed on before the dropping task goes on, so its next
+    // acquisition of the name follows at once, without waiting for the
+    // background task to be scheduled. The task polls it again at once.
+    let mut release = Box::pin(release);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if release.as_mut().poll(&mut cx).is_pending() {
+        rt.spawn(release);
+    }
 }
 
 /// Runs `op` until it succeeds, fails for good, or `until` passes; retries
