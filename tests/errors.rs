@@ -8,7 +8,7 @@
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use redisync::{Client, RedisErrorKind};
+use redisync::{Client, Error, RedisErrorKind};
 use redisync_testkit::{Direction, FaultProxy, RedisServer};
 
 /// One record at warn level or above: (level, target, message).
@@ -287,6 +287,85 @@ async fn a_client_shut_down_while_its_server_is_gone_never_reconnects() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_quiet("a client shut down while its server was gone").await;
+}
+
+/// Redis gone while a latch waiter waits, a count-down retries and a lock
+/// is held: the shutdown ends the wait and the count-down, logs nothing at
+/// warn level, and the client never reconnects when the server comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_with_redis_down_during_latch_use_is_quiet() {
+    let _serial = serial().await;
+    let mut server = RedisServer::start().await;
+    let client = client_with_short_timeout(&server).await;
+    let latch = client.count_down_latch("down");
+    assert!(latch
+        .try_set_count(3, Duration::from_mins(1))
+        .await
+        .expect("set"));
+    let waiter = {
+        let latch = latch.clone();
+        tokio::spawn(async move { latch.wait().await })
+    };
+    let channel = "redisync:v1:latch:ch:{down}";
+    let subscribed = async {
+        loop {
+            let mut found = false;
+            for how in ["SHARDNUMSUB", "NUMSUB"] {
+                let n = redisync_testkit::command(server.port(), &["PUBSUB", how, channel])
+                    .await
+                    .unwrap_or_default();
+                found |= n.lines().nth(1) == Some("1");
+            }
+            if found {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let subscribed = tokio::time::timeout(Duration::from_secs(10), subscribed)
+        .await
+        .is_ok();
+    assert!(subscribed, "the waiter never subscribed");
+    let held = client.lock("held-down").lock().await.expect("lock");
+    server.kill().await;
+    let counting = {
+        let latch = latch.clone();
+        tokio::spawn(async move { latch.count_down().await })
+    };
+    for i in 0..3 {
+        let _ = client.count_down_latch(&format!("x{i}")).count().await;
+    }
+    client.shutdown().await.expect("shutdown");
+    let within = Duration::from_secs(10);
+    let wait_result = tokio::time::timeout(within, waiter)
+        .await
+        .expect("wait ended");
+    assert!(
+        matches!(wait_result, Ok(Err(Error::Shutdown))),
+        "{wait_result:?}"
+    );
+    let counted = tokio::time::timeout(within, counting)
+        .await
+        .expect("count-down ended");
+    assert!(counted.expect("no panic").is_err(), "Redis was gone");
+    drop(client);
+    drop(held);
+    take_records();
+    server.restart().await;
+    // Longer than the longest pause between two reconnection attempts.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < until {
+        let list = redisync_testkit::command(server.port(), &["CLIENT", "LIST"])
+            .await
+            .expect("CLIENT LIST");
+        assert_eq!(
+            list.lines().count(),
+            1,
+            "a shut-down client reconnected:\n{list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_quiet("a shutdown with Redis down during latch use").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

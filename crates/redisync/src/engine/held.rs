@@ -382,10 +382,10 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
             Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
             Ok(_) => {}
             Err(e) if client.check_open().is_err() => {
-                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease")
+                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease");
             }
             Err(e) => {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease")
+                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease");
             }
         }
     };
