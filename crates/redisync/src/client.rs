@@ -897,6 +897,14 @@ impl ClientInner {
         stop_routers(self.take_routers());
     }
 
+    /// Whether fred's connection tasks all still run: not once the runtime
+    /// they ran on shut down (a command sent then fails, and fred warns).
+    pub(crate) fn routers_running(&self) -> bool {
+        crate::hold::lock_unpoisoned(&self.routers)
+            .iter()
+            .all(|r| !r.is_finished())
+    }
+
     fn take_routers(&self) -> Vec<fred::types::ConnectHandle> {
         crate::hold::lock_unpoisoned(&self.routers)
             .drain(..)

@@ -366,6 +366,7 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         tracing::warn!(lock_key = %hold.key, "guard dropped outside a tokio runtime; it expires with its lease");
         return;
     };
+    let client_alive = client.routers_running();
     let release = async move {
         let _task = task;
         let result = if last {
@@ -389,14 +390,32 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
             }
         }
     };
-    // Polled once here: the script is queued on the connection and the
-    // local turn passed on before the dropping task goes on, so its next
-    // acquisition of the name follows at once, without waiting for the
-    // background task to be scheduled. The task polls it again at once.
-    let mut release = Box::pin(release);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    if release.as_mut().poll(&mut cx).is_pending() {
-        rt.spawn(release);
+    // Polled once here, then by its task: the script is queued on the
+    // connection and the local turn passed on before the dropping task goes
+    // on, so its next acquisition of the name follows at once, without
+    // waiting for the task to be scheduled. The task is spawned first: a
+    // runtime that shuts down refuses it, and then nothing is polled (fred's
+    // connection task may be gone: a send would make fred warn, and a retry
+    // would time on a stopped timer); the lease ends the hold.
+    let release = Arc::new(std::sync::Mutex::new(Some(Box::pin(release))));
+    let task = rt.spawn({
+        let release = release.clone();
+        async move {
+            let first = crate::hold::lock_unpoisoned(&release).take();
+            if let Some(release) = first {
+                release.await;
+            }
+        }
+    });
+    if task.is_finished() || !client_alive {
+        return;
+    }
+    let mut first = crate::hold::lock_unpoisoned(&release);
+    if let Some(release) = first.as_mut() {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if release.as_mut().poll(&mut cx).is_ready() {
+            *first = None;
+        }
     }
 }
 
