@@ -2,119 +2,18 @@
 //! exclusion, and drops at the edges (runtime shut down, panics, Redis down).
 //!
 //! A process-wide `log` logger and `tracing` subscriber record every event
-//! at warn level or above; every test takes [`serial`].
+//! at warn level or above; every test takes `common::capture::serial`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once};
+mod common;
+
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::capture::{serial, serial_blocking, take_records};
 use redisync::Client;
 use redisync_testkit::RedisServer;
-
-type Record = (String, String, String);
-
-static RECORDS: Mutex<Vec<Record>> = Mutex::new(Vec::new());
-
-fn push(level: &str, target: &str, message: String) {
-    RECORDS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push((level.to_owned(), target.to_owned(), message));
-}
-
-fn take_records() -> Vec<Record> {
-    std::mem::take(
-        &mut *RECORDS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    )
-}
-
-struct LogCapture;
-
-impl log::Log for LogCapture {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            push(
-                record.level().as_str(),
-                record.target(),
-                record.args().to_string(),
-            );
-        }
-    }
-    fn flush(&self) {}
-}
-
-static LOGGER: LogCapture = LogCapture;
-
-struct TracingCapture;
-
-fn warn_or_worse(level: tracing::Level) -> bool {
-    level == tracing::Level::WARN || level == tracing::Level::ERROR
-}
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let _ = write!(self.0, "{}={value:?} ", field.name());
-    }
-}
-
-impl tracing::Subscriber for TracingCapture {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        warn_or_worse(*metadata.level())
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let metadata = event.metadata();
-        if warn_or_worse(*metadata.level()) {
-            let mut fields = Fields(String::new());
-            event.record(&mut fields);
-            push(metadata.level().as_str(), metadata.target(), fields.0);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-/// Serializes the tests of this binary (the captures are process-wide),
-/// installs the captures once and starts each test with no records. For
-/// tests without a runtime of their own.
-fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    install();
-    let guard = SERIAL.blocking_lock();
-    take_records();
-    guard
-}
-
-/// [`serial`] for tests on a runtime.
-async fn serial_async() -> tokio::sync::MutexGuard<'static, ()> {
-    install();
-    let guard = SERIAL.lock().await;
-    take_records();
-    guard
-}
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn install() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        log::set_logger(&LOGGER).expect("no other logger");
-        log::set_max_level(log::LevelFilter::Warn);
-        tracing::subscriber::set_global_default(TracingCapture).expect("no other subscriber");
-    });
-}
 
 fn multi_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -139,7 +38,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 /// `tokio::time::sleep` is polled on a shut-down timer: panic.
 #[test]
 fn a_guard_dropped_by_a_blocking_task_after_its_runtime_shut_down_does_not_panic() {
-    let _serial = serial();
+    let _serial = serial_blocking();
     let host = current_thread();
     let server = host.block_on(RedisServer::start());
     let url = server.url();
@@ -182,7 +81,7 @@ fn a_guard_dropped_by_a_blocking_task_after_its_runtime_shut_down_does_not_panic
 /// dropped with the tasks, the leases end them. Nothing at warn level.
 #[test]
 fn a_runtime_dropped_with_live_guards_logs_nothing_at_warn_or_above() {
-    let _serial = serial();
+    let _serial = serial_blocking();
     let host = current_thread();
     let server = host.block_on(RedisServer::start());
     let url = server.url();
@@ -223,7 +122,7 @@ fn a_runtime_dropped_with_live_guards_logs_nothing_at_warn_or_above() {
 /// the lock "busy".
 #[test]
 fn a_guard_dropped_by_a_task_out_of_budget_frees_the_lock_for_an_attempt_right_after() {
-    let _serial = serial();
+    let _serial = serial_blocking();
     let rt = current_thread();
     let server = rt.block_on(RedisServer::start());
     rt.block_on(async {
@@ -256,7 +155,7 @@ fn a_guard_dropped_by_a_task_out_of_budget_frees_the_lock_for_an_attempt_right_a
 /// right away (not after the 30 s lease).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reentrant_guards_dropped_in_two_flows_free_the_lock() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let client = Client::connect(&server.url()).await.expect("connect");
     let other = Client::connect(&server.url()).await.expect("connect");
@@ -294,7 +193,7 @@ async fn reentrant_guards_dropped_in_two_flows_free_the_lock() {
 /// aborted), for ~3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drop_released_guards_never_overlap() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let mut clients = Vec::new();
     for _ in 0..3 {
@@ -393,7 +292,7 @@ async fn drop_released_guards_never_overlap() {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "known gap: with the script not cached in Redis (first use, restart, SCRIPT FLUSH) the EVAL sent after NOSCRIPT goes out behind the next acquisition"]
 async fn a_semaphore_permit_dropped_then_asked_again_on_a_fresh_server() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let client = Client::connect(&server.url()).await.expect("connect");
     let sem = client.semaphore("sem-drop").with_permits(1);
@@ -461,13 +360,13 @@ async fn read_dropped_then_write(warm: bool) {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "known gap: with the script not cached in Redis (first use, restart, SCRIPT FLUSH) the EVAL sent after NOSCRIPT goes out behind the next acquisition"]
 async fn a_read_guard_dropped_then_write_asked_on_a_fresh_server() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     read_dropped_then_write(false).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_read_guard_dropped_then_write_asked_with_scripts_loaded() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     read_dropped_then_write(true).await;
 }
 
@@ -520,13 +419,13 @@ async fn read_dropped_then_read_again(warm: bool) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_read_guard_dropped_then_read_again_on_a_fresh_server() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     read_dropped_then_read_again(false).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_semaphore_permit_dropped_then_asked_again_with_scripts_loaded() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let client = Client::connect(&server.url()).await.expect("connect");
     let sem = client.semaphore("sem-warm").with_permits(1);
@@ -553,7 +452,7 @@ async fn a_semaphore_permit_dropped_then_asked_again_with_scripts_loaded() {
 /// long before the 30 s lease ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_while_the_connection_is_down_is_released_once_it_is_back() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let proxy = redisync_testkit::FaultProxy::start(server.addr()).await;
     let client = Client::connect(&proxy.url()).await.expect("connect");
@@ -600,7 +499,7 @@ async fn a_guard_dropped_while_the_connection_is_down_is_released_once_it_is_bac
 /// at once), nothing warned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guards_dropped_by_panics_aborts_and_right_before_shutdown_are_released() {
-    let _serial = serial_async().await;
+    let _serial = serial().await;
     let server = RedisServer::start().await;
     let other = Client::connect(&server.url()).await.expect("connect");
     for round in 0..5 {

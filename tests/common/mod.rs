@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: one fresh redis-server per test.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod capture;
+
 use std::time::Duration;
 
 use fred::prelude::*;
