@@ -29,38 +29,12 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// TTL of latches that must not expire during a test.
 const LONG_TTL: Duration = Duration::from_mins(10);
 
-/// The latch hash of `name` (`redisync:v1:latch:hold:{<name>}`, a plain
-/// name).
-fn hold_key(name: &str) -> String {
-    format!("redisync:v1:latch:hold:{{{name}}}")
-}
-
-/// The latch's record of the count-downs it counted lately.
-fn record_key(name: &str) -> String {
-    format!("redisync:v1:latch:record:{{{name}}}")
-}
-
-/// The latch's wake-up channel.
-fn channel_of(name: &str) -> String {
-    format!("redisync:v1:latch:ch:{{{name}}}")
-}
-
-/// EVALSHA calls the server ran so far: every waiter's look at the latch
-/// is one.
-async fn evalsha_calls(env: &Env) -> u64 {
-    common::command_calls(env)
-        .await
-        .get("evalsha")
-        .copied()
-        .unwrap_or(0)
-}
-
 /// Waits until the server ran `looks` more EVALSHA than `before`: the
 /// first looks of as many waiters (the read script is cached, so each is
 /// one EVALSHA), after which each is subscribed and parked.
 async fn until_parked(env: &Env, before: u64, looks: u64) {
     let parked = eventually(WITHIN, || async {
-        evalsha_calls(env).await >= before + looks
+        common::evalsha_calls(env).await >= before + looks
     })
     .await;
     assert!(parked, "the {looks} waiters never looked at the latch");
@@ -120,7 +94,10 @@ async fn raw_count_down(env: &Env, name: &str, op: &str, channel: &str) -> i64 {
     env.admin
         .eval(
             format!("{PRELUDE}{COUNT_DOWN}"),
-            vec![hold_key(name), record_key(name)],
+            vec![
+                common::key("latch", "hold", name),
+                common::key("latch", "record", name),
+            ],
             vec![op, publish_command(env), channel, "60000"],
         )
         .await
@@ -173,7 +150,7 @@ async fn counting_down_to_zero_wakes_the_waiters_of_every_client() {
     let latch = clients[0].count_down_latch(name);
     assert!(latch.try_set_count(3, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 3);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let mut waiters = Vec::new();
     for c in &clients {
         for i in 0..3 {
@@ -216,7 +193,7 @@ async fn concurrent_count_downs_each_count_once() {
     let latch = clients[0].count_down_latch(name);
     assert!(latch.try_set_count(32, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 32);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let mut waiters = Vec::new();
     for c in &clients {
         waiters.push(waiter(c.count_down_latch(name), false));
@@ -259,7 +236,7 @@ async fn set_count_is_refused_while_counting_and_unset_means_open() {
     let env = Env::start().await;
     let (a, b) = (env.client().await, env.client().await);
     let name = "phases";
-    let key = hold_key(name);
+    let key = common::key("latch", "hold", name);
     let latch = a.count_down_latch(name);
     assert!(latch.try_set_count(2, LONG_TTL).await.unwrap());
     let set = fields(&env, &key).await;
@@ -313,7 +290,7 @@ async fn set_count_is_refused_while_counting_and_unset_means_open() {
     assert_eq!(unset.count_down().await.unwrap(), 0);
     assert_eq!(unset.count().await.unwrap(), 0);
     assert!(
-        !exists(&env, &hold_key("never-set")).await,
+        !exists(&env, &common::key("latch", "hold", "never-set")).await,
         "a count-down of an unset latch wrote"
     );
     timeout(WITHIN, unset.wait())
@@ -324,7 +301,7 @@ async fn set_count_is_refused_while_counting_and_unset_means_open() {
         .await
         .expect("wait_timeout on an unset latch returns at once")
         .unwrap());
-    assert!(!exists(&env, &hold_key("never-set")).await);
+    assert!(!exists(&env, &common::key("latch", "hold", "never-set")).await);
 }
 
 /// `wait_timeout` on a latch nobody counts down returns `Ok(false)` once
@@ -336,7 +313,7 @@ async fn wait_timeout_runs_out_on_a_latch_still_counting() {
     let latch = a.count_down_latch("slow");
     assert!(latch.try_set_count(2, LONG_TTL).await.unwrap());
     assert_eq!(latch.count_down().await.unwrap(), 1);
-    let set = fields(&env, &hold_key("slow")).await;
+    let set = fields(&env, &common::key("latch", "hold", "slow")).await;
     let waiting = b.count_down_latch("slow");
     let started = Instant::now();
     let opened = timeout(WITHIN, waiting.wait_timeout(Duration::from_millis(300)))
@@ -350,7 +327,11 @@ async fn wait_timeout_runs_out_on_a_latch_still_counting() {
         started.elapsed()
     );
     assert_eq!(waiting.count().await.unwrap(), 1);
-    assert_eq!(fields(&env, &hold_key("slow")).await, set, "waiting wrote");
+    assert_eq!(
+        fields(&env, &common::key("latch", "hold", "slow")).await,
+        set,
+        "waiting wrote"
+    );
     // A zero timeout just looks.
     assert!(!waiting.wait_timeout(Duration::ZERO).await.unwrap());
 }
@@ -373,7 +354,7 @@ async fn a_latch_that_expires_before_opening_fails_its_waiters() {
         .enumerate()
     {
         let name = format!("crashed-{attempt}");
-        let key = hold_key(&name);
+        let key = common::key("latch", "hold", &name);
         let url = env.server.url();
         let named = name.clone();
         let counter = common::on_own_runtime(move || async move {
@@ -389,7 +370,7 @@ async fn a_latch_that_expires_before_opening_fails_its_waiters() {
             .expect("the counter ran");
         let mine = waiting.count_down_latch(&name);
         mine.count().await.unwrap(); // caches the read script
-        let before = evalsha_calls(&env).await;
+        let before = common::evalsha_calls(&env).await;
         let waiters = [
             waiter_result(mine.clone(), false),
             waiter_result(mine.clone(), true),
@@ -459,10 +440,14 @@ async fn a_waiter_of_an_expired_phase_is_not_fooled_by_the_next_one() {
     let latch = setter.count_down_latch(name);
     assert!(latch.try_set_count(2, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 2);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let w = waiter_result(waiting.count_down_latch(name), true);
     until_parked(&env, before, 1).await;
-    let _: i64 = env.admin.del(hold_key(name)).await.unwrap();
+    let _: i64 = env
+        .admin
+        .del(common::key("latch", "hold", name))
+        .await
+        .unwrap();
     assert!(latch.try_set_count(3, LONG_TTL).await.unwrap());
     let got = joined(w).await;
     assert!(
@@ -485,7 +470,7 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
     let latch = setter.count_down_latch(name);
     assert!(latch.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 1);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let waiters = [
         waiter_result(waiting.count_down_latch(name), false),
         waiter_result(waiting.count_down_latch(name), true),
@@ -504,7 +489,10 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
         .admin
         .eval(
             both,
-            vec![hold_key(name), record_key(name)],
+            vec![
+                common::key("latch", "hold", name),
+                common::key("latch", "record", name),
+            ],
             vec![
                 "silent",
                 publish_command(&env),
@@ -533,7 +521,7 @@ async fn an_opened_latch_stays_open_for_its_ttl_then_is_gone() {
     let env = Env::start().await;
     let (a, b) = (env.client().await, env.client().await);
     let name = "done";
-    let key = hold_key(name);
+    let key = common::key("latch", "hold", name);
     let latch = a.count_down_latch(name);
     assert!(latch
         .try_set_count(1, Duration::from_mins(1))
@@ -570,7 +558,10 @@ async fn an_opened_latch_stays_open_for_its_ttl_then_is_gone() {
         .await
         .unwrap());
     assert_eq!(brief.count_down().await.unwrap(), 0);
-    let gone = eventually(WITHIN, || async { !exists(&env, &hold_key("brief")).await }).await;
+    let gone = eventually(WITHIN, || async {
+        !exists(&env, &common::key("latch", "hold", "brief")).await
+    })
+    .await;
     assert!(gone, "an open latch outlived its TTL");
     assert_eq!(brief.count().await.unwrap(), 0);
     assert!(!brief.inspect().await.unwrap().exists);
@@ -586,7 +577,7 @@ async fn a_count_down_sent_twice_counts_once() {
     let client = env.client().await;
     let name = "retried";
     let latch = client.count_down_latch(name);
-    let ch = channel_of(name);
+    let ch = common::key("latch", "ch", name);
     assert!(latch.try_set_count(3, LONG_TTL).await.unwrap());
     assert_eq!(raw_count_down(&env, name, "op-1", &ch).await, 2);
     assert_eq!(
@@ -637,10 +628,10 @@ async fn a_count_down_whose_reply_is_lost_counts_once() {
     let ran = eventually(WITHIN, || async { latch.count().await.unwrap() == 2 }).await;
     assert!(ran, "the count-down never reached Redis");
     cut(&env, &proxy).await;
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let got = joined(sent).await;
     assert!(
-        evalsha_calls(&env).await > before,
+        common::evalsha_calls(&env).await > before,
         "the count-down was not sent again"
     );
     assert_eq!(got.unwrap(), 2, "the count-down's answer");
@@ -674,7 +665,7 @@ async fn a_lost_opening_count_down_sent_again_does_not_count_the_next_phase() {
     let latch = coordinator.count_down_latch(name);
     assert!(latch.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 1);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let phase_1 = waiter_result(coordinator.count_down_latch(name), false);
     until_parked(&env, before, 1).await;
     proxy.blackhole(redisync_testkit::Direction::Downstream);
@@ -702,7 +693,7 @@ async fn a_count_down_run_again_in_the_next_phase_changes_nothing() {
     let env = Env::start().await;
     let client = env.client().await;
     let name = "replayed";
-    let ch = channel_of(name);
+    let ch = common::key("latch", "ch", name);
     let latch = client.count_down_latch(name);
     assert!(latch.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(raw_count_down(&env, name, "op-last", &ch).await, 0);
@@ -735,7 +726,7 @@ async fn a_waiter_stalled_past_the_open_latchs_ttl_still_sees_it_opened() {
     let (stalled, stalling) = tokio::sync::oneshot::channel::<()>();
     let (resume, resumed) = std::sync::mpsc::channel::<()>();
     let (report, reported) = tokio::sync::oneshot::channel();
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let url = env.server.url();
     let thread = common::on_own_runtime(move || async move {
         let client = Client::connect(&url).await.expect("connect");
@@ -751,7 +742,10 @@ async fn a_waiter_stalled_past_the_open_latchs_ttl_still_sees_it_opened() {
     stall.send(()).unwrap();
     stalling.await.unwrap();
     assert_eq!(latch.count_down().await.unwrap(), 0, "opened");
-    let gone = eventually(WITHIN, || async { !exists(&env, &hold_key(name)).await }).await;
+    let gone = eventually(WITHIN, || async {
+        !exists(&env, &common::key("latch", "hold", name)).await
+    })
+    .await;
     assert!(gone, "the open latch did not expire");
     resume.send(()).unwrap();
     let got = timeout(WITHIN, reported).await.unwrap().unwrap();
@@ -832,7 +826,7 @@ async fn a_key_of_another_type_is_refused_and_left_untouched() {
         ("hash", vec!["HSET", "_", "field", "1"]),
         ("text-count", vec!["HSET", "_", "n", "many", "id", "x"]),
     ] {
-        let key = hold_key(case);
+        let key = common::key("latch", "hold", case);
         let args: Vec<&str> = plant
             .iter()
             .map(|a| if *a == "_" { key.as_str() } else { a })
@@ -953,7 +947,7 @@ async fn shutdown_ends_the_waits_of_its_client_only() {
     let latch = counter.count_down_latch(name);
     assert!(latch.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 1);
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let ended = [
         waiter_result(closing.count_down_latch(name), false),
         waiter_result(closing.count_down_latch(name), true),

@@ -13,28 +13,12 @@ use tokio::time::{timeout, Instant};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
-fn latch_key(name: &str) -> String {
-    format!("redisync:v1:latch:hold:{{{name}}}")
-}
-
-fn latch_channel(name: &str) -> String {
-    format!("redisync:v1:latch:ch:{{{name}}}")
-}
-
 async fn proxied(proxy: &FaultProxy) -> Client {
     Client::builder(&proxy.url())
         .command_timeout(Duration::from_secs(5))
         .connect()
         .await
         .expect("connect through the proxy")
-}
-
-async fn evalsha_calls(env: &Env) -> u64 {
-    common::command_calls(env)
-        .await
-        .get("evalsha")
-        .copied()
-        .unwrap_or(0)
 }
 
 /// A waiter `w` of `name` is spawned and has made its first look (one
@@ -46,11 +30,14 @@ async fn spawn_waiter_after_first_look(
 ) -> tokio::task::JoinHandle<redisync::Result<()>> {
     // Warm: the read script is cached and the connection is up.
     let _ = w.count_down_latch(name).count().await.unwrap();
-    let before = evalsha_calls(env).await;
+    let before = common::evalsha_calls(env).await;
     let latch = w.count_down_latch(name);
     let task = tokio::spawn(async move { latch.wait().await });
     assert!(
-        eventually(WITHIN, || async { evalsha_calls(env).await > before }).await,
+        eventually(WITHIN, || async {
+            common::evalsha_calls(env).await > before
+        })
+        .await,
         "the waiter never looked"
     );
     task
@@ -83,7 +70,7 @@ async fn expired_phase_then_next_phase_opened_is_not_reported_open() {
     // The waiter's next read is held on the way to Redis.
     proxy.blackhole(Direction::Upstream);
     assert!(
-        key_gone(&env, &latch_key(name)).await,
+        key_gone(&env, &common::key("latch", "hold", name)).await,
         "phase A never expired"
     );
     // Phase B, set and opened.
@@ -114,7 +101,7 @@ async fn an_expired_phase_is_not_reported_open_when_the_next_opens_at_once() {
     let w = env.client().await;
     let d = env.client().await;
     let name = "exp-race";
-    let key = latch_key(name);
+    let key = common::key("latch", "hold", name);
     let latch = d.count_down_latch(name);
     assert!(latch
         .try_set_count(1, Duration::from_millis(500))
@@ -165,7 +152,7 @@ async fn opened_phase_then_next_phase_expired_is_reported_open() {
         .await
         .unwrap());
     assert!(
-        key_gone(&env, &latch_key(name)).await,
+        key_gone(&env, &common::key("latch", "hold", name)).await,
         "phase B never expired"
     );
     proxy.heal();
@@ -219,7 +206,7 @@ async fn a_resent_count_down_never_counts_the_next_phase() {
     let counter = proxied(&proxy).await;
     let d = env.client().await;
     let name = "resent";
-    let key = latch_key(name);
+    let key = common::key("latch", "hold", name);
     let latch = d.count_down_latch(name);
     // Warm the count-down script (its EVALSHA must run at once).
     assert_eq!(
@@ -290,7 +277,7 @@ async fn cancelled_and_finished_waits_leave_no_subscription() {
     };
     assert!(
         eventually(WITHIN, || async {
-            common::subscribers(&env.admin, &latch_channel(name)).await == 1
+            common::subscribers(&env.admin, &common::key("latch", "ch", name)).await == 1
         })
         .await
     );
@@ -304,7 +291,7 @@ async fn cancelled_and_finished_waits_leave_no_subscription() {
     };
     assert!(
         eventually(WITHIN, || async {
-            common::subscribers(&env.admin, &latch_channel(name)).await == 1
+            common::subscribers(&env.admin, &common::key("latch", "ch", name)).await == 1
         })
         .await
     );
@@ -368,7 +355,7 @@ async fn wrong_types_are_errors_and_untouched() {
     for kind in ["string", "list", "hash-no-n", "hash-n-text", "hash-n-nan"] {
         for op in ["set", "count_down", "count", "wait"] {
             let name = format!("wt-{kind}-{op}");
-            let key = latch_key(&name);
+            let key = common::key("latch", "hold", &name);
             match kind {
                 "string" => env
                     .admin
@@ -443,13 +430,18 @@ async fn status_of_two_runs_on_clones() {
     .await
     .unwrap()
     .unwrap();
-    let before = evalsha_calls(&env).await;
+    let before = common::evalsha_calls(&env).await;
     let b = {
         let l = leader.clone();
         tokio::spawn(async move { l.run(Duration::from_millis(50), |_| async {}).await })
     };
     // b's run campaigns (a leads): its attempt reached Redis.
-    assert!(eventually(WITHIN, || async { evalsha_calls(&env).await > before }).await);
+    assert!(
+        eventually(WITHIN, || async {
+            common::evalsha_calls(&env).await > before
+        })
+        .await
+    );
     let now = *status.borrow();
     assert!(
         matches!(now, LeaderStatus::Leading { .. }),
@@ -528,7 +520,7 @@ async fn shutdown_with_redis_up_closes_everything() {
     };
     assert!(
         eventually(WITHIN, || async {
-            common::subscribers(&env.admin, &latch_channel(name)).await == 1
+            common::subscribers(&env.admin, &common::key("latch", "ch", name)).await == 1
         })
         .await
     );

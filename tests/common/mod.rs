@@ -54,12 +54,12 @@ pub fn lock_key(name: &str) -> String {
 /// The Redis key (or channel) of one role of one primitive, for a plain name
 /// (no braces); mirrors redisync's key layout (`redisync:v1:<kind>:<role>:
 /// {<name>}`), so tests that look at or plant raw keys name them in one
-/// place. `kind`: `lock`, `fair`, `rw`, `sem`; `role`: `hold` (the main
+/// place. `kind`: `lock`, `fair`, `rw`, `sem`, `latch`; `role`: `hold` (the main
 /// hash), `fence`, `ch` (the channel), and per kind `queue`, `deadlines`
 /// (fair), `readers` (rw), `leases` (sem).
 pub fn key(kind: &str, role: &str, name: &str) -> String {
     assert!(
-        matches!(kind, "lock" | "fair" | "rw" | "sem"),
+        matches!(kind, "lock" | "fair" | "rw" | "sem" | "latch"),
         "unknown kind {kind}"
     );
     format!("redisync:v1:{kind}:{role}:{{{name}}}")
@@ -199,6 +199,15 @@ pub async fn zadd_ms(admin: &fred::clients::Client, key: &str, score_ms: i64, me
 }
 
 /// INFO commandstats as command -> calls.
+/// EVALSHA calls the server ran so far (each script call is one).
+pub async fn evalsha_calls(env: &Env) -> u64 {
+    command_calls(env)
+        .await
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
 pub async fn command_calls(env: &Env) -> std::collections::HashMap<String, u64> {
     let info: String = env
         .admin
