@@ -657,6 +657,16 @@ impl Hub {
     }
 }
 
+/// When a watcher of a key (a leader watch, a latch's waiter) reads it again
+/// without a message: a little after the key's TTL `left` ends (an expiry
+/// publishes nothing, and the key is gone by then), and at least once per
+/// `period` (a message lost in a reconnect).
+pub(crate) fn look_again_after(left: Option<Duration>, period: Duration) -> Duration {
+    left.map_or(period, |left| {
+        (left + Duration::from_millis(20)).min(period)
+    })
+}
+
 /// The owner, acquisition number, token and (a semaphore's) permits left
 /// free of a [`HANDED_PREFIX`] payload "g:<token>:<number>[/<free>]:<owner>".
 fn parse_handed(payload: &str) -> Option<(&str, u64, u64, Option<u64>)> {

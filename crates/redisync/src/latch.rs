@@ -109,7 +109,7 @@ impl Client {
 }
 
 /// A latch as its waiters read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum Look {
     /// Not set, or expired.
     Unset,
@@ -268,10 +268,8 @@ impl CountDownLatch {
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(false);
             }
-            // Again when the TTL ends (a little after, so the key is gone),
-            // and at least once per watchdog period.
-            let mut next =
-                now + ttl.map_or(period, |t| (t + Duration::from_millis(20)).min(period));
+            // Again when the TTL ends (an expiry publishes nothing).
+            let mut next = now + crate::hub::look_again_after(ttl, period);
             if let Some(d) = deadline {
                 next = next.min(d);
             }

@@ -452,13 +452,12 @@ async fn announce(lock: &Lock) {
 }
 
 /// When a watch reads again without a message: when the leader's lease
-/// runs out (a little after, so a crashed leader's key is gone), and at
-/// least once per watchdog period.
+/// runs out (a crashed leader's), and at least once per watchdog period.
 fn look_again_after(leader: &Leader, info: Option<&LeaderInfo>) -> Duration {
-    let period = leader.lock.client().watchdog_timeout();
-    info.and_then(|i| i.lease_left).map_or(period, |left| {
-        (left + Duration::from_millis(20)).min(period)
-    })
+    crate::hub::look_again_after(
+        info.and_then(|i| i.lease_left),
+        leader.lock.client().watchdog_timeout(),
+    )
 }
 
 /// Who leads an election, kept fresh in the background (see
@@ -542,7 +541,7 @@ impl Leadership {
             Ok(())
         } else {
             Err(Error::NotHeld {
-                name: self.guard.lock_name().to_owned(),
+                name: self.guard.lock_handle().name().to_owned(),
             })
         }
     }

@@ -572,11 +572,6 @@ impl std::fmt::Debug for LockGuard {
 guard_accessors!(LockGuard);
 
 impl LockGuard {
-    /// The name of the lock it holds.
-    pub(crate) fn lock_name(&self) -> &str {
-        self.lock.name()
-    }
-
     /// The handle it was acquired through.
     pub(crate) fn lock_handle(&self) -> &Lock {
         &self.lock

@@ -120,13 +120,7 @@ fn spawn_undo<S: Spec>(
             if ordered {
                 slot.set_undo_turn(&holder, true);
             }
-            // Not sent while fred reconnects: it would wait in fred's queue,
-            // and a shutdown's quit meanwhile makes fred warn of each.
-            let tried = match client.check_reachable() {
-                Ok(()) => spec.undo(&slot, &holder, keep).await,
-                Err(e) => Err(e),
-            };
-            match tried {
+            match spec.undo(&slot, &holder, keep).await {
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() + pause < expires_at
