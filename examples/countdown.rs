@@ -48,15 +48,8 @@ async fn main() -> Result<(), BoxError> {
     let client = redisync::Client::connect(&url).await?;
     phase(&client, &url, &run, &mut violations).await?;
     crashed_phase(&client, &url, &run, &mut violations).await?;
-    if violations.is_empty() {
-        println!("proven: the coordinator woke once all three workers had counted down (each count-down counted once), and a latch whose worker crashed expired with its TTL and told its waiter so instead of opening");
-        Ok(())
-    } else {
-        for v in &violations {
-            eprintln!("VIOLATION: {v}");
-        }
-        std::process::exit(1);
-    }
+    support::report(&violations, "the coordinator woke once all three workers had counted down (each count-down counted once), and a latch whose worker crashed expired with its TTL and told its waiter so instead of opening");
+    Ok(())
 }
 
 /// Worker processes; each prints one event per line.
@@ -88,16 +81,14 @@ impl Workers {
     /// The next line of a worker that starts with one of `words`, within
     /// 30 s.
     async fn next_of(&mut self, words: &[&str]) -> Result<(usize, String), BoxError> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = tokio::time::timeout_at(deadline, self.lines.recv()).await;
-            let (id, line) = got
-                .map_err(|_| format!("timed out waiting for a worker to say {words:?}"))?
-                .ok_or("the workers are gone")?;
-            if words.iter().any(|w| line.starts_with(w)) {
-                return Ok((id, line));
-            }
-        }
+        let what = format!("a worker to say one of {words:?}");
+        support::next_line(
+            &mut self.lines,
+            Duration::from_secs(30),
+            &what,
+            |_, line| words.iter().any(|w| line.starts_with(w)),
+        )
+        .await
     }
 }
 

@@ -55,15 +55,8 @@ async fn main() -> Result<(), BoxError> {
         std::process::exit(1);
     };
     let violations = run_example(&url).await?;
-    if violations.is_empty() {
-        println!("proven: one leader at a time, the paused leader's late run was stopped and its write refused, leadership moved within one lease, and an observer's watch saw the take-over within one lease");
-        Ok(())
-    } else {
-        for v in &violations {
-            eprintln!("VIOLATION: {v}");
-        }
-        std::process::exit(1);
-    }
+    support::report(&violations, "one leader at a time, the paused leader's late run was stopped and its write refused, leadership moved within one lease, and an observer's watch saw the take-over within one lease");
+    Ok(())
 }
 
 /// What the members print, one event per line: `<member> <event> ...`.
@@ -93,17 +86,11 @@ impl Members {
         within: Duration,
         want: impl Fn(usize, &[&str]) -> bool,
     ) -> Result<(usize, String), BoxError> {
-        let deadline = Instant::now() + within;
-        loop {
-            let got = tokio::time::timeout_at(deadline, self.lines.recv()).await;
-            let (member, line) = got
-                .map_err(|_| "timed out waiting for the members")?
-                .ok_or("the members are gone")?;
+        support::next_line(&mut self.lines, within, "the members", |member, line| {
             let words: Vec<&str> = line.split_whitespace().collect();
-            if want(member, &words) {
-                return Ok((member, line));
-            }
-        }
+            want(member, &words)
+        })
+        .await
     }
 
     /// Waits for another member than `old` to lead, and checks it came

@@ -15,6 +15,22 @@ use common::capture::{serial, serial_blocking, take_records};
 use redisync::Client;
 use redisync_testkit::RedisServer;
 
+/// Asserts that `other` takes lock `name` within `within`: whoever held
+/// it let go (the take is released again at once).
+async fn assert_free_within(
+    other: &Client,
+    name: &str,
+    within: Duration,
+    why: impl Fn() -> String,
+) {
+    let got = other
+        .lock(name)
+        .try_lock(within, None)
+        .await
+        .expect("try_lock");
+    assert!(got.is_some(), "{}", why());
+}
+
 fn multi_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -173,15 +189,10 @@ async fn reentrant_guards_dropped_in_two_flows_free_the_lock() {
         let t = tokio::spawn(async move { drop(a) });
         drop(b);
         t.await.expect("task");
-        let got = other
-            .lock(&name)
-            .try_lock(Duration::from_secs(5), None)
-            .await
-            .expect("try_lock");
-        assert!(
-            got.is_some(),
-            "round {i}: still held after both guards went"
-        );
+        assert_free_within(&other, &name, Duration::from_secs(5), || {
+            format!("round {i}: still held after both guards went")
+        })
+        .await;
     }
     drop(other);
     client.shutdown().await.expect("shutdown");
@@ -480,15 +491,10 @@ async fn a_guard_dropped_while_the_connection_is_down_is_released_once_it_is_bac
         drop(guard);
         proxy.refuse_connections(false);
         proxy.heal();
-        let got = other
-            .lock(&name)
-            .try_lock(Duration::from_secs(10), None)
-            .await
-            .expect("try_lock");
-        assert!(
-            got.is_some(),
-            "round {i}: still held 10 s after the connection came back"
-        );
+        assert_free_within(&other, &name, Duration::from_secs(10), || {
+            format!("round {i}: still held 10 s after the connection came back")
+        })
+        .await;
     }
     drop(other);
     client.shutdown().await.expect("shutdown");
@@ -528,12 +534,10 @@ async fn guards_dropped_by_panics_aborts_and_right_before_shutdown_are_released(
         drop(g0);
         client.shutdown().await.expect("shutdown");
         for n in &names {
-            let got = other
-                .lock(n)
-                .try_lock(Duration::from_secs(3), None)
-                .await
-                .expect("try_lock");
-            assert!(got.is_some(), "round {round}: {n} still held");
+            assert_free_within(&other, n, Duration::from_secs(3), || {
+                format!("round {round}: {n} still held")
+            })
+            .await;
         }
     }
     other.shutdown().await.expect("shutdown");

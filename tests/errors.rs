@@ -26,6 +26,25 @@ async fn assert_quiet(what: &str) {
     );
 }
 
+/// Asserts that no client connects to `server` (restarted after a client
+/// was shut down) for longer than the longest pause between two of fred's
+/// reconnection attempts.
+async fn assert_never_reconnects(server: &RedisServer) {
+    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < until {
+        let list = redisync_testkit::command(server.port(), &["CLIENT", "LIST"])
+            .await
+            .expect("CLIENT LIST");
+        // Only the connection that asks.
+        assert_eq!(
+            list.lines().count(),
+            1,
+            "a shut-down client reconnected:\n{list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn client_with_watchdog(server: &RedisServer, lease: Duration) -> Client {
     Client::builder(&server.url())
         .watchdog_timeout(lease)
@@ -168,20 +187,7 @@ async fn a_client_shut_down_while_its_server_is_gone_never_reconnects() {
     drop(client);
     take_records();
     server.restart().await;
-    // Longer than the longest pause between two reconnection attempts.
-    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
-    while tokio::time::Instant::now() < until {
-        let list = redisync_testkit::command(server.port(), &["CLIENT", "LIST"])
-            .await
-            .expect("CLIENT LIST");
-        // Only the connection that asks.
-        assert_eq!(
-            list.lines().count(),
-            1,
-            "a shut-down client reconnected:\n{list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_never_reconnects(&server).await;
     assert_quiet("a client shut down while its server was gone").await;
 }
 
@@ -248,19 +254,7 @@ async fn a_shutdown_with_redis_down_during_latch_use_is_quiet() {
     drop(held);
     take_records();
     server.restart().await;
-    // Longer than the longest pause between two reconnection attempts.
-    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
-    while tokio::time::Instant::now() < until {
-        let list = redisync_testkit::command(server.port(), &["CLIENT", "LIST"])
-            .await
-            .expect("CLIENT LIST");
-        assert_eq!(
-            list.lines().count(),
-            1,
-            "a shut-down client reconnected:\n{list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_never_reconnects(&server).await;
     assert_quiet("a shutdown with Redis down during latch use").await;
 }
 

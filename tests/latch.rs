@@ -608,11 +608,7 @@ async fn a_count_down_sent_twice_counts_once() {
 async fn a_count_down_whose_reply_is_lost_counts_once() {
     let env = Env::start().await;
     let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
-    let counter = Client::builder(&proxy.url())
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect through the proxy");
+    let counter = common::client_via(&proxy).await;
     let other = env.client().await;
     // Caches the count-down script: the EVALSHA below runs at once.
     assert_eq!(
@@ -651,11 +647,7 @@ async fn a_count_down_whose_reply_is_lost_counts_once() {
 async fn a_lost_opening_count_down_sent_again_does_not_count_the_next_phase() {
     let env = Env::start().await;
     let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
-    let counter = Client::builder(&proxy.url())
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect through the proxy");
+    let counter = common::client_via(&proxy).await;
     let coordinator = env.client().await;
     assert_eq!(
         counter.count_down_latch("warm").count_down().await.unwrap(),

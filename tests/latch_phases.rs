@@ -7,19 +7,11 @@ use std::time::Duration;
 
 use common::{eventually, Env};
 use fred::prelude::*;
-use redisync::{Client, Error, LeaderStatus};
+use redisync::{Client, CountDownLatch, Error, LeaderStatus};
 use redisync_testkit::{Direction, FaultProxy};
 use tokio::time::{timeout, Instant};
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn proxied(proxy: &FaultProxy) -> Client {
-    Client::builder(&proxy.url())
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect through the proxy")
-}
 
 /// A waiter `w` of `name` is spawned and has made its first look (one
 /// EVALSHA of the read script ran on the server after it started).
@@ -43,6 +35,36 @@ async fn spawn_waiter_after_first_look(
     task
 }
 
+/// A waiter of a latch, through a proxy: past its first look, its next look
+/// is held on the way to Redis until [`HeldWaiter::result`].
+struct HeldWaiter {
+    proxy: FaultProxy,
+    waiter: tokio::task::JoinHandle<redisync::Result<()>>,
+}
+
+impl HeldWaiter {
+    /// Sets latch `name` to 1 for `ttl` (through the returned latch, of a
+    /// client that talks to Redis directly) and starts the held waiter.
+    async fn start(env: &Env, name: &str, ttl: Duration) -> (HeldWaiter, CountDownLatch) {
+        let proxy = FaultProxy::start(env.server.addr()).await;
+        let w = common::client_via(&proxy).await;
+        let latch = env.client().await.count_down_latch(name);
+        assert!(latch.try_set_count(1, ttl).await.unwrap());
+        let waiter = spawn_waiter_after_first_look(env, &w, name).await;
+        proxy.blackhole(Direction::Upstream);
+        (HeldWaiter { proxy, waiter }, latch)
+    }
+
+    /// Lets the held look through and returns what the wait returned.
+    async fn result(self) -> redisync::Result<()> {
+        self.proxy.heal();
+        timeout(WITHIN, self.waiter)
+            .await
+            .expect("waiter returns")
+            .unwrap()
+    }
+}
+
 async fn key_gone(env: &Env, key: &str) -> bool {
     eventually(WITHIN, || async {
         env.admin.exists::<i64, _>(key).await.unwrap() == 0
@@ -57,18 +79,9 @@ async fn key_gone(env: &Env, key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_phase_then_next_phase_opened_is_not_reported_open() {
     let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let w = proxied(&proxy).await;
-    let d = env.client().await;
     let name = "exp-then-open";
-    let latch = d.count_down_latch(name);
-    assert!(latch
-        .try_set_count(1, Duration::from_millis(800))
-        .await
-        .unwrap());
-    let waiter = spawn_waiter_after_first_look(&env, &w, name).await;
     // The waiter's next read is held on the way to Redis.
-    proxy.blackhole(Direction::Upstream);
+    let (waiter, latch) = HeldWaiter::start(&env, name, Duration::from_millis(800)).await;
     assert!(
         key_gone(&env, &common::key("latch", "hold", name)).await,
         "phase A never expired"
@@ -79,11 +92,7 @@ async fn expired_phase_then_next_phase_opened_is_not_reported_open() {
         .await
         .unwrap());
     assert_eq!(latch.count_down().await.unwrap(), 0);
-    proxy.heal();
-    let got = timeout(WITHIN, waiter)
-        .await
-        .expect("waiter returns")
-        .unwrap();
+    let got = waiter.result().await;
     assert!(
         matches!(got, Err(Error::LatchExpired { .. })),
         "phase A expired unopened, the waiter got {got:?}"
@@ -135,17 +144,8 @@ async fn an_expired_phase_is_not_reported_open_when_the_next_opens_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opened_phase_then_next_phase_expired_is_reported_open() {
     let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let w = proxied(&proxy).await;
-    let d = env.client().await;
     let name = "open-then-exp";
-    let latch = d.count_down_latch(name);
-    assert!(latch
-        .try_set_count(1, Duration::from_secs(30))
-        .await
-        .unwrap());
-    let waiter = spawn_waiter_after_first_look(&env, &w, name).await;
-    proxy.blackhole(Direction::Upstream);
+    let (waiter, latch) = HeldWaiter::start(&env, name, Duration::from_secs(30)).await;
     assert_eq!(latch.count_down().await.unwrap(), 0, "phase A opens");
     assert!(latch
         .try_set_count(1, Duration::from_millis(300))
@@ -155,11 +155,7 @@ async fn opened_phase_then_next_phase_expired_is_reported_open() {
         key_gone(&env, &common::key("latch", "hold", name)).await,
         "phase B never expired"
     );
-    proxy.heal();
-    let got = timeout(WITHIN, waiter)
-        .await
-        .expect("waiter returns")
-        .unwrap();
+    let got = waiter.result().await;
     assert!(got.is_ok(), "phase A opened, the waiter got {got:?}");
 }
 
@@ -167,17 +163,8 @@ async fn opened_phase_then_next_phase_expired_is_reported_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opened_phase_two_phases_back_is_reported_open() {
     let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let w = proxied(&proxy).await;
-    let d = env.client().await;
     let name = "open-two-back";
-    let latch = d.count_down_latch(name);
-    assert!(latch
-        .try_set_count(1, Duration::from_secs(30))
-        .await
-        .unwrap());
-    let waiter = spawn_waiter_after_first_look(&env, &w, name).await;
-    proxy.blackhole(Direction::Upstream);
+    let (waiter, latch) = HeldWaiter::start(&env, name, Duration::from_secs(30)).await;
     assert_eq!(latch.count_down().await.unwrap(), 0, "phase A opens");
     assert!(latch
         .try_set_count(1, Duration::from_secs(30))
@@ -188,73 +175,8 @@ async fn opened_phase_two_phases_back_is_reported_open() {
         .try_set_count(1, Duration::from_secs(30))
         .await
         .unwrap());
-    proxy.heal();
-    let got = timeout(WITHIN, waiter)
-        .await
-        .expect("waiter returns")
-        .unwrap();
+    let got = waiter.result().await;
     assert!(got.is_ok(), "phase A opened, the waiter got {got:?}");
-}
-
-/// Contract: "a count-down counts once even when re-sent". The last
-/// count-down of phase A opens it, its reply is lost; phase B is set; the
-/// re-sent count-down then counts B down.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resent_count_down_never_counts_the_next_phase() {
-    let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let counter = proxied(&proxy).await;
-    let d = env.client().await;
-    let name = "resent";
-    let key = common::key("latch", "hold", name);
-    let latch = d.count_down_latch(name);
-    // Warm the count-down script (its EVALSHA must run at once).
-    assert_eq!(
-        counter.count_down_latch(name).count_down().await.unwrap(),
-        0
-    );
-    assert!(latch
-        .try_set_count(1, Duration::from_secs(30))
-        .await
-        .unwrap());
-    proxy.blackhole(Direction::Downstream);
-    let task = {
-        let l = counter.count_down_latch(name);
-        tokio::spawn(async move { l.count_down().await })
-    };
-    let opened = eventually(WITHIN, || async {
-        env.admin
-            .hget::<Option<String>, _, _>(&key, "n")
-            .await
-            .unwrap()
-            .as_deref()
-            == Some("0")
-    })
-    .await;
-    assert!(opened, "the count-down never ran");
-    // The next phase, then the cut.
-    assert!(latch
-        .try_set_count(2, Duration::from_secs(30))
-        .await
-        .unwrap());
-    // Every connection cut (the held reply is discarded) before healing.
-    proxy.refuse_connections(true);
-    proxy.reset_connections();
-    assert!(
-        eventually(WITHIN, || async { proxy.connections() == 0 }).await,
-        "the proxied connections never closed"
-    );
-    proxy.heal();
-    let r = timeout(Duration::from_secs(15), task)
-        .await
-        .unwrap()
-        .unwrap();
-    eprintln!("re-sent count_down returned {r:?}");
-    assert_eq!(
-        latch.count().await.unwrap(),
-        2,
-        "phase B was counted down by phase A's re-sent count-down (it returned {r:?})"
-    );
 }
 
 /// A dropped wait leaves no subscription; a wait that returns neither.
@@ -306,7 +228,7 @@ async fn cancelled_and_finished_waits_leave_no_subscription() {
 async fn a_waiter_that_missed_the_message_returns() {
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
-    let w = proxied(&proxy).await;
+    let w = common::client_via(&proxy).await;
     let d = env.client().await;
     let name = "missed";
     let latch = d.count_down_latch(name);

@@ -93,3 +93,37 @@ pub(crate) fn spawn_with_lines(
     });
     Ok(child)
 }
+
+/// The next line of `lines` (from [`spawn_with_lines`]) that `want` accepts
+/// (given the process id and the line), within `within`; an error naming
+/// `waiting_for` when none comes.
+pub(crate) async fn next_line(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, String)>,
+    within: Duration,
+    waiting_for: &str,
+    want: impl Fn(usize, &str) -> bool,
+) -> Result<(usize, String), Box<dyn std::error::Error + Send + Sync>> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let got = tokio::time::timeout_at(deadline, lines.recv()).await;
+        let (id, line) = got
+            .map_err(|_| format!("timed out waiting for {waiting_for}"))?
+            .ok_or("the child processes are gone")?;
+        if want(id, &line) {
+            return Ok((id, line));
+        }
+    }
+}
+
+/// Ends an example that proves something: prints `proven` and returns when
+/// nothing was violated, else prints each violation and exits 1.
+pub(crate) fn report(violations: &[String], proven: &str) {
+    if violations.is_empty() {
+        println!("proven: {proven}");
+        return;
+    }
+    for v in violations {
+        eprintln!("VIOLATION: {v}");
+    }
+    std::process::exit(1);
+}

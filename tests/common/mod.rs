@@ -199,6 +199,16 @@ pub async fn zadd_ms(admin: &fred::clients::Client, key: &str, score_ms: i64, me
 }
 
 /// INFO commandstats as command -> calls.
+/// A client that talks to Redis through `proxy` (a 5 s command timeout:
+/// longer than the faults the tests inject).
+pub async fn client_via(proxy: &redisync_testkit::FaultProxy) -> Client {
+    Client::builder(&proxy.url())
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
 /// EVALSHA calls the server ran so far (each script call is one).
 pub async fn evalsha_calls(env: &Env) -> u64 {
     command_calls(env)
