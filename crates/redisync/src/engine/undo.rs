@@ -120,7 +120,14 @@ fn spawn_undo<S: Spec>(
             if ordered {
                 slot.set_undo_turn(&holder, true);
             }
-            match spec.undo(&slot, &holder, keep).await {
+            // Not sent while fred reconnects: it would wait in fred's queue
+            // holding the turn; failed at once, it is retried after a pause,
+            // and the owner's next acquisition settles it first meanwhile.
+            let tried = match client.check_reachable() {
+                Ok(()) => spec.undo(&slot, &holder, keep).await,
+                Err(e) => Err(e),
+            };
+            match tried {
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() + pause < expires_at
