@@ -27,130 +27,173 @@
 -- ms, queued: 0 no, 1 yes, 2 under the new number ARGV[9]} busy, pttl -3
 -- when not read (a waiter behind others in
 -- the queue needs none: it is handed the lock, or looks again on its own).
+-- ARGV[10] the owner id of a hold to release first ('' or missing: none):
+--          a guard of this client dropped just before, its release carried
+--          by this attempt (one script per cycle); ARGV[11] its token,
+--          ARGV[12] the publish command, ARGV[13] the unlock channel. The
+--          reply then ends with the release's code (see release_lock in
+--          prelude.lua).
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, queue, owner, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
--- The caller's queue entry under number n (the floor travels with it: a
--- hand-off honours it as a grant does).
-local function entry_of(n)
-  return ARGV[2] .. ' ' .. n .. ' ' .. (ARGV[5] ~= '' and ARGV[5] or '0') .. ' ' .. owner
-end
-local entry = entry_of(ARGV[8])
-local held = {false, false, false}
-local pttl, err
-if ARGV[7] == '1' then
-  held = redis.pcall('hmget', lock, owner, '~t', '~w')
-  err = read_error(held, lock, 'lock')
-  if err then
-    return err
+
+-- The fencing counter as read before a carried release that did not
+-- change it (nil: read it when granting).
+local carried_counter
+
+local function attempt()
+  -- The caller's queue entry under number n (the floor travels with it: a
+  -- hand-off honours it as a grant does).
+  local function entry_of(n)
+    return ARGV[2] .. ' ' .. n .. ' ' .. (ARGV[5] ~= '' and ARGV[5] or '0') .. ' ' .. owner
   end
-  if not (held[2] and not held[1]) then
-    -- Free, ours, or not one of ours after all.
-    pttl = redis.call('pttl', lock)
-  end
-else
-  -- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
-  pttl = redis.call('pttl', lock)
-  if pttl ~= -2 then
+  local entry = entry_of(ARGV[8])
+  local held = {false, false, false}
+  local pttl, err
+  if ARGV[7] == '1' then
     held = redis.pcall('hmget', lock, owner, '~t', '~w')
     err = read_error(held, lock, 'lock')
     if err then
       return err
     end
+    if not (held[2] and not held[1]) then
+      -- Free, ours, or not one of ours after all.
+      pttl = redis.call('pttl', lock)
+    end
+  else
+    -- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
+    pttl = redis.call('pttl', lock)
+    if pttl ~= -2 then
+      held = redis.pcall('hmget', lock, owner, '~t', '~w')
+      err = read_error(held, lock, 'lock')
+      if err then
+        return err
+      end
+    end
   end
+
+  local function grant()
+    local counter = carried_counter
+    if not counter then
+      counter, err = read_fence(fence)
+      if err then
+        return err
+      end
+    end
+    if ARGV[6] == '2' then
+      -- Our own entry from an earlier busy attempt goes with the grant.
+      local gone = redis.pcall('lrem', queue, 1, entry)
+      err = read_error(gone, queue, 'lock queue')
+      if err then
+        return err
+      end
+    end
+    local token = next_token(fence, ARGV[4], counter, ARGV[5])
+    redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
+    if ARGV[6] == '2' then
+      -- Others may be queued behind us (we got a free lock, e.g. after a
+      -- crashed holder): our release must look.
+      redis.call('hset', lock, '~w', 1)
+    end
+    redis.call('pexpire', lock, lease)
+    return {1, token}
+  end
+
+  if pttl == -2 then
+    return grant()
+  end
+
+  if held[1] then
+    if held[2] ~= ARGV[3] then
+      -- Left by an acquisition of this owner that the caller no longer holds
+      -- (its release never arrived, or the lock was handed to it while it
+      -- waited and the message was lost): a fresh acquisition replaces it,
+      -- with a new token, so nothing carrying the old token matches it any
+      -- more.
+      return grant()
+    end
+    redis.call('hincrby', lock, owner, 1)
+    -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
+    if pttl < lease then
+      redis.call('pexpire', lock, lease)
+    end
+    return {2, tonumber(held[2])}
+  end
+
+  -- Busy. Only our own locks (with a token) queue waiters.
+  if not held[2] then
+    return {0, pttl or redis.call('pttl', lock), 0}
+  end
+  local queued = 0
+  if ARGV[6] ~= '' then
+    local at = false
+    if ARGV[6] == '2' then
+      at = redis.pcall('lpos', queue, entry)
+      err = read_error(at, queue, 'lock queue')
+      if err then
+        return err
+      end
+      if at == 0 then
+        pttl = pttl or redis.call('pttl', lock)
+      end
+    end
+    if not at then
+      if ARGV[6] == '2' then
+        -- Gone (handed to us and expired, or the queue expired): a new entry
+        -- with a new number.
+        entry = entry_of(ARGV[9])
+        queued = 2
+      end
+      local length = redis.pcall('rpush', queue, entry)
+      err = read_error(length, queue, 'lock queue')
+      if err then
+        return err
+      end
+      if length == 1 then
+        -- The head watches the holder's lease (a crashed holder hands
+        -- nothing over). A new queue lives about as long as its first waiter
+        -- could wait for this holder; entries of crashed waiters go with it.
+        -- A queue that expires under live waiters only costs them a wake-all.
+        pttl = pttl or redis.call('pttl', lock)
+        redis.call('pexpire', queue, math.max(pttl, 0) + lease)
+      end
+    end
+    queued = math.max(queued, 1)
+  end
+  if not pttl and queued == 0 then
+    pttl = redis.call('pttl', lock)
+  end
+  -- Tell the holder that somebody waits (its release then looks at the
+  -- queue, or wakes every waiter of other clients).
+  if not held[3] then
+    redis.call('hset', lock, '~w', 1)
+  end
+  return {0, pttl or -3, queued}
 end
 
-local function grant()
-  local counter
-  counter, err = read_fence(fence)
+local released
+if ARGV[10] and ARGV[10] ~= '' then
+  -- What the attempt reads after the release is validated first: it must
+  -- not fail once the release wrote (a script that fails writes nothing).
+  -- The lock hash is the release's first read; the queue is touched after
+  -- a write only to remove our own entry (a hand-off read it as a list).
+  local counter, err = read_fence(fence)
+  if not err and ARGV[6] == '2' then
+    err = wrong_type({queue, 'list'})
+  end
   if err then
     return err
   end
-  if ARGV[6] == '2' then
-    -- Our own entry from an earlier busy attempt goes with the grant.
-    local gone = redis.pcall('lrem', queue, 1, entry)
-    err = read_error(gone, queue, 'lock queue')
-    if err then
-      return err
-    end
+  released = release_lock(lock, fence, queue, ARGV[10], ARGV[11], '1', ARGV[12], ARGV[13], ARGV[4])
+  if type(released) == 'table' then
+    return released
   end
-  local token = next_token(fence, ARGV[4], counter, ARGV[5])
-  redis.call('hset', lock, owner, 1, '~t', string.format('%.0f', token))
-  if ARGV[6] == '2' then
-    -- Others may be queued behind us (we got a free lock, e.g. after a
-    -- crashed holder): our release must look.
-    redis.call('hset', lock, '~w', 1)
+  if released ~= 4 then
+    -- Only a hand-off writes the counter.
+    carried_counter = counter
   end
-  redis.call('pexpire', lock, lease)
-  return {1, token}
 end
-
-if pttl == -2 then
-  return grant()
+local reply = attempt()
+if released and not reply.err then
+  reply[#reply + 1] = released
 end
-
-if held[1] then
-  if held[2] ~= ARGV[3] then
-    -- Left by an acquisition of this owner that the caller no longer holds
-    -- (its release never arrived, or the lock was handed to it while it
-    -- waited and the message was lost): a fresh acquisition replaces it,
-    -- with a new token, so nothing carrying the old token matches it any
-    -- more.
-    return grant()
-  end
-  redis.call('hincrby', lock, owner, 1)
-  -- Re-entry never shortens the lease: PTTL becomes max(PTTL, lease).
-  if pttl < lease then
-    redis.call('pexpire', lock, lease)
-  end
-  return {2, tonumber(held[2])}
-end
-
--- Busy. Only our own locks (with a token) queue waiters.
-if not held[2] then
-  return {0, pttl or redis.call('pttl', lock), 0}
-end
-local queued = 0
-if ARGV[6] ~= '' then
-  local at = false
-  if ARGV[6] == '2' then
-    at = redis.pcall('lpos', queue, entry)
-    err = read_error(at, queue, 'lock queue')
-    if err then
-      return err
-    end
-    if at == 0 then
-      pttl = pttl or redis.call('pttl', lock)
-    end
-  end
-  if not at then
-    if ARGV[6] == '2' then
-      -- Gone (handed to us and expired, or the queue expired): a new entry
-      -- with a new number.
-      entry = entry_of(ARGV[9])
-      queued = 2
-    end
-    local length = redis.pcall('rpush', queue, entry)
-    err = read_error(length, queue, 'lock queue')
-    if err then
-      return err
-    end
-    if length == 1 then
-      -- The head watches the holder's lease (a crashed holder hands
-      -- nothing over). A new queue lives about as long as its first waiter
-      -- could wait for this holder; entries of crashed waiters go with it.
-      -- A queue that expires under live waiters only costs them a wake-all.
-      pttl = pttl or redis.call('pttl', lock)
-      redis.call('pexpire', queue, math.max(pttl, 0) + lease)
-    end
-  end
-  queued = math.max(queued, 1)
-end
-if not pttl and queued == 0 then
-  pttl = redis.call('pttl', lock)
-end
--- Tell the holder that somebody waits (its release then looks at the
--- queue, or wakes every waiter of other clients).
-if not held[3] then
-  redis.call('hset', lock, '~w', 1)
-end
-return {0, pttl or -3, queued}
+return reply

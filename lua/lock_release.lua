@@ -14,30 +14,6 @@
 -- published), 1 still held (re-entrant), 2 released (nobody had tried:
 -- nothing published), 3 released and waiters of other clients woken (they
 -- tried, none is queued), 4 handed to the oldest queued waiter.
-local lock, owner = KEYS[1], ARGV[1]
-local held = redis.pcall('hmget', lock, owner, '~t', '~w', '~f')
-local err = read_error(held, lock, 'lock')
-if err then
-  return err
-end
-if not held[1] or held[2] ~= ARGV[2] then
-  return 0
-end
-if ARGV[3] ~= '1' and tonumber(held[1]) > 1 then
-  redis.call('hincrby', lock, owner, -1)
-  return 1
-end
--- Only waiters of other clients ask Redis (local ones queue in their
--- client), and each marked '~w' when it found the lock busy.
-if not held[3] then
-  redis.call('del', lock)
-  return 2
-end
--- Handed to the oldest queued waiter, or (nobody queued, or the queue or
--- the counter is not ours) freed and every waiter woken.
-if KEYS[3] and hand_to_next(lock, KEYS[3], KEYS[2], ARGV[6], tonumber(held[2]), held[4], ARGV[4], ARGV[5]) then
-  return 4
-end
-redis.call('del', lock)
-redis.call(ARGV[4], ARGV[5], 'unlock')
-return 3
+-- The body is release_lock in prelude.lua (a dropped guard's release
+-- folded into the next acquisition runs it too).
+return release_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

@@ -192,6 +192,45 @@ local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish
 end
 
 
+-- Releases one hold (or, `last` = '1', the owner's whole hold) of a
+-- reentrant lock: lock_release.lua, and a release that lock_acquire.lua
+-- carries before its own attempt (a dropped guard's, folded into the next
+-- acquisition of its client). `queue` and `fence` may be nil (a release
+-- while the slot migrates: waiters are woken, not handed the lock).
+-- Returns 0 not held by this owner/acquisition (nothing written, nothing
+-- published), 1 still held (re-entrant), 2 released (nobody had tried:
+-- nothing published), 3 released and waiters of other clients woken (they
+-- tried, none is queued), 4 handed to the oldest queued waiter; or an error
+-- reply (the lock key of another type; nothing written).
+local function release_lock(lock, fence, queue, owner, token, last, publish, channel, fence_ttl)
+  local held = redis.pcall('hmget', lock, owner, '~t', '~w', '~f')
+  local err = read_error(held, lock, 'lock')
+  if err then
+    return err
+  end
+  if not held[1] or held[2] ~= token then
+    return 0
+  end
+  if last ~= '1' and tonumber(held[1]) > 1 then
+    redis.call('hincrby', lock, owner, -1)
+    return 1
+  end
+  -- Only waiters of other clients ask Redis (local ones queue in their
+  -- client), and each marked '~w' when it found the lock busy.
+  if not held[3] then
+    redis.call('del', lock)
+    return 2
+  end
+  -- Handed to the oldest queued waiter, or (nobody queued, or the queue or
+  -- the counter is not ours) freed and every waiter woken.
+  if queue and hand_to_next(lock, queue, fence, fence_ttl, tonumber(held[2]), held[4], publish, channel) then
+    return 4
+  end
+  redis.call('del', lock)
+  redis.call(publish, channel, 'unlock')
+  return 3
+end
+
 -- Semaphores: hand-off to the oldest waiters. The wait queue holds
 -- "<lease ms> <number> <permit id>", oldest first (the number names the
 -- entry, as a lock's).

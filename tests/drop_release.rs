@@ -548,3 +548,139 @@ async fn guards_dropped_by_panics_aborts_and_right_before_shutdown_are_released(
         .collect();
     assert!(records.is_empty(), "warned: {records:#?}");
 }
+
+/// A guard dropped and the lock asked for again by the same client: the
+/// next attempt carries the dropped guard's release in its own script, so
+/// an acquire-and-drop cycle costs one script call, and each cycle is a
+/// new acquisition (a higher token). On one thread the background sender
+/// only runs once the attempt is sent, so every release is carried.
+#[tokio::test(flavor = "current_thread")]
+async fn an_acquisition_right_after_a_drop_carries_the_release_in_its_script() {
+    let _serial = serial().await;
+    let env = common::Env::start().await;
+    let client = env.client().await;
+    let lock = client.lock("folded");
+    // Warm the script cache (a NOSCRIPT would add calls), then wait until
+    // the last release went out on its own.
+    drop(lock.lock().await.expect("lock"));
+    drop(lock.lock().await.expect("lock"));
+    let key = common::lock_key("folded");
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            fred::interfaces::KeysInterface::exists::<i64, _>(&env.admin, &key)
+                .await
+                .unwrap()
+                == 0
+        })
+        .await
+    );
+    let before = common::evalsha_calls(&env).await;
+    let mut last = 0;
+    const CYCLES: u64 = 50;
+    for i in 0..CYCLES {
+        let guard = lock
+            .try_lock(Duration::ZERO, None)
+            .await
+            .expect("try_lock")
+            .unwrap_or_else(|| panic!("busy on round {i}, right after the drop"));
+        assert!(guard.fencing_token() > last, "a new acquisition each time");
+        last = guard.fencing_token();
+        drop(guard);
+    }
+    // The last drop's release goes out on its own once we yield: it may
+    // be counted too.
+    let calls = common::evalsha_calls(&env).await - before;
+    assert!(
+        (CYCLES..=CYCLES + 1).contains(&calls),
+        "{calls} script calls for {CYCLES} cycles: one per cycle expected"
+    );
+    let other = env.client().await;
+    assert_free_within(&other, "folded", Duration::from_secs(5), || {
+        "the last dropped guard's release was never sent".into()
+    })
+    .await;
+}
+
+/// A dropped guard's release carried by the next attempt is owner- and
+/// token-checked as any release: the hold was force-unlocked and the lock
+/// taken by another client meanwhile, so the carried release frees nothing
+/// (the other client keeps the lock), the attempt finds it busy, and the
+/// dropped hold's lost signal fires. Once the other client lets go, the
+/// next acquisition gets a token above its.
+#[tokio::test(flavor = "current_thread")]
+async fn a_carried_release_of_a_hold_lost_meanwhile_frees_nothing() {
+    let _serial = serial().await;
+    let env = common::Env::start().await;
+    let client = env.client().await;
+    let other = env.client().await;
+    let lock = client.lock("folded-lost");
+    let guard = lock.lock().await.expect("lock");
+    let signal = guard.lost_signal();
+    assert!(other
+        .lock("folded-lost")
+        .force_unlock()
+        .await
+        .expect("force"));
+    let theirs = other
+        .lock("folded-lost")
+        .try_lock(Duration::ZERO, None)
+        .await
+        .expect("try_lock")
+        .expect("free after the force-unlock");
+    drop(guard);
+    let mine = lock.try_lock(Duration::ZERO, None).await.expect("try_lock");
+    assert!(mine.is_none(), "the other client holds it");
+    assert!(
+        other
+            .lock("folded-lost")
+            .is_held_by_current_task()
+            .await
+            .expect("read"),
+        "the carried release freed another client's hold"
+    );
+    tokio::time::timeout(Duration::from_secs(5), signal)
+        .await
+        .expect("the dropped hold's lost signal fired");
+    let token = theirs.fencing_token();
+    theirs.unlock().await.expect("unlock");
+    let next = lock
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .expect("try_lock")
+        .expect("free");
+    assert!(next.fencing_token() > token);
+}
+
+/// An attempt that carries a dropped guard's release and is cancelled
+/// before its reply (the connection stalls): the release may or may not
+/// have run, so it is sent again in the background, and the attempt's own
+/// grant is undone. Once the connection is back the lock is free for
+/// another client well within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_attempt_carrying_a_release_leaks_nothing() {
+    let _serial = serial().await;
+    let server = RedisServer::start().await;
+    let proxy = redisync_testkit::FaultProxy::start(server.addr()).await;
+    let client = common::client_via(&proxy).await;
+    let other = Client::connect(&server.url()).await.expect("connect");
+    let lock = client.lock("folded-cancelled");
+    drop(lock.lock().await.expect("lock")); // warm the scripts
+    for i in 0..3 {
+        let guard = lock.lock().await.expect("lock");
+        proxy.blackhole(redisync_testkit::Direction::Both);
+        drop(guard);
+        let attempt = tokio::time::timeout(
+            Duration::from_millis(200),
+            lock.try_lock(Duration::from_secs(10), None),
+        )
+        .await;
+        assert!(attempt.is_err(), "round {i}: answered through a blackhole");
+        proxy.heal();
+        proxy.reset_connections();
+        assert_free_within(&other, "folded-cancelled", Duration::from_secs(15), || {
+            format!("round {i}: still held 15 s after the connection came back (lease 30 s)")
+        })
+        .await;
+    }
+    client.shutdown().await.expect("shutdown");
+}

@@ -32,6 +32,7 @@ static FAIR_HOLD: HoldOps = HoldOps {
     rebind: Some(|redis, hold, from, to| {
         Box::pin(rebind_lock_hash(redis, hold, from, to, "fair lock"))
     }),
+    folds_release: false,
 };
 
 /// Releases one hold of `hold` (`last`: the acquisition), keys derived from

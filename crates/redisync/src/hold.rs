@@ -45,6 +45,10 @@ pub(crate) struct HoldOps {
     /// idempotent (a repeat finds it rebound): `Ok(false)` when that
     /// acquisition no longer holds (nothing written).
     pub(crate) rebind: Option<RebindFn>,
+    /// Whether the kind's acquire script can carry a final release of one
+    /// of its holds (a dropped guard's, run before the attempt in the same
+    /// script: one round trip and one script per acquire-and-drop cycle).
+    pub(crate) folds_release: bool,
 }
 
 /// See [`HoldOps::rebind`]: (redis, hold, from, to).
@@ -247,6 +251,19 @@ impl Hold {
     /// queued (see the field).
     pub(crate) async fn release_order(&self) -> tokio::sync::MutexGuard<'_, bool> {
         self.final_queued.lock().await
+    }
+
+    /// Marks the final release queued without waiting: `false` when a
+    /// count-down of this hold is running (the caller then releases the
+    /// ordinary way, which waits for it).
+    pub(crate) fn try_mark_final_queued(&self) -> bool {
+        match self.final_queued.try_lock() {
+            Ok(mut queued) => {
+                *queued = true;
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Whether the hold keeps its slot's local turn (an exclusive lock).

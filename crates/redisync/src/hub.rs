@@ -69,6 +69,10 @@ pub(crate) struct Slot {
     /// The last look found the name held by another client, or our
     /// release handed it to one (a hint for the next attempt's reads).
     expect_busy: AtomicBool,
+    /// A dropped guard's final release not sent yet: the next attempt on
+    /// the name carries it in its own script, or its background task sends
+    /// it (see `engine::held`).
+    parked_release: Mutex<Option<Arc<Hold>>>,
 }
 
 /// A registration for addressed messages and its number of local users.
@@ -216,6 +220,41 @@ impl Slot {
 
     pub(crate) fn remove_holder(&self, hold: &Arc<Hold>) {
         lock_unpoisoned(&self.holders).retain(|h| !Arc::ptr_eq(h, hold));
+    }
+
+    /// Parks `hold`'s final release for the next attempt on the name to
+    /// carry; `false` when another one is parked already.
+    pub(crate) fn park_release(&self, hold: &Arc<Hold>) -> bool {
+        let mut parked = lock_unpoisoned(&self.parked_release);
+        if parked.is_some() {
+            return false;
+        }
+        *parked = Some(hold.clone());
+        true
+    }
+
+    /// Takes the parked release, if any, to carry it in an attempt.
+    pub(crate) fn take_parked_release(&self) -> Option<Arc<Hold>> {
+        lock_unpoisoned(&self.parked_release).take()
+    }
+
+    /// Whether `hold`'s release is still parked.
+    pub(crate) fn has_parked_release(&self, hold: &Arc<Hold>) -> bool {
+        lock_unpoisoned(&self.parked_release)
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, hold))
+    }
+
+    /// Runs `send` on `hold` if it is still parked, under the parking lock:
+    /// an attempt that finds nothing parked comes after what `send` queued.
+    pub(crate) fn send_parked_release(&self, hold: &Arc<Hold>, send: impl FnOnce()) -> bool {
+        let mut parked = lock_unpoisoned(&self.parked_release);
+        if !parked.as_ref().is_some_and(|p| Arc::ptr_eq(p, hold)) {
+            return false;
+        }
+        *parked = None;
+        send();
+        true
     }
 
     /// Whether the next hand-off should let other clients in first.
@@ -476,6 +515,7 @@ impl Hub {
                 fairness: Mutex::new(Fairness::default()),
                 addressed: Mutex::new(HashMap::new()),
                 expect_busy: AtomicBool::new(self.busy_hints.remove(key).is_some()),
+                parked_release: Mutex::new(None),
             }),
             users: 0,
         });

@@ -35,6 +35,7 @@ pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
         Box::pin(release_hold(redis, publish, fence_ttl_ms, hold, last))
     },
     rebind: Some(|redis, hold, from, to| Box::pin(rebind_lock_hash(redis, hold, from, to, "lock"))),
+    folds_release: true,
 };
 
 /// Keys and arguments of `lock_renew.lua` for one hold of the lock hash
@@ -431,7 +432,27 @@ impl Spec for Lock {
 
     async fn attempt(&self, t: Try<'_, Option<u64>>) -> Result<Reply> {
         let client = self.named().client_inner();
-        let reply: Vec<i64> = ACQUIRE
+        let mut args = vec![
+            Value::String(t.holder.into()),
+            Value::Integer(t.lease_ms),
+            token_arg(t.keep),
+            Value::Integer(client.settings.fence_ttl_ms()),
+            token_arg(t.ask),
+            t.wait_mode(),
+            Value::String(if t.expect_busy { "1" } else { "" }.into()),
+            Value::String(t.number.to_string().into()),
+            Value::String(t.next_number.to_string().into()),
+        ];
+        if let Some((hold, _)) = t.release {
+            // A dropped guard's final release, run first (release_lock).
+            args.extend([
+                hold.owner(),
+                Value::String(hold.token.to_string().into()),
+                Value::String(client.hub.publish_command().into()),
+                Value::from(hold.channel.clone()),
+            ]);
+        }
+        let mut reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 &client.redis,
                 &self.inner.key,
@@ -440,19 +461,20 @@ impl Spec for Lock {
                     self.inner.fence.clone(),
                     self.inner.role(Role::Queue),
                 ],
-                vec![
-                    Value::String(t.holder.into()),
-                    Value::Integer(t.lease_ms),
-                    token_arg(t.keep),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                    token_arg(t.ask),
-                    t.wait_mode(),
-                    Value::String(if t.expect_busy { "1" } else { "" }.into()),
-                    Value::String(t.number.to_string().into()),
-                    Value::String(t.next_number.to_string().into()),
-                ],
+                args,
             )
             .await?;
+        if let Some((_, released)) = t.release {
+            match reply.pop() {
+                Some(code) => released.store(code, std::sync::atomic::Ordering::Release),
+                None => {
+                    return Err(Error::Script {
+                        name: "lock_acquire.lua",
+                        message: "no answer for the release it carried".into(),
+                    })
+                }
+            }
+        }
         match reply[..] {
             [1 | 2, token] => Ok(Reply::granted(token)),
             [0, pttl, queued] => Ok(Reply::Busy {

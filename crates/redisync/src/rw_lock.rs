@@ -85,6 +85,7 @@ static READ_HOLD: HoldOps = HoldOps {
         Box::pin(release_side(redis, publish, hold, Side::Read, last))
     },
     rebind: None,
+    folds_release: false,
 };
 
 static WRITE_HOLD: HoldOps = HoldOps {
@@ -94,6 +95,7 @@ static WRITE_HOLD: HoldOps = HoldOps {
         Box::pin(release_side(redis, publish, hold, Side::Write, last))
     },
     rebind: None,
+    folds_release: false,
 };
 
 fn mark_ms() -> i64 {

@@ -568,6 +568,7 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
     },
     release: |redis, publish, _, hold, _| Box::pin(release_permit(redis, publish, hold)),
     rebind: None,
+    folds_release: false,
 };
 
 /// Gives back the permits of `hold`.

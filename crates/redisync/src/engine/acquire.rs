@@ -3,6 +3,7 @@
 //! (undo armed) -> granted: hold, replica sync | busy: subscribe, then park
 //! until woken or the server's bound } -> undo on cancel, error or timeout.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::held::Held;
+use super::held::{Folded, Held};
 use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
@@ -178,8 +179,24 @@ async fn contend<S: Spec>(
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
-        let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
+        let mut attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
+        // A dropped guard's release of this client goes first, in the same
+        // script; what it found is applied once the reply is in.
+        let folded = spec
+            .hold_ops(ask)
+            .folds_release
+            .then(|| Folded::take(&named.client.inner, slot))
+            .flatten();
+        let released = AtomicI64::new(-1);
+        attempt.release = folded.as_ref().map(|f| (f.hold(), &released));
         let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
+        if let Some(folded) = folded {
+            match released.load(Ordering::Acquire) {
+                // No answer (an error, no reply): sent again in the background.
+                code if code < 0 || reply.is_err() => drop(folded),
+                code => folded.finish(code),
+            }
+        }
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
         let until = match reply {
             // Refused unrun while the slot migrates (after the runner's own
@@ -302,6 +319,7 @@ impl Place {
             next_number: self.next_number,
             expect_busy,
             ask,
+            release: None,
         }
     }
 
@@ -646,6 +664,7 @@ async fn reenter<S: Spec>(
             next_number: 0,
             expect_busy: false,
             ask: grant.ask,
+            release: None,
         }))
         .await;
     if !matches!(&reply, Err(e) if e.outcome_unknown()) {

@@ -20,6 +20,10 @@ use crate::script::checked_ms;
 /// waiters of other clients get a turn.
 const LOCAL_STREAK_CAP: u32 = 4;
 
+/// Yields of the runtime a parked release waits at most for the attempt
+/// that carries it, while a local task has the turn (see [`park_release`]).
+const PARKED_YIELDS: u32 = 4;
+
 /// One guard's share of a [`Hold`] (re-entrant guards of one owner share it).
 pub(crate) struct Held {
     client: Arc<ClientInner>,
@@ -210,7 +214,7 @@ impl Held {
             slot: self.slot.clone(),
             hold: last.then(|| hold.clone()),
         };
-        let released = release_hold(&self.client, &self.slot, &hold, last).await;
+        let released = release_hold(&self.client, &self.slot, &hold, last, false).await;
         if !matches!(&released, Err(e) if e.is_retryable()) {
             finish.hold = None;
         }
@@ -265,8 +269,9 @@ async fn release_hold(
     slot: &SlotRef,
     hold: &Hold,
     last: bool,
+    turn_passed: bool,
 ) -> Result<Released> {
-    let hands_off = last && hold.keeps_turn();
+    let hands_off = last && (turn_passed || hold.keeps_turn());
     let yield_turn = hands_off && slot.should_yield(LOCAL_STREAK_CAP);
     let sent_at = Instant::now();
     // Guards of one hold may go in several flows at once. A count-down
@@ -302,20 +307,7 @@ async fn release_hold(
     };
     drop(order);
     if let Ok(released) = &result {
-        if hands_off {
-            slot.record_release(released.contended);
-        }
-        if last {
-            slot.set_expect_busy(released.handed);
-        }
-        if let Some(next) = &released.next_owner {
-            // A local next owner need not wait for the message.
-            slot.wake_addressed(next);
-        }
-        if last && !released.not_held && !released.handed {
-            // Local waiters need not wait for our own message.
-            slot.wake();
-        }
+        after_release(slot, released, last, hands_off);
     }
     if yield_turn {
         let pause =
@@ -326,13 +318,169 @@ async fn release_hold(
     result
 }
 
+/// What a release that came back tells the slot (`hands_off`: the hold
+/// kept the local turn and passed it on).
+fn after_release(slot: &SlotRef, released: &Released, last: bool, hands_off: bool) {
+    if hands_off {
+        slot.record_release(released.contended);
+    }
+    if last {
+        slot.set_expect_busy(released.handed);
+    }
+    if let Some(next) = &released.next_owner {
+        // A local next owner need not wait for the message.
+        slot.wake_addressed(next);
+    }
+    if last && !released.not_held && !released.handed {
+        // Local waiters need not wait for our own message.
+        slot.wake();
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
         };
         let last = detach(&self.slot, &hold, self.watchdog);
-        release_in_background(self.client.clone(), self.slot.clone(), hold, last);
+        if !(last && park_release(&self.client, &self.slot, &hold)) {
+            release_in_background(self.client.clone(), self.slot.clone(), hold, last);
+        }
+    }
+}
+
+/// Parks the final release of a dropped guard's hold in its slot and passes
+/// the local turn on at once: the next attempt on the name by this client
+/// (the dropping task's, or the next local waiter's) carries the release in
+/// its own script, so an acquire-and-drop cycle costs one round trip and
+/// one script. A task sends it after one yield of the runtime if no attempt
+/// took it by then. Only for kinds whose acquire script can carry it
+/// ([`HoldOps::folds_release`](crate::hold::HoldOps)), without replica sync
+/// (a release then waits for replicas), and not when the turn goes to other
+/// clients first. `false`: release it the ordinary way.
+fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> bool {
+    if !hold.ops.folds_release
+        || client.settings.replica_sync.is_some()
+        || !hold.keeps_turn()
+        || slot.should_yield(LOCAL_STREAK_CAP)
+        || hold.owner_epoch() % 2 == 1
+        || !client.routers_running()
+    {
+        return false;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    let Some(task) = client.start_background() else {
+        return false;
+    };
+    if !hold.try_mark_final_queued() || !slot.park_release(hold) {
+        return false;
+    }
+    hold.open_gate();
+    let (owner, home, parked) = (client.clone(), slot.clone(), hold.clone());
+    let sender = rt.spawn(async move {
+        let _task = task;
+        // The dropping task (or the next local waiter) is likely on its way
+        // to an attempt that will carry the release: a few yields of the
+        // runtime let it, and bound how long the release waits.
+        for _ in 0..PARKED_YIELDS {
+            tokio::task::yield_now().await;
+            if !home.has_parked_release(&parked) {
+                return;
+            }
+        }
+        let mut release = Box::pin(release_task(
+            owner,
+            home.clone(),
+            parked.clone(),
+            true,
+            true,
+        ));
+        // Queued under the parking lock: an attempt that finds nothing
+        // parked is sent after it.
+        let mut done = false;
+        let sent = home.send_parked_release(&parked, || {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            done = release.as_mut().poll(&mut cx).is_ready();
+        });
+        if sent && !done {
+            release.await;
+        }
+    });
+    if sender.is_finished() {
+        // Refused (the runtime shuts down): nothing will send it.
+        if slot.send_parked_release(hold, || {}) {
+            tracing::debug!(lock_key = %hold.key, "guard dropped while the runtime shuts down; it expires with its lease");
+        }
+    }
+    true
+}
+
+/// A parked release an attempt took to carry (see [`park_release`]): given
+/// the attempt's answer with [`Folded::finish`]; dropped unfinished (the
+/// attempt failed, was refused or cancelled: the release may or may not
+/// have run), it is sent again in the background (owner- and
+/// token-checked: it never touches a later acquisition).
+pub(crate) struct Folded {
+    client: Arc<ClientInner>,
+    slot: SlotRef,
+    hold: Option<Arc<Hold>>,
+    /// A shutdown waits for the release.
+    task: Option<crate::client::BackgroundTask>,
+}
+
+impl Folded {
+    /// The release parked in `slot`, if any, for an attempt of a kind whose
+    /// script can carry it.
+    pub(crate) fn take(client: &Arc<ClientInner>, slot: &SlotRef) -> Option<Folded> {
+        // Shutting down: left to its own task, which the shutdown waits for.
+        let task = client.start_background()?;
+        slot.take_parked_release().map(|hold| Folded {
+            client: client.clone(),
+            slot: slot.clone(),
+            hold: Some(hold),
+            task: Some(task),
+        })
+    }
+
+    pub(crate) fn hold(&self) -> &Hold {
+        self.hold
+            .as_deref()
+            .unwrap_or_else(|| unreachable!("a folded release used after it finished"))
+    }
+
+    /// The carrying script answered the release's `code` (see
+    /// [`Released::from_code`]).
+    pub(crate) fn finish(mut self, code: i64) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        let released = Released {
+            contended: code == 3,
+            handed: code == 4,
+            ..Released::from_code(code)
+        };
+        after_release(&self.slot, &released, true, true);
+        if released.not_held {
+            hold.mark_lost("release on drop found it gone");
+        }
+    }
+}
+
+impl Drop for Folded {
+    fn drop(&mut self) {
+        let (Some(hold), Some(task)) = (self.hold.take(), self.task.take()) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return; // the lease ends it
+        };
+        let release = release_task(self.client.clone(), self.slot.clone(), hold, true, true);
+        rt.spawn(async move {
+            let _task = task;
+            release.await;
+        });
     }
 }
 
@@ -367,28 +515,10 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         return;
     };
     let client_alive = client.routers_running();
+    let release = release_task(client, slot, hold, last, false);
     let release = async move {
         let _task = task;
-        let result = if last {
-            retry_until_deadline(
-                hold.valid_until(),
-                || client.check_open(),
-                || release_hold(&client, &slot, &hold, true),
-            )
-            .await
-        } else {
-            release_hold(&client, &slot, &hold, false).await
-        };
-        match result {
-            Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
-            Ok(_) => {}
-            Err(e) if client.check_open().is_err() => {
-                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease");
-            }
-            Err(e) => {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease");
-            }
-        }
+        release.await;
     };
     // Polled once here, then by its task: the script is queued on the
     // connection and the local turn passed on before the dropping task goes
@@ -415,6 +545,41 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if release.as_mut().poll(&mut cx).is_ready() {
             *first = None;
+        }
+    }
+}
+
+/// The release of one guard's hold in the background (`last`: the
+/// acquisition, retried while Redis is unreachable until the lease would
+/// have run out; `turn_passed`: the hold's local turn was passed on
+/// already), reporting what it found.
+fn release_task(
+    client: Arc<ClientInner>,
+    slot: SlotRef,
+    hold: Arc<Hold>,
+    last: bool,
+    turn_passed: bool,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let result = if last {
+            retry_until_deadline(
+                hold.valid_until(),
+                || client.check_open(),
+                || release_hold(&client, &slot, &hold, true, turn_passed),
+            )
+            .await
+        } else {
+            release_hold(&client, &slot, &hold, false, false).await
+        };
+        match result {
+            Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
+            Ok(_) => {}
+            Err(e) if client.check_open().is_err() => {
+                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease");
+            }
+            Err(e) => {
+                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease");
+            }
         }
     }
 }

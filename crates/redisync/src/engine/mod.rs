@@ -7,6 +7,7 @@
 //! once.
 
 use std::future::Future;
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
 use crate::error::Result;
-use crate::hold::HoldOps;
+use crate::hold::{Hold, HoldOps};
 use crate::hub::Slot;
 use crate::inspect::Inspection;
 use crate::keys::{self, Kind, Role};
@@ -81,6 +82,10 @@ pub(crate) struct Try<'a, A> {
     /// its release handed it over): a hint for the script's read order.
     pub(crate) expect_busy: bool,
     pub(crate) ask: A,
+    /// A dropped guard's final release for the script to run first (see
+    /// [`HoldOps::folds_release`](crate::hold::HoldOps)), and where the
+    /// script's answer for it goes.
+    pub(crate) release: Option<(&'a Hold, &'a AtomicI64)>,
 }
 
 impl<A> Try<'_, A> {
