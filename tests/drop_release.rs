@@ -556,6 +556,7 @@ async fn guards_dropped_by_panics_aborts_and_right_before_shutdown_are_released(
 /// only runs once the attempt is sent, so every release is carried.
 #[tokio::test(flavor = "current_thread")]
 async fn an_acquisition_right_after_a_drop_carries_the_release_in_its_script() {
+    const CYCLES: u64 = 50;
     let _serial = serial().await;
     let env = common::Env::start().await;
     let client = env.client().await;
@@ -576,7 +577,6 @@ async fn an_acquisition_right_after_a_drop_carries_the_release_in_its_script() {
     );
     let before = common::evalsha_calls(&env).await;
     let mut last = 0;
-    const CYCLES: u64 = 50;
     for i in 0..CYCLES {
         let guard = lock
             .try_lock(Duration::ZERO, None)

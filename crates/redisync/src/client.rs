@@ -302,6 +302,9 @@ pub(crate) struct ClientInner {
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
     /// See [`ClientBuilder::restart_guard`].
     pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
+    /// The runtime the client was connected on, which runs its connection
+    /// tasks (and is driven while they work).
+    pub(crate) runtime: tokio::runtime::Id,
 }
 
 /// The URL schemes `connect` takes (no TLS is built in).
@@ -628,6 +631,7 @@ impl Client {
             reconnects,
             routers: std::sync::Mutex::new(routers),
             restart_guard,
+            runtime: tokio::runtime::Handle::current().id(),
         });
         let mut tasks = vec![
             tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),

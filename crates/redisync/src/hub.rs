@@ -238,6 +238,11 @@ impl Slot {
         lock_unpoisoned(&self.parked_release).take()
     }
 
+    /// Whether a release is parked.
+    pub(crate) fn has_parked(&self) -> bool {
+        lock_unpoisoned(&self.parked_release).is_some()
+    }
+
     /// Whether `hold`'s release is still parked.
     pub(crate) fn has_parked_release(&self, hold: &Arc<Hold>) -> bool {
         lock_unpoisoned(&self.parked_release)

@@ -179,24 +179,8 @@ async fn contend<S: Spec>(
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
-        let mut attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
-        // A dropped guard's release of this client goes first, in the same
-        // script; what it found is applied once the reply is in.
-        let folded = spec
-            .hold_ops(ask)
-            .folds_release
-            .then(|| Folded::take(&named.client.inner, slot))
-            .flatten();
-        let released = AtomicI64::new(-1);
-        attempt.release = folded.as_ref().map(|f| (f.hold(), &released));
-        let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
-        if let Some(folded) = folded {
-            match released.load(Ordering::Acquire) {
-                // No answer (an error, no reply): sent again in the background.
-                code if code < 0 || reply.is_err() => drop(folded),
-                code => folded.finish(code),
-            }
-        }
+        let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
+        let reply = attempt_carrying(spec, slot, attempt).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
         let until = match reply {
             // Refused unrun while the slot migrates (after the runner's own
@@ -259,6 +243,34 @@ async fn contend<S: Spec>(
         }
         park(wakeup, since, until, deadline, &named.labels).await;
     }
+}
+
+/// Runs `attempt` (unless the client shuts down first), carrying the
+/// release of a guard of this client dropped just before when one is
+/// parked and the kind's script can carry it (see [`Folded`]); what that
+/// release found is applied once the reply is in.
+async fn attempt_carrying<S: Spec>(
+    spec: &S,
+    slot: &SlotRef,
+    mut attempt: Try<'_, S::Ask>,
+) -> Result<Reply> {
+    let client = &spec.named().client.inner;
+    let folded = spec
+        .hold_ops(attempt.ask)
+        .folds_release
+        .then(|| Folded::take(client, slot))
+        .flatten();
+    let released = AtomicI64::new(-1);
+    attempt.release = folded.as_ref().map(|f| (f.hold(), &released));
+    let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
+    if let Some(folded) = folded {
+        match released.load(Ordering::Acquire) {
+            // No answer (an error, no reply): sent again in the background.
+            code if code < 0 || reply.is_err() => drop(folded),
+            code => folded.finish(code),
+        }
+    }
+    reply
 }
 
 /// Where an acquisition stands in the name's queue in Redis.

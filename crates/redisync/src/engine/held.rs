@@ -368,9 +368,16 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
     {
         return false;
     }
+    // Only on the runtime that runs the client's connections: the task that
+    // sends the release if no attempt takes it needs a runtime that is
+    // driven (a sync caller's runtime may sit idle after the drop; the
+    // release is then queued on the connection at once, below).
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return false;
     };
+    if rt.id() != client.runtime {
+        return false;
+    }
     let Some(task) = client.start_background() else {
         return false;
     };
@@ -415,6 +422,28 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
         }
     }
     true
+}
+
+/// Sends the release parked in `key`'s slot now, if any (queued on the
+/// connection before this returns): a read of the name by this client
+/// (`is_locked`, `inspect`) then sees what the drop left, as it would
+/// without the parking.
+pub(crate) fn send_parked_release(
+    client: &Arc<ClientInner>,
+    key: &Arc<str>,
+    channel: &fred::types::Key,
+) {
+    if !client
+        .hub
+        .existing_slot(key)
+        .is_some_and(|s| s.has_parked())
+    {
+        return;
+    }
+    let slot = client.hub.slot(key, channel);
+    if let Some(hold) = slot.take_parked_release() {
+        send_in_background(client.clone(), slot, hold, true, true);
+    }
 }
 
 /// A parked release an attempt took to carry (see [`park_release`]): given
@@ -507,6 +536,18 @@ impl Drop for FinishInBackground {
 /// not idempotent: one try. A shutdown waits for it a while; after a
 /// shutdown, or outside a runtime, the lease ends it.
 fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>, last: bool) {
+    send_in_background(client, slot, hold, last, false);
+}
+
+/// [`release_in_background`]; `turn_passed`: the hold's local turn was
+/// passed on already (a parked release).
+fn send_in_background(
+    client: Arc<ClientInner>,
+    slot: SlotRef,
+    hold: Arc<Hold>,
+    last: bool,
+    turn_passed: bool,
+) {
     let Some(task) = client.start_background() else {
         return;
     };
@@ -515,7 +556,7 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
         return;
     };
     let client_alive = client.routers_running();
-    let release = release_task(client, slot, hold, last, false);
+    let release = release_task(client, slot, hold, last, turn_passed);
     let release = async move {
         let _task = task;
         release.await;
@@ -553,33 +594,31 @@ fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold
 /// acquisition, retried while Redis is unreachable until the lease would
 /// have run out; `turn_passed`: the hold's local turn was passed on
 /// already), reporting what it found.
-fn release_task(
+async fn release_task(
     client: Arc<ClientInner>,
     slot: SlotRef,
     hold: Arc<Hold>,
     last: bool,
     turn_passed: bool,
-) -> impl Future<Output = ()> + Send {
-    async move {
-        let result = if last {
-            retry_until_deadline(
-                hold.valid_until(),
-                || client.check_open(),
-                || release_hold(&client, &slot, &hold, true, turn_passed),
-            )
-            .await
-        } else {
-            release_hold(&client, &slot, &hold, false, false).await
-        };
-        match result {
-            Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
-            Ok(_) => {}
-            Err(e) if client.check_open().is_err() => {
-                tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease");
-            }
-            Err(e) => {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease");
-            }
+) {
+    let result = if last {
+        retry_until_deadline(
+            hold.valid_until(),
+            || client.check_open(),
+            || release_hold(&client, &slot, &hold, true, turn_passed),
+        )
+        .await
+    } else {
+        release_hold(&client, &slot, &hold, false, false).await
+    };
+    match result {
+        Ok(r) if r.not_held => hold.mark_lost("release on drop found it gone"),
+        Ok(_) => {}
+        Err(e) if client.check_open().is_err() => {
+            tracing::debug!(lock_key = %hold.key, error = %e, "release in the background cut short by the shutdown; it expires with its lease");
+        }
+        Err(e) => {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %hold.key, error = %e, "release in the background failed; it expires with its lease");
         }
     }
 }

@@ -224,6 +224,8 @@ impl Named {
     /// What Redis holds of this name now (a handle's `inspect`); `what`
     /// names it in errors.
     pub(crate) async fn inspect(&self, what: &str) -> Result<Inspection> {
+        // A dropped guard's release parked for our next attempt goes first.
+        held::send_parked_release(&self.client.inner, &self.key, &self.channel);
         crate::inspect::inspect_kind(self.client_inner(), &self.name, self.kind, what).await
     }
 
