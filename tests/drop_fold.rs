@@ -11,6 +11,23 @@ use common::capture::serial;
 
 const LEASE: Duration = Duration::from_secs(20);
 
+/// A fresh server and two clients on it, the first with its scripts loaded.
+async fn two_warm_clients() -> (common::Env, redisync::Client, redisync::Client) {
+    let env = common::Env::start().await;
+    let client = env.client().await;
+    let other = env.client().await;
+    client
+        .lock("warm")
+        .try_lock(Duration::from_secs(5), Some(LEASE))
+        .await
+        .expect("lock")
+        .expect("free")
+        .unlock()
+        .await
+        .expect("unlock");
+    (env, client, other)
+}
+
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -26,19 +43,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_on_an_idle_second_runtime_is_released() {
     let _serial = serial().await;
-    let env = common::Env::start().await;
-    let client = env.client().await;
-    let other = env.client().await;
-    // Warm the scripts.
-    client
-        .lock("warm")
-        .try_lock(Duration::from_secs(5), Some(LEASE))
-        .await
-        .expect("lock")
-        .expect("free")
-        .unlock()
-        .await
-        .expect("unlock");
+    let (env, client, other) = two_warm_clients().await;
     let lock = client.lock("idle-rt");
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<u64>();
     let (quit_tx, quit_rx) = std::sync::mpsc::channel::<()>();
@@ -87,18 +92,7 @@ async fn a_guard_dropped_on_an_idle_second_runtime_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_on_a_short_lived_second_runtime_is_released() {
     let _serial = serial().await;
-    let env = common::Env::start().await;
-    let client = env.client().await;
-    let other = env.client().await;
-    client
-        .lock("warm")
-        .try_lock(Duration::from_secs(5), Some(LEASE))
-        .await
-        .expect("lock")
-        .expect("free")
-        .unlock()
-        .await
-        .expect("unlock");
+    let (env, client, other) = two_warm_clients().await;
     let lock = client.lock("short-rt");
     let token = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
@@ -180,18 +174,7 @@ async fn is_locked_right_after_a_drop_sees_the_lock_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_after_a_drop_on_an_idle_runtime_releases_or_warns() {
     let _serial = serial().await;
-    let env = common::Env::start().await;
-    let client = env.client().await;
-    let other = env.client().await;
-    client
-        .lock("warm")
-        .try_lock(Duration::from_secs(5), Some(LEASE))
-        .await
-        .expect("lock")
-        .expect("free")
-        .unlock()
-        .await
-        .expect("unlock");
+    let (_env, client, other) = two_warm_clients().await;
     let _ = common::capture::take_records();
     let lock = client.lock("idle-sd");
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
@@ -256,13 +239,7 @@ async fn carried_releases_under_cancellation_never_overlap_or_leak() {
             };
             let (busy, last, rounds) = (busy.clone(), last.clone(), rounds.clone());
             tasks.push(tokio::spawn(async move {
-                let mut seed = (c as u64 + 3) * 7919 + t * 104_729;
-                let mut rnd = move || {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed
-                };
+                let mut rnd = common::xorshift((c as u64 + 3) * 7919 + t * 104_729);
                 while tokio::time::Instant::now() < stop {
                     let cut = Duration::from_micros(rnd() % 3000);
                     let guard = match tokio::time::timeout(cut, lock.lock()).await {
@@ -273,7 +250,7 @@ async fn carried_releases_under_cancellation_never_overlap_or_leak() {
                     let token = guard.fencing_token();
                     let prev = last.swap(token, Ordering::SeqCst);
                     assert!(token > prev, "token {token} after {prev}");
-                    if rnd() % 2 == 0 {
+                    if rnd().is_multiple_of(2) {
                         tokio::task::yield_now().await;
                     }
                     busy.store(false, Ordering::SeqCst);

@@ -221,16 +221,10 @@ async fn drop_released_guards_never_overlap() {
             let locks: Vec<_> = names.iter().map(|n| client.lock(n)).collect();
             let (busy, last, rounds) = (busy.clone(), last.clone(), rounds.clone());
             tasks.push(tokio::spawn(async move {
-                let mut seed = (c as u64 + 1) * 7919 + t * 104_729;
-                let mut rnd = move || {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed
-                };
+                let mut rnd = common::xorshift((c as u64 + 1) * 7919 + t * 104_729);
                 while tokio::time::Instant::now() < stop {
                     let k = (rnd() % 2) as usize;
-                    let guard = if rnd() % 3 == 0 {
+                    let guard = if rnd().is_multiple_of(3) {
                         match locks[k].try_lock(Duration::ZERO, None).await.expect("try") {
                             Some(g) => g,
                             None => continue,
@@ -245,13 +239,13 @@ async fn drop_released_guards_never_overlap() {
                     let token = guard.fencing_token();
                     let prev = last[k].swap(token, Ordering::SeqCst);
                     assert!(token > prev, "token {token} after {prev} on {k}");
-                    let again = (rnd() % 4 == 0).then_some(());
+                    let again = rnd().is_multiple_of(4).then_some(());
                     let nested = if again.is_some() {
                         Some(locks[k].lock().await.expect("re-enter"))
                     } else {
                         None
                     };
-                    if rnd() % 2 == 0 {
+                    if rnd().is_multiple_of(2) {
                         tokio::task::yield_now().await;
                     }
                     busy[k].store(false, Ordering::SeqCst);

@@ -480,3 +480,14 @@ impl SlotMove {
         }
     }
 }
+
+/// A small deterministic pseudo-random source (xorshift64) for stress
+/// tests: the same `seed` (not 0) gives the same sequence.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
