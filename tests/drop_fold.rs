@@ -28,6 +28,42 @@ async fn two_warm_clients() -> (common::Env, redisync::Client, redisync::Client)
     (env, client, other)
 }
 
+/// One acquisition of `lock` with a fixed lease, dropped at once; its token.
+async fn acquire_and_drop(lock: &redisync::Lock) -> u64 {
+    let guard = lock
+        .try_lock(Duration::from_secs(5), Some(LEASE))
+        .await
+        .expect("lock")
+        .expect("free");
+    let token = guard.fencing_token();
+    drop(guard);
+    token
+}
+
+/// `other` takes `name` within 3 s: the guard with `token` dropped just
+/// before was released (its client is alive and Redis reachable).
+async fn taken_soon(
+    env: &common::Env,
+    other: &redisync::Client,
+    name: &str,
+    token: u64,
+) -> redisync::LockGuard {
+    let got = other
+        .lock(name)
+        .try_lock(Duration::from_secs(3), Some(LEASE))
+        .await
+        .expect("try_lock");
+    let pttl: i64 = fred::interfaces::KeysInterface::pttl(&env.admin, &common::lock_key(name))
+        .await
+        .unwrap();
+    got.unwrap_or_else(|| {
+        panic!(
+            "the guard (token {token}) dropped 3 s ago is still held (pttl {pttl} ms left of its \
+             {LEASE:?} lease) although its client is alive and Redis reachable"
+        )
+    })
+}
+
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -49,39 +85,17 @@ async fn a_guard_dropped_on_an_idle_second_runtime_is_released() {
     let (quit_tx, quit_rx) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         let rt = current_thread();
-        let token = rt.block_on(async {
-            let g = lock
-                .try_lock(Duration::from_secs(5), Some(LEASE))
-                .await
-                .expect("lock")
-                .expect("free");
-            let token = g.fencing_token();
-            drop(g);
-            token
-        });
+        let token = rt.block_on(acquire_and_drop(&lock));
         let _ = done_tx.send(token);
         // Kept, not driven (a sync caller between two calls).
         let _ = quit_rx.recv();
         drop(rt);
     });
     let token = done_rx.await.expect("cycle ran");
-    let got = other
-        .lock("idle-rt")
-        .try_lock(Duration::from_secs(3), Some(LEASE))
-        .await
-        .expect("try_lock");
-    let key = common::lock_key("idle-rt");
-    let pttl: i64 = fred::interfaces::KeysInterface::pttl(&env.admin, &key)
-        .await
-        .unwrap();
+    let theirs = taken_soon(&env, &other, "idle-rt", token).await;
     let _ = quit_tx.send(());
     thread.join().expect("thread");
-    assert!(
-        got.is_some(),
-        "the guard (token {token}) dropped 3 s ago is still held (pttl {pttl} ms left of its \
-         {LEASE:?} lease) although its client is alive and Redis reachable"
-    );
-    drop(got);
+    drop(theirs);
     other.shutdown().await.expect("shutdown");
     client.shutdown().await.expect("shutdown");
 }
@@ -96,36 +110,14 @@ async fn a_guard_dropped_on_a_short_lived_second_runtime_is_released() {
     let lock = client.lock("short-rt");
     let token = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
-        let token = rt.block_on(async {
-            let g = lock
-                .try_lock(Duration::from_secs(5), Some(LEASE))
-                .await
-                .expect("lock")
-                .expect("free");
-            let token = g.fencing_token();
-            drop(g);
-            token
-        });
+        let token = rt.block_on(acquire_and_drop(&lock));
         drop(rt);
         token
     })
     .await
     .expect("cycle ran");
-    let got = other
-        .lock("short-rt")
-        .try_lock(Duration::from_secs(3), Some(LEASE))
-        .await
-        .expect("try_lock");
-    let key = common::lock_key("short-rt");
-    let pttl: i64 = fred::interfaces::KeysInterface::pttl(&env.admin, &key)
-        .await
-        .unwrap();
-    assert!(
-        got.is_some(),
-        "the guard (token {token}) dropped 3 s ago is still held (pttl {pttl} ms left of its \
-         {LEASE:?} lease) although its client is alive and Redis reachable"
-    );
-    drop(got);
+    let theirs = taken_soon(&env, &other, "short-rt", token).await;
+    drop(theirs);
     other.shutdown().await.expect("shutdown");
     client.shutdown().await.expect("shutdown");
 }
@@ -181,14 +173,7 @@ async fn a_shutdown_after_a_drop_on_an_idle_runtime_releases_or_warns() {
     let (quit_tx, quit_rx) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         let rt = current_thread();
-        rt.block_on(async {
-            let g = lock
-                .try_lock(Duration::from_secs(5), Some(LEASE))
-                .await
-                .expect("lock")
-                .expect("free");
-            drop(g);
-        });
+        rt.block_on(acquire_and_drop(&lock));
         let _ = done_tx.send(());
         let _ = quit_rx.recv();
         drop(rt);

@@ -99,6 +99,17 @@ impl Released {
             ..Released::default()
         }
     }
+
+    /// From `release_lock`'s answer (`prelude.lua`: `lock_release.lua`, and
+    /// a release carried by `lock_acquire.lua`): 3 = another client had
+    /// tried, 4 = handed to a queued waiter.
+    pub(crate) fn from_lock_release(code: i64) -> Released {
+        Released {
+            contended: code == 3,
+            handed: code == 4,
+            ..Released::from_code(code)
+        }
+    }
 }
 
 /// One acquisition (one fencing token) held by one owner on this client.

@@ -563,11 +563,7 @@ async fn release_hold(
         other => other?,
     };
     // A hand-off (4) needs no pause for other clients: the queue decides.
-    Ok(Released {
-        contended: code == 3,
-        handed: code == 4,
-        ..Released::from_code(code)
-    })
+    Ok(Released::from_lock_release(code))
 }
 
 /// One hold of a [`Lock`]. Release it with [`unlock`](LockGuard::unlock).

@@ -387,7 +387,6 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
     hold.open_gate();
     let (owner, home, parked) = (client.clone(), slot.clone(), hold.clone());
     let sender = rt.spawn(async move {
-        let _task = task;
         // The dropping task (or the next local waiter) is likely on its way
         // to an attempt that will carry the release: a few yields of the
         // runtime let it, and bound how long the release waits.
@@ -397,23 +396,10 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
                 return;
             }
         }
-        let mut release = Box::pin(release_task(
-            owner,
-            home.clone(),
-            parked.clone(),
-            true,
-            true,
-        ));
-        // Queued under the parking lock: an attempt that finds nothing
-        // parked is sent after it.
-        let mut done = false;
-        let sent = home.send_parked_release(&parked, || {
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            done = release.as_mut().poll(&mut cx).is_ready();
-        });
-        if sent && !done {
-            release.await;
-        }
+        // Queued on the connection under the parking lock: an attempt that
+        // finds nothing parked is sent after it.
+        let send = || send_with(task, owner, home.clone(), parked.clone(), true, true);
+        home.send_parked_release(&parked, send);
     });
     if sender.is_finished() {
         // Refused (the runtime shuts down): nothing will send it.
@@ -485,11 +471,7 @@ impl Folded {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        let released = Released {
-            contended: code == 3,
-            handed: code == 4,
-            ..Released::from_code(code)
-        };
+        let released = Released::from_lock_release(code);
         after_release(&self.slot, &released, true, true);
         if released.not_held {
             hold.mark_lost("release on drop found it gone");
@@ -499,17 +481,16 @@ impl Folded {
 
 impl Drop for Folded {
     fn drop(&mut self) {
-        let (Some(hold), Some(task)) = (self.hold.take(), self.task.take()) else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return; // the lease ends it
-        };
-        let release = release_task(self.client.clone(), self.slot.clone(), hold, true, true);
-        rt.spawn(async move {
-            let _task = task;
-            release.await;
-        });
+        if let (Some(hold), Some(task)) = (self.hold.take(), self.task.take()) {
+            send_with(
+                task,
+                self.client.clone(),
+                self.slot.clone(),
+                hold,
+                true,
+                true,
+            );
+        }
     }
 }
 
@@ -548,9 +529,21 @@ fn send_in_background(
     last: bool,
     turn_passed: bool,
 ) {
-    let Some(task) = client.start_background() else {
-        return;
-    };
+    if let Some(task) = client.start_background() {
+        send_with(task, client, slot, hold, last, turn_passed);
+    }
+}
+
+/// [`send_in_background`] under a background task already counted (a
+/// shutdown waits for it).
+fn send_with(
+    task: crate::client::BackgroundTask,
+    client: Arc<ClientInner>,
+    slot: SlotRef,
+    hold: Arc<Hold>,
+    last: bool,
+    turn_passed: bool,
+) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(lock_key = %hold.key, "guard dropped outside a tokio runtime; it expires with its lease");
         return;
