@@ -293,18 +293,21 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         child.pid(),
         config.verbose,
     );
-    let until = Instant::now() + config.duration;
-    while Instant::now() < until || schedule.rounds() < config.min_rounds {
-        schedule.step(&mut cluster).await;
-        child.check_alive()?;
-    }
+    let own_records = inject_faults(
+        config,
+        &mut schedule,
+        &mut cluster,
+        &mut child,
+        &mut sections,
+    )
+    .await?;
     cluster.heal_all();
     // A quiet period: stalled commands drain, lost holders let go.
     tokio::time::sleep(config.lease * 2).await;
 
     let (child_stopped, ()) = tokio::join!(child.stop(), workers.stop(STOP_WITHIN));
     child_stopped?;
-    let mut history = history_of(&schedule);
+    let mut history = history_of(&schedule, own_records);
     while let Ok(r) = sections.try_recv() {
         history.push(r);
     }
@@ -401,10 +404,10 @@ fn dump(history: &History) {
     }
 }
 
-/// What the fault schedule tells the checker: kills, pauses of the worker
-/// process, and when faults were active.
-fn history_of(schedule: &Schedule) -> History {
-    History {
+/// What the fault schedule tells the checker (kills, pauses of the worker
+/// process, and when faults were active), with `records`.
+fn history_of(schedule: &Schedule, records: Vec<Record>) -> History {
+    let mut history = History {
         kills: schedule.kills.clone(),
         pauses: client_pauses(&schedule.log),
         faults: schedule
@@ -413,7 +416,11 @@ fn history_of(schedule: &Schedule) -> History {
             .map(|f| (f.start_us, f.end_us))
             .collect(),
         ..History::default()
+    };
+    for r in records {
+        history.push(r);
     }
+    history
 }
 
 /// The pauses of the worker process (`p1`), for the checker.
@@ -461,6 +468,49 @@ fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
         }
     }
     missing
+}
+
+/// Runs the fault schedule for the run's duration and at least its rounds.
+/// A run that checked nothing proves nothing (see `missing_grants`): a
+/// kind that is rarely granted (a `MultiLock` against the single locks of
+/// its names) may still be missing for a client set by then, so the run
+/// goes on, up to as long again, until every set has had each. Returns the
+/// records of this process's workers taken meanwhile.
+async fn inject_faults(
+    config: &Config,
+    schedule: &mut Schedule,
+    cluster: &mut Cluster,
+    child: &mut WorkerProcess,
+    sections: &mut mpsc::UnboundedReceiver<Record>,
+) -> Result<Vec<Record>, String> {
+    let until = Instant::now() + config.duration;
+    let give_up = until + config.duration;
+    let mut own_records = Vec::new();
+    loop {
+        let now = Instant::now();
+        if now >= until && schedule.rounds() >= config.min_rounds {
+            while let Ok(r) = sections.try_recv() {
+                own_records.push(r);
+            }
+            if now >= give_up || covered(&own_records, child) {
+                return Ok(own_records);
+            }
+        }
+        schedule.step(cluster).await;
+        child.check_alive()?;
+    }
+}
+
+/// Whether every client set of both processes has been granted every
+/// kind so far: this process's records and what the worker process has
+/// reported.
+fn covered(own: &[Record], child: &WorkerProcess) -> bool {
+    let mut history = History::default();
+    for r in own.iter().cloned().chain(child.records_so_far()) {
+        history.push(r);
+    }
+    let leaderships = crate::checker::leader_sections(&history);
+    missing_grants(&history, &leaderships).is_empty()
 }
 
 /// Check (d): once the workers are stopped (clients still connected), every
@@ -692,6 +742,12 @@ impl WorkerProcess {
     async fn stop(&mut self) -> Result<(), String> {
         self.send("stop").await?;
         self.expect("STOPPED").await
+    }
+
+    /// A copy of the history records it has reported so far.
+    fn records_so_far(&self) -> Vec<Record> {
+        let out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        out.records.clone()
     }
 
     /// Everything it reported so far.
