@@ -3,13 +3,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, Env};
 use fred::prelude::*;
 use redisync::{Client, CountDownLatch, Error, LeaderStatus};
 use redisync_testkit::{Direction, FaultProxy};
-use tokio::time::{timeout, Instant};
+use tokio::time::{sleep, timeout, Instant};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -352,18 +353,23 @@ async fn status_of_two_runs_on_clones() {
     .await
     .unwrap()
     .unwrap();
-    let before = common::evalsha_calls(&env).await;
+    let started = Arc::new(tokio::sync::Notify::new());
     let b = {
         let l = leader.clone();
-        tokio::spawn(async move { l.run(Duration::from_millis(50), |_| async {}).await })
-    };
-    // b's run campaigns (a leads): its attempt reached Redis.
-    assert!(
-        eventually(WITHIN, || async {
-            common::evalsha_calls(&env).await > before
+        let started = started.clone();
+        tokio::spawn(async move {
+            started.notify_one();
+            l.run(Duration::from_millis(50), |_| async {}).await
         })
-        .await
-    );
+    };
+    // b's run campaigns (a leads). It waits behind a's hold in its client
+    // and sends nothing to Redis, so nothing outside shows it: its task ran,
+    // and a while later it is parked. (This waited for an EVALSHA of b's,
+    // which never comes: a's watchdog renewal came at about 10 s, just
+    // inside the wait, or, on a loaded machine, just outside.)
+    timeout(WITHIN, started.notified()).await.unwrap();
+    sleep(Duration::from_millis(200)).await;
+    assert!(!b.is_finished(), "b's run ended while a leads");
     let now = *status.borrow();
     assert!(
         matches!(now, LeaderStatus::Leading { .. }),
