@@ -139,25 +139,31 @@ end
 
 -- Hands a lock whose holder had token `token` (and token floor `floor` or
 -- nil) to the head of its wait queue (entries "<lease ms> <number> <token
--- floor> <owner id>", the number naming the entry): the new holder's
--- fencing token follows the rule of next_token from the old one (never
--- below the server time: a hold and queue brought back by a restart from an
--- older snapshot must not hand over a token below those issued since) and
--- the waiter's floor, the counter follows, and the message
--- "g:<token>:<number>:<owner>" tells the waiter, who then needs no command
--- of its own. Returns true when handed; false (nothing written) for an
--- empty queue, or when the queue or the counter holds something else: the
--- release goes on without a hand-off, and the next acquisition or waiter
--- gets the error naming the key.
+-- floor> <owner id>", the number naming the entry; a fair lock's entries
+-- start with the waiter's queue deadline, "@<server ms> ", and one whose
+-- deadline passed is a waiter that stopped refreshing its place: skipped):
+-- the new holder's fencing token follows the rule of next_token from the
+-- old one (never below the server time: a hold and queue brought back by a
+-- restart from an older snapshot must not hand over a token below those
+-- issued since) and the waiter's floor, the counter follows, and the
+-- message "g:<token>:<number>:<owner>" tells the waiter, who then needs no
+-- command of its own. Returns true when handed; false (nothing written) for
+-- an empty queue, or when the queue or the counter holds something else:
+-- the release goes on without a hand-off, and the next acquisition or
+-- waiter gets the error naming the key.
 local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish, channel)
   local entry = redis.pcall('lpop', queue)
   if type(entry) == 'table' then
     return false
   end
+  local now, now_us
   while entry do
-    local lease, number, wanted, owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$')
-    if lease then
-      local _, now_us = server_time()
+    if not now then
+      now, now_us = server_time()
+    end
+    local deadline, rest = string.match(entry, '^@(%d+) (.+)$')
+    local lease, number, wanted, owner = string.match(rest or entry, '^(%d+) (%d+) (%d+) (.+)$')
+    if lease and not (deadline and tonumber(deadline) < now) then
       local next = token_after(math.max(token, tonumber(floor) or 0), now_us)
       wanted = tonumber(wanted)
       if wanted > next and wanted <= now_us + 1000000 then
@@ -185,7 +191,7 @@ local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish
       redis.call(publish, channel, 'g:' .. given .. ':' .. number .. ':' .. owner)
       return true
     end
-    -- Not one of ours: dropped.
+    -- Not one of ours, or a fair lock's waiter gone: dropped.
     entry = redis.call('lpop', queue)
   end
   return false

@@ -65,7 +65,7 @@ impl Kind {
     fn roles(self) -> &'static [&'static str] {
         match self.primitive() {
             "lock" => &["hold", "fence"],
-            "fair" => &["hold", "queue", "deadlines", "fence"],
+            "fair" => &["hold", "queue", "fence"],
             "rw" => &["hold", "readers", "fence"],
             "sem" => &["hold", "leases"],
             other => unreachable!("{other}"),

@@ -23,22 +23,16 @@ fn queue_key(name: &str) -> String {
     common::key("fair", "queue", name)
 }
 
-fn deadlines_key(name: &str) -> String {
-    common::key("fair", "deadlines", name)
+async fn queue_len(env: &Env, name: &str) -> i64 {
+    env.admin.llen(queue_key(name)).await.unwrap()
 }
 
-async fn queue_len(env: &Env, name: &str) -> (i64, i64) {
-    let llen: i64 = env.admin.llen(queue_key(name)).await.unwrap();
-    let zcard: i64 = env.admin.zcard(deadlines_key(name)).await.unwrap();
-    (llen, zcard)
-}
-
-/// Waits until `n` waiters are queued on `name` (in the list and in the
-/// deadlines), so the next one queues behind them: spawn order alone does
-/// not make queue order on a loaded machine.
+/// Waits until `n` waiters are queued on `name`, so the next one queues
+/// behind them: spawn order alone does not make queue order on a loaded
+/// machine.
 async fn queued(env: &Env, name: &str, n: i64) {
     let ok = eventually(Duration::from_secs(10), || async {
-        queue_len(env, name).await == (n, n)
+        queue_len(env, name).await == n
     })
     .await;
     assert!(
@@ -54,18 +48,22 @@ async fn server_ms(env: &Env) -> i64 {
 }
 
 /// What a crashed waiter leaves behind: a queue entry whose deadline is
-/// `left` from now (server time).
+/// `left` from now (server time), asking for a 30 s lease.
 async fn write_ghost(env: &Env, name: &str, ghost: &str, left: Duration) {
+    write_ghost_with_lease(env, name, ghost, left, Duration::from_secs(30)).await;
+}
+
+/// [`write_ghost`] asking for `lease`.
+async fn write_ghost_with_lease(
+    env: &Env,
+    name: &str,
+    ghost: &str,
+    left: Duration,
+    lease: Duration,
+) {
     let deadline = server_ms(env).await + i64::try_from(left.as_millis()).unwrap();
-    let _: () = env.admin.rpush(queue_key(name), ghost).await.unwrap();
-    let _: () = env
-        .admin
-        .custom(
-            CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false),
-            vec![deadlines_key(name), deadline.to_string(), ghost.to_string()],
-        )
-        .await
-        .unwrap();
+    let entry = format!("@{deadline} {} 1 0 {ghost}", lease.as_millis());
+    let _: () = env.admin.rpush(queue_key(name), entry).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,12 +93,12 @@ async fn fifo_order_across_three_clients() {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
     // Woken by messages: one missed wake-up waits for a 10 s heartbeat.
     assert!(took < Duration::from_secs(3), "6 hand-offs took {took:?}");
-    assert_eq!(queue_len(&env, "fifo").await, (0, 0));
+    assert_eq!(queue_len(&env, "fifo").await, 0);
     assert!(!clients[0].fair_lock("fifo").is_locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abandoned_waiter_delays_the_next_one_at_most_its_queue_lease() {
+async fn a_crashed_waiter_delays_the_next_one_at_most_its_queue_lease_or_its_lease() {
     let env = Env::start().await;
     let a = env.client().await;
     let b = env.client().await;
@@ -125,39 +123,61 @@ async fn abandoned_waiter_delays_the_next_one_at_most_its_queue_lease() {
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
-    assert_eq!(queue_len(&env, "ghost").await, (0, 0));
+    assert_eq!(queue_len(&env, "ghost").await, 0);
+    g.unlock().await.unwrap();
 
     // A waiter whose process crashed (it cannot leave) sits between the
-    // holder and the next waiter: a ghost entry, 3 s left on its queue
-    // lease, so the next waiter queues behind it even on a loaded machine.
-    // (A client shut down instead may still leave in time.)
-    let abandoned = Duration::from_secs(3);
-    write_ghost(&env, "ghost", "dead-client:2", abandoned).await;
-    assert_eq!(queue_len(&env, "ghost").await, (1, 1));
-    let next = tokio::spawn({
-        let lock = b.fair_lock("ghost").with_queue_lease(heartbeat_far);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
-    queued(&env, "ghost", 2).await;
-    let released_at = Instant::now();
-    g.unlock().await.unwrap();
-    let got_at = timeout(Duration::from_secs(20), next)
-        .await
-        .unwrap()
-        .unwrap();
-    // At most the crashed waiter's queue lease (3 s) plus round trips;
-    // the next waiter's heartbeat would be 10 s.
-    let delay = got_at - released_at;
-    assert!(
-        delay < abandoned + Duration::from_secs(3),
-        "the crashed waiter delayed the next one by {delay:?}"
-    );
-    assert_eq!(queue_len(&env, "ghost").await, (0, 0));
+    // holder and the next waiter. A ghost whose queue deadline passed is
+    // skipped by the release at once; one whose deadline has not passed yet
+    // (it crashed within its last queue lease) is handed the lock and keeps
+    // it for its lease (here 2 s), as a crashed holder would.
+    for (left, lease, least) in [
+        (Duration::ZERO, Duration::from_secs(30), Duration::ZERO),
+        (
+            Duration::from_secs(30),
+            Duration::from_secs(2),
+            Duration::from_millis(1900),
+        ),
+    ] {
+        let g = a
+            .fair_lock("ghost")
+            .try_lock(Duration::from_secs(20), None)
+            .await
+            .unwrap()
+            .expect("the lock is free");
+        write_ghost_with_lease(&env, "ghost", "dead-client:2", left, lease).await;
+        assert_eq!(queue_len(&env, "ghost").await, 1);
+        // A heartbeat every second: once the ghost's lease ends, the next
+        // waiter (not the head when it last looked) finds it by then.
+        let heartbeat = Duration::from_secs(1);
+        let next = tokio::spawn({
+            let lock = b.fair_lock("ghost").with_queue_lease(heartbeat * 3);
+            async move {
+                let g = lock.lock().await.unwrap();
+                let at = Instant::now();
+                g.unlock().await.unwrap();
+                at
+            }
+        });
+        queued(&env, "ghost", 2).await;
+        let released_at = Instant::now();
+        g.unlock().await.unwrap();
+        let got_at = timeout(Duration::from_secs(20), next)
+            .await
+            .unwrap()
+            .unwrap();
+        let delay = got_at - released_at;
+        let most = if left.is_zero() {
+            Duration::ZERO
+        } else {
+            lease + heartbeat
+        };
+        assert!(
+            delay >= least && delay < most + Duration::from_secs(3),
+            "the crashed waiter ({left:?} left, lease {lease:?}) delayed the next one by {delay:?}"
+        );
+        assert_eq!(queue_len(&env, "ghost").await, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +243,7 @@ async fn waiters_that_stop_waiting_leave_at_once() {
         .await
         .unwrap();
     assert!(none.is_none());
-    assert_eq!(queue_len(&env, "leave").await, (0, 0));
+    assert_eq!(queue_len(&env, "leave").await, 0);
 
     // A cancelled waiter (its future dropped) ahead of another one. Both
     // have 30 s queue leases: an entry left behind would stay, and the next
@@ -248,7 +268,7 @@ async fn waiters_that_stop_waiting_leave_at_once() {
     assert!(cancelled.await.unwrap_err().is_cancelled());
     assert!(
         eventually(Duration::from_secs(2), || async {
-            queue_len(&env, "leave").await == (1, 1)
+            queue_len(&env, "leave").await == 1
         })
         .await,
         "the cancelled waiter is still queued"
@@ -264,7 +284,7 @@ async fn waiters_that_stop_waiting_leave_at_once() {
         "next waiter was late: {:?}",
         got_at - released_at
     );
-    assert_eq!(queue_len(&env, "leave").await, (0, 0));
+    assert_eq!(queue_len(&env, "leave").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,7 +312,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
         });
         assert!(
             eventually(Duration::from_secs(10), || async {
-                queue_len(&env, "leave").await == (2, 2)
+                queue_len(&env, "leave").await == 2
             })
             .await
         );
@@ -302,11 +322,6 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
             // Removed without a message (as if it was lost): the waiter's
             // heartbeat (every queue lease / 3) finds the lock free.
             let _: () = env.admin.lpop(queue_key("leave"), None).await.unwrap();
-            let _: () = env
-                .admin
-                .zrem(deadlines_key("leave"), "slow-client:1")
-                .await
-                .unwrap();
         } else {
             let _: i64 = env
                 .admin
@@ -317,8 +332,8 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
                     ),
                     vec![
                         hash_key("leave"),
+                        common::key("fair", "fence", "leave"),
                         queue_key("leave"),
-                        deadlines_key("leave"),
                     ],
                     vec![
                         "slow-client:1".to_owned(),
@@ -330,6 +345,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
                         }
                         .to_owned(),
                         common::key("fair", "ch", "leave"),
+                        "60000".to_owned(),
                     ],
                 )
                 .await
@@ -385,7 +401,7 @@ async fn a_live_waiter_is_never_evicted() {
             .is_none());
         assert_eq!(
             queue_len(&env, "live").await,
-            (2, 2),
+            2,
             "a live waiter was evicted"
         );
     }
@@ -410,7 +426,7 @@ async fn zero_wait_never_queues_nor_overtakes() {
     // A queued waiter (a ghost here) comes first even though the lock is free.
     write_ghost(&env, "zero", "other-client:1", Duration::from_secs(30)).await;
     assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
-    assert_eq!(queue_len(&env, "zero").await, (1, 1));
+    assert_eq!(queue_len(&env, "zero").await, 1);
     let channels = common::channels(&env.admin, "redisync:*").await;
     assert!(channels.is_empty(), "a zero wait subscribed: {channels:?}");
 }
@@ -510,7 +526,7 @@ async fn watchdog_drop_and_force_unlock_hand_over_to_the_next_waiter() {
     });
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "dog").await == (1, 1)
+            queue_len(&env, "dog").await == 1
         })
         .await
     );
@@ -534,7 +550,7 @@ async fn watchdog_drop_and_force_unlock_hand_over_to_the_next_waiter() {
     });
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "dog2").await == (1, 1)
+            queue_len(&env, "dog2").await == 1
         })
         .await
     );
@@ -574,7 +590,7 @@ async fn shutdown_releases_and_the_next_waiter_gets_in() {
     });
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "bye").await == (1, 1)
+            queue_len(&env, "bye").await == 1
         })
         .await
     );
@@ -609,7 +625,7 @@ async fn script_flush_changes_nothing() {
     });
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "flush").await == (1, 1)
+            queue_len(&env, "flush").await == 1
         })
         .await
     );
@@ -643,7 +659,7 @@ async fn wrong_type_keys_and_bad_input() {
     for (name, key) in [
         ("wh", hash_key("wh")),
         ("wq", queue_key("wq")),
-        ("wd", deadlines_key("wd")),
+        ("wf", common::key("fair", "fence", "wf")),
     ] {
         let _: () = env.admin.set(&key, "x", None, None, false).await.unwrap();
         let err = lock(name).try_lock(Duration::ZERO, None).await.unwrap_err();
@@ -711,7 +727,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
     });
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "owner").await == (1, 1)
+            queue_len(&env, "owner").await == 1
         })
         .await
     );
@@ -756,8 +772,8 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
         .expect("the release told the next owner");
     let payload: String = msg.value.convert().unwrap();
     assert!(
-        payload.starts_with(&c.id().to_string()),
-        "addressed to {payload}"
+        payload.starts_with("g:") && payload.contains(&format!(":{}:", c.id())),
+        "handed to {payload}"
     );
 }
 
@@ -814,7 +830,7 @@ async fn cancellation_at_any_point_leaves_no_lock_and_no_queue_entry() {
     let lock = b.fair_lock("cancel");
     assert!(
         eventually(Duration::from_secs(2), || async {
-            queue_len(&env, "cancel").await == (0, 0)
+            queue_len(&env, "cancel").await == 0
                 && env
                     .admin
                     .exists::<i64, _>(hash_key("cancel"))
@@ -856,7 +872,7 @@ async fn wakeups_are_addressed_constant_commands_per_acquisition() {
     }
     assert!(
         eventually(Duration::from_secs(10), || async {
-            queue_len(&env, "herd").await == (10, 10)
+            queue_len(&env, "herd").await == 10
         })
         .await
     );
@@ -921,5 +937,5 @@ async fn force_unlock_frees_waiters_stuck_behind_a_crashed_head() {
         .await
         .expect("the waiter got in after the force-unlock")
         .unwrap();
-    assert_eq!(queue_len(&env, "stuck").await, (0, 0));
+    assert_eq!(queue_len(&env, "stuck").await, 0);
 }

@@ -55,7 +55,7 @@ pub fn lock_key(name: &str) -> String {
 /// (no braces); mirrors redisync's key layout (`redisync:v1:<kind>:<role>:
 /// {<name>}`), so tests that look at or plant raw keys name them in one
 /// place. `kind`: `lock`, `fair`, `rw`, `sem`, `latch`; `role`: `hold` (the main
-/// hash), `fence`, `ch` (the channel), and per kind `queue`, `deadlines`
+/// hash), `fence`, `ch` (the channel), and per kind `queue`
 /// (fair), `readers` (rw), `leases` (sem).
 pub fn key(kind: &str, role: &str, name: &str) -> String {
     assert!(

@@ -145,9 +145,10 @@ const ALGORITHM: &str = "redisync::Lock: reentrant owner hash + fencing counter,
      release as EVALSHA Lua scripts; per-client FIFO gate (one Redis contender per client), \
      unlock messages over pub/sub";
 const FAIR_ALGORITHM: &str = "redisync::FairLock: reentrant owner hash + fencing counter, \
-     FIFO queue (list) with server-time queue deadlines (zset), only the head may take it; \
-     acquire/release/leave as EVALSHA Lua scripts; the release publishes the next owner's id \
-     and only that waiter wakes (one subscription per client); every waiting task queues in Redis";
+     FIFO queue (list) of entries carrying a server-time queue deadline; every waiting task \
+     queues in Redis, and a release hands the lock to the oldest live entry in the same script \
+     and publishes its token, so only that waiter wakes, holding it (one subscription per \
+     client); nobody overtakes a live queue";
 const SEMAPHORE_ALGORITHM: &str = "redisync::Semaphore(1): permits hash + lease zset (server \
      time), acquire/release as EVALSHA Lua scripts, permits watchdog-leased; per-client FIFO \
      turn (one Redis contender per client), release messages over pub/sub";

@@ -38,10 +38,7 @@ fn is_bookkeeping(key: &str) -> bool {
     };
     matches!(
         (kind, role),
-        (
-            _,
-            "fence" | "leases" | "queue" | "deadlines" | "readers" | "writers"
-        ) | ("sem", "hold")
+        (_, "fence" | "leases" | "queue" | "readers" | "writers") | ("sem", "hold")
     )
 }
 

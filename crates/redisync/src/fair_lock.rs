@@ -10,77 +10,30 @@ use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
 use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps, Released};
+use crate::hold::HoldOps;
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
-use crate::keys::{self, Kind, Role};
-use crate::lock::{lock_renew_args, rebind_lock_hash, RENEW as LOCK_RENEW_SCRIPT};
+use crate::keys::{Kind, Role};
+use crate::lock::{lock_renew_args, rebind_lock_hash, release_hold, RENEW as LOCK_RENEW_SCRIPT};
 use crate::script::checked_ms;
 use crate::script::{lua_script, token_arg};
-use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
-lua_script!(RELEASE, "fair_lock_release.lua");
 
-/// Fair lock holds: the hash has the lock layout, so the lock's renewal
-/// script serves; the release is the fair script, which also tells the next
-/// waiter.
+/// Fair lock holds: the hash and the queue have the lock layout (a fair
+/// entry adds its queue deadline), so the lock's renewal and release
+/// scripts serve; a release hands the lock to the oldest live waiter.
 static FAIR_HOLD: HoldOps = HoldOps {
     renew: &LOCK_RENEW_SCRIPT,
     hold_args: lock_renew_args,
-    release: |redis, publish, _, hold, last| Box::pin(release_fair(redis, publish, hold, last)),
+    release: |redis, publish, fence_ttl_ms, hold, last| {
+        Box::pin(release_hold(redis, publish, fence_ttl_ms, hold, last))
+    },
     rebind: Some(|redis, hold, from, to| {
         Box::pin(rebind_lock_hash(redis, hold, from, to, "fair lock"))
     }),
     folds_release: false,
 };
-
-/// Releases one hold of `hold` (`last`: the acquisition), keys derived from
-/// its slot; a local next owner is woken at once. Only a final release may
-/// be sent twice. Returns the script's code (0: not held).
-async fn release_fair(
-    redis: &RedisClient,
-    publish: &'static str,
-    hold: &Hold,
-    last: bool,
-) -> Result<Released> {
-    let key = &hold.key;
-    let reply: Vec<Value> = RELEASE
-        .run_with(
-            redis,
-            key,
-            vec![
-                Key::from(&**key),
-                keys::sibling_key(key, Role::Queue),
-                keys::sibling_key(key, Role::Deadlines),
-            ],
-            vec![
-                hold.owner(),
-                Value::String(hold.token.to_string().into()),
-                Value::String(if last { "1" } else { "0" }.into()),
-                Value::String(publish.into()),
-                Value::from(hold.channel.clone()),
-            ],
-            if last { 3 } else { 1 },
-        )
-        .await?;
-    match &reply[..] {
-        [code, next] => {
-            let code = code.as_i64().unwrap_or(-1);
-            Ok(Released {
-                // 3: released and `next` told it is the head.
-                next_owner: (code == 3)
-                    .then(|| next.as_str().map(std::borrow::Cow::into_owned))
-                    .flatten(),
-                ..Released::from_code(code)
-            })
-        }
-        _ => Err(Error::Script {
-            name: "fair_lock_release.lua",
-            message: format!("unexpected reply {reply:?}"),
-        }),
-    }
-}
 lua_script!(LEAVE, "fair_lock_leave.lua");
 lua_script!(FORCE_UNLOCK, "fair_lock_force_unlock.lua");
 
@@ -103,26 +56,32 @@ impl Client {
 ///
 /// Besides the lock hash (laid out as [`Lock`](crate::Lock)'s: owner id ->
 /// hold count, with a fencing token) a fair lock keeps a Redis list of
-/// waiting owner ids and a sorted set of their *queue deadlines*, measured by
-/// the Redis server's clock (`TIME` inside the scripts; client clocks are
-/// never compared). Only the head of the queue may take a free lock; a
-/// task's first busy attempt puts it at the tail. A release publishes the id
-/// of the next owner and only that owner's task wakes (one subscription per
-/// lock per client, however many tasks wait): no herd.
+/// waiting tasks, each entry carrying the waiter's *queue deadline*,
+/// measured by the Redis server's clock (`TIME` inside the scripts; client
+/// clocks are never compared). A task's first busy attempt puts it at the
+/// tail. A release hands the lock to the oldest entry whose deadline has not
+/// passed, in the same script, and publishes the new fencing token: only
+/// that waiter wakes, already holding the lock (one subscription per lock
+/// per client, however many tasks wait). Nobody overtakes a live waiter: a
+/// free lock with live waiters is taken only by the oldest of them. A
+/// contended acquisition costs about 14 Redis commands (two script calls),
+/// however many clients and tasks wait.
 ///
 /// Waiters that stop waiting leave at once: a wait that runs out removes its
 /// entry before `try_lock` returns, and a cancelled (dropped) acquisition
-/// removes it in a background task. A waiter that crashed is evicted when its
-/// queue deadline passes, so nobody waits behind it for longer than the
-/// [queue lease](FairLock::with_queue_lease). Live waiters are never evicted:
-/// they refresh their deadline every queue lease / 3 while they wait. Every
-/// script first evicts all expired waiters, which costs O(expired x queue
-/// length): fine for queues of hundreds, not of millions.
+/// removes it in a background task; what a release handed it meanwhile goes
+/// on to the next waiter. A waiter that crashed is skipped once its queue
+/// deadline passes, so it delays the others by at most its
+/// [queue lease](FairLock::with_queue_lease); one that crashed within its
+/// last queue lease may be handed the lock first and then keeps it for its
+/// lease, as a crashed holder would (the next waiter finds it free at its
+/// next heartbeat). Live waiters are never skipped: they refresh their
+/// deadline every queue lease / 3 while they wait.
 ///
-/// Waiting never polls Redis in a loop: a waiter sleeps until it is told it
-/// is next, its heartbeat is due, the head's queue deadline passes (a crashed
-/// head), or, when it is the head itself, the holder's lease ends (a crashed
-/// holder).
+/// Waiting never polls Redis in a loop: a waiter sleeps until it is handed
+/// the lock, its heartbeat is due, or, when it is the head, the holder's
+/// lease ends (a crashed holder), or, behind a live waiter of a free lock,
+/// that waiter's deadline passes.
 ///
 /// Leases, re-entry and fencing tokens are as for [`Lock`](crate::Lock):
 /// [`lock`](FairLock::lock) and `try_lock(wait, None)` take the client's
@@ -132,8 +91,8 @@ impl Client {
 ///
 /// Unlike [`Lock`](crate::Lock), every waiting task contends in Redis on its
 /// own (it needs its own place in the queue), so a fair lock costs one
-/// script call per waiter per heartbeat while it waits and one wakeup per
-/// hand-off.
+/// script call per waiter to queue, one per heartbeat while it waits, and
+/// none to be woken.
 #[derive(Clone)]
 pub struct FairLock {
     inner: Arc<FairLockInner>,
@@ -143,7 +102,6 @@ pub struct FairLock {
 struct FairLockInner {
     named: Named,
     queue: Key,
-    deadlines: Key,
 }
 
 impl std::fmt::Debug for FairLock {
@@ -170,7 +128,6 @@ impl FairLock {
         FairLock {
             inner: Arc::new(FairLockInner {
                 queue: named.role(Role::Queue),
-                deadlines: named.role(Role::Deadlines),
                 named,
             }),
             queue_lease: DEFAULT_QUEUE_LEASE,
@@ -195,7 +152,6 @@ impl FairLock {
             inner: Arc::new(FairLockInner {
                 named: self.inner.named.non_reentrant(),
                 queue: self.inner.queue.clone(),
-                deadlines: self.inner.deadlines.clone(),
             }),
             queue_lease: self.queue_lease,
         }
@@ -244,12 +200,13 @@ impl FairLock {
         checked_ms("queue lease", self.queue_lease)
     }
 
-    /// The three keys of the release, leave and force-unlock scripts.
-    fn queue_keys(&self) -> Vec<Key> {
+    /// The keys of the acquire, leave and force-unlock scripts: the hash,
+    /// the fencing counter and the queue (the lock scripts' order).
+    fn script_keys(&self) -> Vec<Key> {
         vec![
             self.inner.named.hold.clone(),
+            self.inner.named.fence.clone(),
             self.inner.queue.clone(),
-            self.inner.deadlines.clone(),
         ]
     }
 
@@ -367,12 +324,13 @@ impl FairLock {
             .run_idempotent(
                 &client.redis,
                 &self.inner.named.key,
-                self.queue_keys(),
+                self.script_keys(),
                 vec![
                     Value::String(owner.into()),
                     Value::String(keep.into()),
                     self.publish_command(),
                     self.channel_arg(),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
             .await?;
@@ -457,9 +415,10 @@ impl FairLock {
     /// Cancel safe: the delete is one script; dropping the future may leave
     /// it done or not done, never half done.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let mut keys = self.queue_keys();
-        keys.push(self.inner.named.fence.clone());
-        self.inner.named.force_unlock(&FORCE_UNLOCK, keys).await
+        self.inner
+            .named
+            .force_unlock(&FORCE_UNLOCK, self.script_keys())
+            .await
     }
 }
 
@@ -470,13 +429,14 @@ fn unreachable_wait(name: &str) -> Error {
 }
 
 /// The fair lock on the engine: re-entrant per owner, no local turn (each
-/// waiter holds its own place in Redis's queue), a release message names
-/// the next owner and wakes only that owner's task.
+/// waiter holds its own place in Redis's queue); a release hands the lock
+/// to the oldest live entry and its message wakes only that waiter, holding
+/// it ([`Wake::Handed`]).
 impl Spec for FairLock {
     type Ask = ();
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Addressed;
+    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named
@@ -495,46 +455,48 @@ impl Spec for FairLock {
         lease.max(self.queue_lease)
     }
 
-    /// Sent once. Busy: wake for the heartbeat (refresh our queue deadline
-    /// well before it passes), or when the head's queue deadline passes
-    /// (another owner is head: it may have crashed), or when the holder's
-    /// lease ends (we are head: the holder may have crashed).
+    /// Sent once. Busy: look again for the heartbeat (refresh our queue
+    /// deadline well before it passes), or, at the head, when the holder's
+    /// lease ends (it may have crashed), or, behind a live waiter of a free
+    /// lock, when its queue deadline passes (it may have crashed); a
+    /// hand-off wakes us before.
     async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
         let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 &client.redis,
                 &self.inner.named.key,
-                vec![
-                    self.inner.named.hold.clone(),
-                    self.inner.queue.clone(),
-                    self.inner.deadlines.clone(),
-                    self.inner.named.fence.clone(),
-                ],
+                self.script_keys(),
                 vec![
                     Value::String(t.holder.into()),
                     Value::Integer(t.lease_ms),
+                    token_arg(t.keep),
+                    Value::Integer(client.settings.fence_ttl_ms()),
                     Value::Integer(self.queue_lease_ms()?),
-                    Value::String(if t.enqueue { "1" } else { "0" }.into()),
+                    t.wait_mode(),
+                    Value::String(t.number.to_string().into()),
+                    Value::String(t.next_number.to_string().into()),
                     self.publish_command(),
                     self.channel_arg(),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                    token_arg(t.keep),
+                    Value::String(if t.expect_busy { "1" } else { "" }.into()),
                 ],
             )
             .await?;
         match reply[..] {
             [1 | 2, token] => Ok(Reply::granted(token)),
-            [0, pttl_ms, head_ms] => {
+            [0, pttl_ms, queued, head_ms] => {
                 let now = Instant::now();
                 let mut until = now + self.queue_lease / 3;
-                if let Some(at) = after_ms(now, head_ms).or_else(|| after_ms(now, pttl_ms)) {
+                for at in [after_ms(now, pttl_ms), after_ms(now, head_ms)]
+                    .into_iter()
+                    .flatten()
+                {
                     until = until.min(at);
                 }
                 Ok(Reply::Busy {
                     until,
-                    queued: t.enqueue,
-                    renumbered: false,
+                    queued: queued > 0,
+                    renumbered: queued == 2,
                 })
             }
             _ => Err(Error::Script {

@@ -83,8 +83,6 @@ pub(crate) struct Released {
     /// Another client had tried while it was held (an exclusive lock's
     /// cross-client fairness counts it).
     pub(crate) contended: bool,
-    /// The owner told that it is next (a fair lock's queue head).
-    pub(crate) next_owner: Option<String>,
     /// Handed to waiting clients: held by others now, nothing is free after
     /// it (a lock, or a semaphore's permits all handed on), so local
     /// waiters need no wake-up.

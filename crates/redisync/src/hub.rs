@@ -380,13 +380,6 @@ impl Slot {
         wakeup.hand(number, token);
     }
 
-    /// Wakes the local waiter of `owner`, if any.
-    pub(crate) fn wake_addressed(&self, owner: &str) {
-        if let Some((a, _)) = lock_unpoisoned(&self.addressed).get(owner) {
-            a.wake();
-        }
-    }
-
     fn wake_all_addressed(&self) {
         for (a, _) in lock_unpoisoned(&self.addressed).values() {
             a.wake();
@@ -672,8 +665,8 @@ impl Hub {
 
     /// An unlock message with `payload` arrived on `channel`. A hand-off
     /// ([`HANDED_PREFIX`]) wakes only the waiter it names, holding the lock.
-    /// Any other wakes the slot's waiters; of the addressed waiters only
-    /// the owner named by the payload (all of them for [`WAKE_ALL_PAYLOAD`]).
+    /// Any other wakes the slot's waiters; the addressed waiters (of the
+    /// hand-off kinds) only for [`WAKE_ALL_PAYLOAD`].
     pub(crate) fn on_message(&self, channel: &str, payload: &Value) {
         if let Some(key) = crate::keys::sibling(channel, crate::keys::Role::Hold) {
             if let Some(entry) = self.slots.get(key.as_str()) {
@@ -683,10 +676,8 @@ impl Hub {
                     return;
                 }
                 entry.slot.wake();
-                match text {
-                    Some(p) if p == WAKE_ALL_PAYLOAD => entry.slot.wake_all_addressed(),
-                    Some(p) => entry.slot.wake_addressed(&p),
-                    None => {}
+                if text.is_some_and(|p| p == WAKE_ALL_PAYLOAD) {
+                    entry.slot.wake_all_addressed();
                 }
             }
         }

@@ -346,16 +346,11 @@ pub(crate) async fn inspect_kind(
 /// The key roles of a kind, and the Redis type of each.
 fn roles(kind: Kind) -> &'static [(Role, &'static str)] {
     match kind {
-        Kind::Lock => &[
+        // The same keys; a fair lock's queue entries carry deadlines.
+        Kind::Lock | Kind::Fair => &[
             (Role::Hold, "hash"),
             (Role::Fence, "string"),
             (Role::Queue, "list"),
-        ],
-        Kind::Fair => &[
-            (Role::Hold, "hash"),
-            (Role::Fence, "string"),
-            (Role::Queue, "list"),
-            (Role::Deadlines, "zset"),
         ],
         Kind::Rw => &[
             (Role::Hold, "hash"),
@@ -551,7 +546,7 @@ fn decode(
         }
         LockKind::FairLock => {
             exclusive(&mut out, &hold)?;
-            queue(&mut out, &get(Role::Queue), &get(Role::Deadlines), now);
+            fair_queue(&mut out, &get(Role::Queue), now);
         }
         LockKind::RwLock => read_write(
             &mut out,
@@ -609,18 +604,26 @@ fn latch(out: &mut Inspection, hold: &RawKey) -> Bad {
     Ok(())
 }
 
-/// A fair lock's queue (head first) with each waiter's deadline.
-fn queue(out: &mut Inspection, queue: &RawKey, deadlines: &RawKey, now: i64) {
+/// A fair lock's queue (head first), entries "@<queue deadline> <lease
+/// ms> <number> <token floor> <owner id>", the deadline in server ms; a
+/// waiter whose deadline passed is skipped by the next hand-off.
+fn fair_queue(out: &mut Inspection, queue: &RawKey, now: i64) {
     out.exists |= queue.exists();
-    out.left_out = queue.left_out();
-    let deadlines: HashMap<&str, Duration> = deadlines.ends(now).collect();
-    for owner in &queue.entries {
-        let expires_in = deadlines.get(owner.as_str()).copied().unwrap_or_default();
+    out.left_out += queue.left_out();
+    for entry in &queue.entries {
+        let mut fields = entry.splitn(5, ' ');
+        let deadline = fields
+            .next()
+            .and_then(|d| d.strip_prefix('@'))
+            .and_then(|d| d.parse::<i64>().ok());
+        let (Some(deadline), Some(owner)) = (deadline, fields.nth(3)) else {
+            continue;
+        };
         out.waiters.push(Waiter {
-            owner: owner.clone(),
+            owner: owner.to_owned(),
             client_id: client_of(owner),
             mode: HoldMode::Exclusive,
-            expires_in,
+            expires_in: Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0)),
         });
     }
 }
@@ -872,11 +875,17 @@ mod tests {
 
     #[test]
     fn a_fair_lock_lists_its_queue_in_order_with_deadlines() {
+        let (a, b) = (
+            format!("@1100 30000 7 0 {A}"),
+            format!("@1200 30000 8 0 {B}"),
+        );
         let keys = [
             (Role::Hold, raw("hash", 500, &[A, "1", "~t", "3"])),
             (Role::Fence, raw("none", -2, &[])),
-            (Role::Queue, raw("list", -1, &[B, A])),
-            (Role::Deadlines, raw("zset", -1, &[A, "1100", B, "1200"])),
+            (
+                Role::Queue,
+                raw("list", -1, &[&b, &a, "@900 30000 9 0 gone:1", "junk"]),
+            ),
         ];
         let i = decode(LockKind::FairLock, "f", 1000, &keys).unwrap();
         let w: Vec<_> = i
@@ -884,7 +893,7 @@ mod tests {
             .iter()
             .map(|w| (w.owner.as_str(), w.expires_in.as_millis()))
             .collect();
-        assert_eq!(w, [(B, 200), (A, 100)]);
+        assert_eq!(w, [(B, 200), (A, 100), ("gone:1", 0)]);
     }
 
     #[test]

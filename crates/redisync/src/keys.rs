@@ -80,8 +80,6 @@ pub(crate) enum Role {
     Channel,
     /// Fair lock: the queue of waiting owners.
     Queue,
-    /// Fair lock: the waiters' queue deadlines.
-    Deadlines,
     /// Read-write lock: the readers' lease ends.
     Readers,
     /// Read-write lock: the waiting writers' mark ends.
@@ -100,7 +98,6 @@ impl Role {
             Role::Fence => "fence",
             Role::Channel => "ch",
             Role::Queue => "queue",
-            Role::Deadlines => "deadlines",
             Role::Readers => "readers",
             Role::Writers => "writers",
             Role::Leases => "leases",
@@ -108,12 +105,11 @@ impl Role {
         }
     }
 
-    const ALL: [Role; 9] = [
+    const ALL: [Role; 8] = [
         Role::Hold,
         Role::Fence,
         Role::Channel,
         Role::Queue,
-        Role::Deadlines,
         Role::Readers,
         Role::Writers,
         Role::Leases,
@@ -224,7 +220,7 @@ mod tests {
         "redisync:v1:lock:hold:{x}",
     ];
     const KINDS: [Kind; 5] = Kind::ALL;
-    const ROLES: [Role; 9] = Role::ALL;
+    const ROLES: [Role; 8] = Role::ALL;
 
     #[test]
     fn every_key_of_a_name_shares_one_tag() {

@@ -524,7 +524,7 @@ impl Spec for Lock {
 /// Runs the release script for one hold (`last`: drop the owner's whole
 /// field). The script answers 0 not held, 1 still held, 2 released, 3
 /// released after another client tried.
-async fn release_hold(
+pub(crate) async fn release_hold(
     redis: &RedisClient,
     publish: &'static str,
     fence_ttl_ms: i64,

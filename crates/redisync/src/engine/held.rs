@@ -327,10 +327,6 @@ fn after_release(slot: &SlotRef, released: &Released, last: bool, hands_off: boo
     if last {
         slot.set_expect_busy(released.handed);
     }
-    if let Some(next) = &released.next_owner {
-        // A local next owner need not wait for the message.
-        slot.wake_addressed(next);
-    }
     if last && !released.not_held && !released.handed {
         // Local waiters need not wait for our own message.
         slot.wake();

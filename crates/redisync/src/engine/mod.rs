@@ -50,8 +50,6 @@ pub(crate) enum Gate {
 pub(crate) enum Wake {
     /// Every release message wakes every local waiter of the name.
     Broadcast,
-    /// A release message names the next owner; only that owner's task wakes.
-    Addressed,
     /// A waiting client joins the name's queue in Redis; a release hands
     /// the hold to the oldest entry and its message carries the token, so
     /// only that waiter wakes, holding it (a lock across clients: O(1)
@@ -262,6 +260,8 @@ impl Named {
                 vec![
                     Value::String(client.hub.publish_command().into()),
                     Value::from(self.channel.clone()),
+                    // For a script that hands the lock on (a fair lock's).
+                    Value::Integer(client.settings.fence_ttl_ms()),
                 ],
             )
             .await?;
