@@ -28,6 +28,7 @@
 -- ARGV[10] channel
 -- ARGV[11] '1' = the caller expects the lock held by another owner: read the
 --          hash first, and the lock's PTTL only when needed
+-- ARGV[12] '1' = the server has PEXPIRE .. GT (Redis >= 7)
 -- Returns {1, token} acquired, {2, token} re-entered (same token), or {0,
 -- pttl ms, queued, head ms} busy: queued 0 no, 1 yes, 2 under the new
 -- number ARGV[8]; pttl -3 when not read (a waiter behind others needs none:
@@ -212,8 +213,21 @@ end
 
 -- Busy: join the queue, or refresh our place in it.
 local queued = 1
+local created = false
+local first_live = mine == 1
 if mine then
   redis.call('lset', queue, mine - 1, entry_of(ARGV[7]))
+  if not first_live then
+    -- Only dead entries ahead: we are the head in effect.
+    first_live = true
+    for i = 1, mine - 1 do
+      local deadline = parse(entries[i])
+      if deadline and deadline >= clock() then
+        first_live = false
+        break
+      end
+    end
+  end
 else
   local number = ARGV[7]
   if mode == '2' then
@@ -228,16 +242,27 @@ else
     return err
   end
   mine = length
+  created = length == 1
+  first_live = created
 end
--- The queue outlives its live entries: no deadline is past now plus a
--- queue lease, and live waiters refresh theirs (and the queue's TTL) well
--- before then; a queue nobody waits in any more goes.
-redis.call('pexpire', queue, qlease + lease)
+-- The queue outlives its live entries: our deadline is now plus our queue
+-- lease, and live waiters refresh theirs (and the queue's TTL) well before
+-- theirs passes. The TTL only grows (a waiter with a shorter queue lease
+-- must not cut the place of one with a longer one): PEXPIRE .. GT from
+-- Redis 7, a look at the PTTL before; a queue nobody waits in any more goes.
+local ttl = qlease + lease
+if created then
+  redis.call('pexpire', queue, ttl)
+elseif ARGV[12] == '1' then
+  redis.call('pexpire', queue, ttl, 'GT')
+elseif redis.call('pttl', queue) < ttl then
+  redis.call('pexpire', queue, ttl)
+end
 -- Tell the holder that somebody waits: its release then hands it on.
 if pttl ~= -2 and not held[3] then
   redis.call('hset', lock, '~w', 1)
 end
-if mine == 1 and not pttl then
+if first_live and not pttl then
   -- The head watches the holder's lease (a crashed holder hands nothing over).
   pttl = redis.call('pttl', lock)
 end

@@ -79,9 +79,13 @@ impl Client {
 /// deadline every queue lease / 3 while they wait.
 ///
 /// Waiting never polls Redis in a loop: a waiter sleeps until it is handed
-/// the lock, its heartbeat is due, or, when it is the head, the holder's
-/// lease ends (a crashed holder), or, behind a live waiter of a free lock,
-/// that waiter's deadline passes.
+/// the lock, its heartbeat is due, or, when it found itself the head, the
+/// holder's lease ends (a crashed holder), or, behind a live waiter of a
+/// free lock, that waiter's deadline passes. A waiter that became the head
+/// without being told (the waiter ahead of it left, or was handed the lock
+/// and crashed holding it) finds a crashed holder's lock free at its next
+/// heartbeat after the lease ends (or within a quarter of its own lease,
+/// if sooner).
 ///
 /// Leases, re-entry and fencing tokens are as for [`Lock`](crate::Lock):
 /// [`lock`](FairLock::lock) and `try_lock(wait, None)` take the client's
@@ -479,6 +483,7 @@ impl Spec for FairLock {
                     self.publish_command(),
                     self.channel_arg(),
                     Value::String(if t.expect_busy { "1" } else { "" }.into()),
+                    Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
                 ],
             )
             .await?;

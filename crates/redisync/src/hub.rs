@@ -497,6 +497,12 @@ impl Hub {
         }
     }
 
+    /// Whether the server has `PEXPIRE .. GT` (Redis >= 7, as sharded
+    /// pub/sub).
+    pub(crate) fn has_expire_gt(&self) -> bool {
+        self.sharded
+    }
+
     /// Registers a user of the lock `key` (creating its slot).
     pub(crate) fn slot(self: &Arc<Self>, key: &Arc<str>, channel: &Key) -> SlotRef {
         let mut entry = self.slots.entry(key.clone()).or_insert_with(|| SlotEntry {
