@@ -1,4 +1,4 @@
-//! Adversarial review tests of the FairLock hand-off redesign, against real
+//! Adversarial review tests of the `FairLock` hand-off redesign, against real
 //! redis-server processes.
 
 mod common;
@@ -90,18 +90,18 @@ async fn write_crashed_holder(env: &Env, name: &str, lease: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_queue_lease_waiter_does_not_expire_an_earlier_waiters_place() {
     let env = Env::start().await;
-    let (h, a, b, c) = (
+    let (holding, a, b, c) = (
         env.client().await,
         env.client().await,
         env.client().await,
         env.client().await,
     );
     let name = "ttl";
-    let holder = h.fair_lock(name).lock().await.unwrap();
+    let holder = holding.fair_lock(name).lock().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     // A: the first waiter, a long queue lease (heartbeat every 20 s).
     let first = tokio::spawn({
-        let lock = a.fair_lock(name).with_queue_lease(Duration::from_secs(60));
+        let lock = a.fair_lock(name).with_queue_lease(Duration::from_mins(1));
         let order = order.clone();
         async move {
             let g = lock.lock().await.unwrap();
@@ -161,7 +161,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// A crashed holder's lock goes to the head within a heartbeat after its
 /// lease ends. Here the head became the head because the waiter ahead of
-/// it gave up (its try_lock ran out).
+/// it gave up (its `try_lock` ran out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_new_head_after_a_leave_takes_a_crashed_holders_lock_within_a_heartbeat() {
     let env = Env::start().await;
@@ -172,7 +172,7 @@ async fn the_new_head_after_a_leave_takes_a_crashed_holders_lock_within_a_heartb
     write_crashed_holder(&env, name, crash_lease).await;
     // A queues first and gives up after 300 ms.
     let leaver = tokio::spawn({
-        let lock = a.fair_lock(name).with_queue_lease(Duration::from_secs(60));
+        let lock = a.fair_lock(name).with_queue_lease(Duration::from_mins(1));
         async move {
             lock.try_lock(Duration::from_millis(300), None)
                 .await
@@ -247,7 +247,7 @@ async fn a_waiting_client_that_shuts_down_leaves_and_the_next_waiter_gets_in() {
     let (h, w, x) = (env.client().await, env.client().await, env.client().await);
     let name = "wbye";
     let holder = h.fair_lock(name).lock().await.unwrap();
-    let far = Duration::from_secs(60);
+    let far = Duration::from_mins(1);
     let leaving = tokio::spawn({
         let lock = w.fair_lock(name).with_queue_lease(far);
         async move { lock.lock().await.map(drop) }
@@ -290,7 +290,7 @@ async fn a_waiting_client_that_shuts_down_leaves_and_the_next_waiter_gets_in() {
     assert_eq!(env.admin.exists::<i64, _>(hash_key(name)).await.unwrap(), 0);
 }
 
-/// inspect() reports the holder, the queue in order with each waiter's
+/// `inspect()` reports the holder, the queue in order with each waiter's
 /// queue deadline, and a dead entry as expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reports_holder_and_queue_with_deadlines() {
@@ -331,7 +331,7 @@ async fn inspect_reports_holder_and_queue_with_deadlines() {
 }
 
 /// Many tasks on three clients, reentrant and non-reentrant handles, short
-/// try_lock waits, cancellations, dropped guards and zero waits: never two
+/// `try_lock` waits, cancellations, dropped guards and zero waits: never two
 /// live holders, tokens strictly increasing in grant order, nothing left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stress_exclusion_tokens_and_no_leaks() {
@@ -403,7 +403,7 @@ async fn stress_exclusion_tokens_and_no_leaks() {
         }));
     }
     for t in tasks {
-        timeout(Duration::from_secs(120), t).await.unwrap().unwrap();
+        timeout(Duration::from_mins(2), t).await.unwrap().unwrap();
     }
     assert!(
         violations.lock().unwrap().is_empty(),
@@ -443,7 +443,7 @@ async fn the_waiter_behind_a_handed_holder_that_crashed_gets_in_within_a_heartbe
     let holder = h.fair_lock(name).lock().await.unwrap();
     let crash_lease = Duration::from_millis(1500);
     let crasher = tokio::spawn({
-        let lock = a.fair_lock(name).with_queue_lease(Duration::from_secs(60));
+        let lock = a.fair_lock(name).with_queue_lease(Duration::from_mins(1));
         async move {
             let g = lock.lock_with_lease(crash_lease).await.unwrap();
             let at = Instant::now();
@@ -484,10 +484,10 @@ async fn the_waiter_behind_a_handed_holder_that_crashed_gets_in_within_a_heartbe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_entries_and_force_unlock_hand_on_with_higher_tokens() {
     let env = Env::start().await;
-    let (h, w, x) = (env.client().await, env.client().await, env.client().await);
+    let (holding, w, x) = (env.client().await, env.client().await, env.client().await);
     let name = "garbage";
-    let far = Duration::from_secs(60);
-    let holder = h.fair_lock(name).lock().await.unwrap();
+    let far = Duration::from_mins(1);
+    let holder = holding.fair_lock(name).lock().await.unwrap();
     let first = holder.fencing_token();
     let _: () = env
         .admin
@@ -515,7 +515,7 @@ async fn garbage_entries_and_force_unlock_hand_on_with_higher_tokens() {
         .unwrap()
         .unwrap();
     assert!(gw.fencing_token() > first);
-    assert!(h.fair_lock(name).force_unlock().await.unwrap());
+    assert!(holding.fair_lock(name).force_unlock().await.unwrap());
     let tx = timeout(Duration::from_secs(3), x_task)
         .await
         .unwrap()
