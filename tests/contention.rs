@@ -156,6 +156,12 @@ async fn commands_per_acquisition_at_most(
     layout: (usize, usize),
 ) {
     let env = Env::start().await;
+    // Before Redis 7 (no PEXPIRE .. GT) a fair waiter's busy attempt reads
+    // the queue's PTTL before it extends it: one command more.
+    let budget = match what {
+        Exclusive::Fair if !common::sharded(&env.admin) => budget + 1,
+        _ => budget,
+    };
     let (acquisitions, commands) = contend(&env, what, name, layout, 15).await;
     assert_eq!(acquisitions, 16 * 15);
     let allowance = budget * layout.0 as u64;
@@ -180,9 +186,9 @@ async fn four_clients_of_four_tasks_cost_at_most_twelve_commands_per_acquisition
 }
 
 /// A fair lock, every waiting task queued in Redis: a busy attempt joins
-/// the queue (5 commands); the release hands the lock to the oldest live
-/// entry and tells it the token (9). (32 when the head took the lock with a
-/// script of its own.)
+/// the queue (5 commands; 6 before Redis 7); the release hands the lock to
+/// the oldest live entry and tells it the token (9). (32 when the head took
+/// the lock with a script of its own.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_lock_of_sixteen_clients_costs_at_most_fifteen_commands_per_acquisition() {
     commands_per_acquisition_at_most(15, Exclusive::Fair, "fair-herd", (16, 1)).await;
