@@ -43,27 +43,10 @@ local lock, fence, queue, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local lease, qlease, mode = tonumber(ARGV[2]), tonumber(ARGV[5]), ARGV[6]
 local err
 
-local held = {false, false, false}
-local pttl
-if ARGV[11] == '1' then
-  held = redis.pcall('hmget', lock, owner, '~t', '~w')
-  err = read_error(held, lock, 'fair lock')
-  if err then
-    return err
-  end
-  if not held[2] then
-    pttl = redis.call('pttl', lock)
-  end
-else
-  -- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
-  pttl = redis.call('pttl', lock)
-  if pttl ~= -2 then
-    held = redis.pcall('hmget', lock, owner, '~t', '~w')
-    err = read_error(held, lock, 'fair lock')
-    if err then
-      return err
-    end
-  end
+local held, pttl
+held, pttl, err = read_hold(lock, owner, ARGV[11] == '1', 'fair lock')
+if err then
+  return err
 end
 
 if held[1] and held[2] == ARGV[3] then

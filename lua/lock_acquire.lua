@@ -47,28 +47,9 @@ local function attempt()
     return ARGV[2] .. ' ' .. n .. ' ' .. (ARGV[5] ~= '' and ARGV[5] or '0') .. ' ' .. owner
   end
   local entry = entry_of(ARGV[8])
-  local held = {false, false, false}
-  local pttl, err
-  if ARGV[7] == '1' then
-    held = redis.pcall('hmget', lock, owner, '~t', '~w')
-    err = read_error(held, lock, 'lock')
-    if err then
-      return err
-    end
-    if not (held[2] and not held[1]) then
-      -- Free, ours, or not one of ours after all.
-      pttl = redis.call('pttl', lock)
-    end
-  else
-    -- PTTL first: a missing lock (the common, uncontended case) needs no HMGET.
-    pttl = redis.call('pttl', lock)
-    if pttl ~= -2 then
-      held = redis.pcall('hmget', lock, owner, '~t', '~w')
-      err = read_error(held, lock, 'lock')
-      if err then
-        return err
-      end
-    end
+  local held, pttl, err = read_hold(lock, owner, ARGV[7] == '1', 'lock')
+  if err then
+    return err
   end
 
   local function grant()

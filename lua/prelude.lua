@@ -47,6 +47,34 @@ local function server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- A lock hash's view for an acquisition by `owner` (the lock layout: owner
+-- id -> hold count, '~t' the token, '~w' somebody waits): {count, token,
+-- waits} (false when missing), the lock's PTTL when it is free or the
+-- caller's (nil when another owner holds it and `expect_busy`), and nil;
+-- or nil, nil and the error reply naming the key. `expect_busy` (the
+-- caller's last look found it held by another): the hash first; otherwise
+-- the PTTL first, so a missing lock (the common, uncontended case) needs
+-- no HMGET.
+local function read_hold(lock, owner, expect_busy, what)
+  local held, pttl = {false, false, false}, nil
+  if not expect_busy then
+    pttl = redis.call('pttl', lock)
+    if pttl == -2 then
+      return held, pttl, nil
+    end
+  end
+  held = redis.pcall('hmget', lock, owner, '~t', '~w')
+  local err = read_error(held, lock, what)
+  if err then
+    return nil, nil, err
+  end
+  if not pttl and not (held[2] and not held[1]) then
+    -- Free, ours, or not one of ours after all.
+    pttl = redis.call('pttl', lock)
+  end
+  return held, pttl, nil
+end
+
 -- At least the last fencing token issued on `fence`, for a force-unlock's
 -- answer (every acquisition with a token up to it ran before the script):
 -- the counter, or the server time in us when the counter expired (a token
