@@ -47,6 +47,17 @@ async fn server_ms(env: &Env) -> i64 {
     common::server_ms(&env.admin).await
 }
 
+/// A task that waits for `lock`, releases it at once and returns when it
+/// got it.
+fn spawn_taker(lock: FairLock) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    })
+}
+
 /// What a crashed waiter leaves behind: a queue entry whose deadline is
 /// `left` from now (server time), asking for a 30 s lease.
 async fn write_ghost(env: &Env, name: &str, ghost: &str, left: Duration) {
@@ -150,15 +161,7 @@ async fn a_crashed_waiter_delays_the_next_one_at_most_its_queue_lease_or_its_lea
         // A heartbeat every second: once the ghost's lease ends, the next
         // waiter (not the head when it last looked) finds it by then.
         let heartbeat = Duration::from_secs(1);
-        let next = tokio::spawn({
-            let lock = b.fair_lock("ghost").with_queue_lease(heartbeat * 3);
-            async move {
-                let g = lock.lock().await.unwrap();
-                let at = Instant::now();
-                g.unlock().await.unwrap();
-                at
-            }
-        });
+        let next = spawn_taker(b.fair_lock("ghost").with_queue_lease(heartbeat * 3));
         queued(&env, "ghost", 2).await;
         let released_at = Instant::now();
         g.unlock().await.unwrap();
@@ -254,15 +257,7 @@ async fn waiters_that_stop_waiting_leave_at_once() {
         async move { lock.lock().await.map(drop) }
     });
     queued(&env, "leave", 1).await;
-    let next = tokio::spawn({
-        let lock = c.fair_lock("leave").with_queue_lease(far);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = spawn_taker(c.fair_lock("leave").with_queue_lease(far));
     queued(&env, "leave", 2).await;
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());
@@ -301,15 +296,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
         (true, Duration::from_millis(1500)),
     ] {
         write_ghost(&env, "leave", "slow-client:1", Duration::from_secs(30)).await;
-        let next = tokio::spawn({
-            let lock = c.fair_lock("leave").with_queue_lease(queue_lease);
-            async move {
-                let g = lock.lock().await.unwrap();
-                let at = Instant::now();
-                g.unlock().await.unwrap();
-                at
-            }
-        });
+        let next = spawn_taker(c.fair_lock("leave").with_queue_lease(queue_lease));
         assert!(
             eventually(Duration::from_secs(10), || async {
                 queue_len(&env, "leave").await == 2
@@ -1089,15 +1076,7 @@ async fn the_new_head_after_a_leave_takes_a_crashed_holders_lock_within_a_heartb
         }
     });
     queued(&env, name, 1).await;
-    let next = tokio::spawn({
-        let lock = b.fair_lock(name).with_queue_lease(HEARTBEAT * 3);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = started.elapsed();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = spawn_taker(b.fair_lock(name).with_queue_lease(HEARTBEAT * 3));
     queued(&env, name, 2).await;
     assert!(timeout(Duration::from_secs(10), leaver)
         .await
@@ -1106,7 +1085,8 @@ async fn the_new_head_after_a_leave_takes_a_crashed_holders_lock_within_a_heartb
     let got_at = timeout(Duration::from_secs(30), next)
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        - started;
     assert!(
         got_at < crash_lease + HEARTBEAT + Duration::from_secs(3),
         "the head got the crashed holder's lock {got_at:?} after the start (its lease was {crash_lease:?})"
@@ -1127,20 +1107,13 @@ async fn a_dead_entry_ahead_does_not_delay_the_live_head_past_a_crashed_holders_
     write_crashed_holder(&env, name, crash_lease).await;
     // A crashed waiter whose queue deadline passes 200 ms from now.
     write_ghost_ms(&env, name, "dead-client:1", 200).await;
-    let next = tokio::spawn({
-        let lock = b.fair_lock(name).with_queue_lease(HEARTBEAT * 3);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = started.elapsed();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = spawn_taker(b.fair_lock(name).with_queue_lease(HEARTBEAT * 3));
     queued(&env, name, 2).await;
     let got_at = timeout(Duration::from_secs(30), next)
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        - started;
     assert!(
         got_at < crash_lease + Duration::from_secs(2),
         "the live waiter got the lock {got_at:?} after the start (holder lease {crash_lease:?}, dead entry's deadline 200 ms)"
@@ -1161,15 +1134,7 @@ async fn a_waiting_client_that_shuts_down_leaves_and_the_next_waiter_gets_in() {
         async move { lock.lock().await.map(drop) }
     });
     queued(&env, name, 1).await;
-    let next = tokio::spawn({
-        let lock = x.fair_lock(name).with_queue_lease(far);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = spawn_taker(x.fair_lock(name).with_queue_lease(far));
     queued(&env, name, 2).await;
     w.shutdown().await.unwrap();
     let r = timeout(Duration::from_secs(5), leaving)
@@ -1361,15 +1326,7 @@ async fn the_waiter_behind_a_handed_holder_that_crashed_gets_in_within_a_heartbe
         }
     });
     queued(&env, name, 1).await;
-    let next = tokio::spawn({
-        let lock = b.fair_lock(name).with_queue_lease(HEARTBEAT * 3);
-        async move {
-            let g = lock.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = spawn_taker(b.fair_lock(name).with_queue_lease(HEARTBEAT * 3));
     queued(&env, name, 2).await;
     holder.unlock().await.unwrap();
     let handed_at = timeout(Duration::from_secs(10), crasher)
