@@ -10,11 +10,12 @@
 -- ARGV[3]  publish command: 'spublish' or 'publish'
 -- ARGV[4]  channel
 -- ARGV[5]  fencing counter TTL, milliseconds
--- Returns 1 if an acquisition of the owner was deleted, 0 otherwise. What it
+-- Returns 1 if an acquisition of the owner was deleted, 0 otherwise (also
+-- when the lock's key holds something else: only the entries go). What it
 -- deleted goes to the oldest live waiter; so does a free lock that live
 -- waiters wait for (they would otherwise find it only when they next look).
 local lock, fence, queue, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local err = wrong_type({lock, 'hash', queue, 'list'})
+local err = wrong_type({queue, 'list'})
 if err then
   return err
 end
@@ -24,6 +25,11 @@ for _, entry in ipairs(redis.call('lrange', queue, 0, -1)) do
   if string.sub(entry, -#suffix) == suffix then
     redis.call('lrem', queue, 0, entry)
   end
+end
+if wrong_type({lock, 'hash'}) then
+  -- No acquisition of ours lives in a key of another type (the waiter was
+  -- told WrongType): nothing more to undo, and the key is left as it is.
+  return 0
 end
 local held = redis.call('hmget', lock, owner, '~t', '~w')
 if held[1] and held[2] ~= ARGV[2] then

@@ -1395,3 +1395,51 @@ async fn garbage_entries_and_force_unlock_hand_on_with_higher_tokens() {
     );
     assert_eq!(queue_len(&env, name).await, 0);
 }
+
+/// A waiter that leaves while the lock's hash holds something else (it
+/// was just told `WrongType`) still takes its queue entry with it: no
+/// acquisition of its can live in a key of another type, so there is
+/// nothing else to undo. (The refused leave left the entry until its queue
+/// deadline, delaying the next comer by up to a queue lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_over_a_wrong_type_hash_still_removes_its_queue_entry() {
+    let env = Env::start().await;
+    let name = "wrong-leave";
+    write_ghost_ms(&env, name, "gone-client:1", 60_000).await;
+    let _: () = env
+        .admin
+        .set(hash_key(name), "x", None, None, false)
+        .await
+        .unwrap();
+    let left: i64 = env
+        .admin
+        .eval(
+            concat!(
+                include_str!("../lua/prelude.lua"),
+                include_str!("../lua/fair_lock_leave.lua")
+            ),
+            vec![
+                hash_key(name),
+                common::key("fair", "fence", name),
+                queue_key(name),
+            ],
+            vec![
+                "gone-client:1".to_owned(),
+                String::new(),
+                if common::sharded(&env.admin) {
+                    "spublish"
+                } else {
+                    "publish"
+                }
+                .to_owned(),
+                common::key("fair", "ch", name),
+                "60000".to_owned(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(queue_len(&env, name).await, 0, "the entry stayed");
+    let v: String = env.admin.get(hash_key(name)).await.unwrap();
+    assert_eq!(v, "x", "the foreign key was changed");
+}
