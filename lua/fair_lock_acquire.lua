@@ -159,11 +159,12 @@ if pttl == -2 then
   end
   if head_ms < 0 then
     if mine then
-      -- Ours is the oldest live entry: take the lock, dropping what is ahead.
-      if mine > 1 then
-        redis.call('ltrim', queue, mine - 1, -1)
-      end
-      return grant(#entries > mine)
+      -- Ours is the oldest live entry: take the lock, dropping it and what
+      -- is ahead in one trim.
+      local others = #entries > mine
+      redis.call('ltrim', queue, mine, -1)
+      mine = nil
+      return grant(others)
     end
     if mode == '2' then
       -- Our entry is gone and nobody live waits: take it, and the queue of

@@ -34,43 +34,35 @@ async fn write_stale(env: &Env, hash: &str, owner: &str, token: &str, lease_ms: 
     let _: () = env.admin.pexpire(hash, lease_ms, None).await.unwrap();
 }
 
-/// Plain `Lock`: a re-entry with a shorter lease keeps the longer one, and
-/// the token and count are the hold's.
+/// A re-entry with a shorter lease keeps the longer one, and the token and
+/// count are the hold's (`$lock`: a `Lock` or a `FairLock`, same methods).
+macro_rules! reentry_keeps_the_longer_lease {
+    ($lock:expr) => {{
+        let lock = $lock;
+        let g1 = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+        let g2 = lock
+            .lock_with_lease(Duration::from_millis(500))
+            .await
+            .unwrap();
+        assert_eq!(g1.fencing_token(), g2.fencing_token());
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        let left = lock.remaining_lease().await.unwrap().unwrap();
+        assert!(left > Duration::from_secs(15), "lease cut to {left:?}");
+        drop(g2);
+        g1.unlock().await.unwrap();
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_reentry_never_shortens_the_lease() {
     let env = Env::start().await;
-    let c = env.client().await;
-    let lock = c.lock("re");
-    let g1 = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
-    let g2 = lock
-        .lock_with_lease(Duration::from_millis(500))
-        .await
-        .unwrap();
-    assert_eq!(g1.fencing_token(), g2.fencing_token());
-    assert_eq!(lock.hold_count().await.unwrap(), 2);
-    let left = lock.remaining_lease().await.unwrap().unwrap();
-    assert!(left > Duration::from_secs(15), "lease cut to {left:?}");
-    drop(g2);
-    g1.unlock().await.unwrap();
+    reentry_keeps_the_longer_lease!(env.client().await.lock("re"));
 }
 
-/// Fair lock: the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_reentry_never_shortens_the_lease() {
     let env = Env::start().await;
-    let c = env.client().await;
-    let lock = c.fair_lock("re");
-    let g1 = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
-    let g2 = lock
-        .lock_with_lease(Duration::from_millis(500))
-        .await
-        .unwrap();
-    assert_eq!(g1.fencing_token(), g2.fencing_token());
-    assert_eq!(lock.hold_count().await.unwrap(), 2);
-    let left = lock.remaining_lease().await.unwrap().unwrap();
-    assert!(left > Duration::from_secs(15), "lease cut to {left:?}");
-    drop(g2);
-    g1.unlock().await.unwrap();
+    reentry_keeps_the_longer_lease!(env.client().await.fair_lock("re"));
 }
 
 /// Plain `Lock`: a field of the same owner with another token (left by an
