@@ -381,21 +381,24 @@ async fn wrong_type_flush_non_owner_and_cancellation() {
     assert!(free, "a cancelled acquisition left the lock held");
 }
 
-fn writers_key(name: &str) -> String {
-    common::key("rw", "writers", name)
+fn queue_key(name: &str) -> String {
+    common::key("rw", "queue", name)
 }
 
-/// Waits until a writer of `name` has marked itself waiting in Redis.
+/// Waits until a writer of `name` waits in its queue in Redis.
 async fn writer_waits(env: &Env, name: &str) {
-    let key = writers_key(name);
+    let key = queue_key(name);
     assert!(
         common::eventually(Duration::from_secs(10), || {
             let admin = env.admin.clone();
             let key = key.clone();
-            async move { admin.zcard::<i64, _>(&key).await.unwrap_or(0) > 0 }
+            async move {
+                let entries: Vec<String> = admin.lrange(&key, 0, -1).await.unwrap_or_default();
+                entries.iter().any(|e| e.split(' ').nth(3) == Some("w"))
+            }
         })
         .await,
-        "the writer never marked itself waiting"
+        "the writer never queued"
     );
 }
 
@@ -455,8 +458,8 @@ async fn a_waiting_writer_holds_back_new_readers_across_clients() {
     let reader = tokio::spawn(async move { rw.read().lock().await.unwrap() });
     g.unlock().await.unwrap();
     reader.await.unwrap().unlock().await.unwrap();
-    let marks: i64 = env.admin.exists(writers_key("relay")).await.unwrap();
-    assert_eq!(marks, 0, "no writer mark is left behind");
+    let marks: i64 = env.admin.exists(queue_key("relay")).await.unwrap();
+    assert_eq!(marks, 0, "no queue entry is left behind");
 }
 
 /// The owner that reads already re-enters past a waiting writer (it would
@@ -545,7 +548,7 @@ async fn reentry_and_downgrade_pass_a_waiting_writer() {
 }
 
 /// A writer that stops waiting (timeout, cancelled future, crashed process)
-/// stops holding readers back: at once, or after its mark's lease.
+/// stops holding readers back: at once, or after its queue lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_stops_waiting_lets_readers_in() {
     let env = Env::start().await;
@@ -553,7 +556,7 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
     let writer_client = env.client().await;
     let other_client = env.client().await;
     let held = reader_client.rw_lock("gone").read().lock().await.unwrap();
-    // Timeout: its undo removes the mark before try_lock returns.
+    // Timeout: its undo removes its queue entry before try_lock returns.
     let timed_out = writer_client
         .rw_lock("gone")
         .write()
@@ -561,8 +564,8 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
         .await
         .unwrap();
     assert!(timed_out.is_none());
-    let marks: i64 = env.admin.exists(writers_key("gone")).await.unwrap();
-    assert_eq!(marks, 0, "reader_client timed-out writer left its mark");
+    let marks: i64 = env.admin.exists(queue_key("gone")).await.unwrap();
+    assert_eq!(marks, 0, "a timed-out writer left its queue entry");
     other_client
         .rw_lock("gone")
         .read()
@@ -573,7 +576,8 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
         .unlock()
         .await
         .unwrap();
-    // Cancelled: the background undo removes the mark, and waiting readers wake.
+    // Cancelled: the background undo removes its entry, and the readers
+    // behind it are handed the lock.
     let write = writer_client.rw_lock("gone").write();
     let wtask = tokio::spawn(async move { write.lock().await });
     writer_waits(&env, "gone").await;
@@ -586,9 +590,16 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
         .expect("reader_client reader waiting behind reader_client cancelled writer got in")
         .unwrap();
     got.unlock().await.unwrap();
-    // Crashed: reader_client mark nobody refreshes holds readers back for its lease only.
+    // Crashed: an entry nobody refreshes holds readers back until its
+    // deadline only.
     let now_ms = common::server_ms(&env.admin).await;
-    common::zadd_ms(&env.admin, &writers_key("gone"), now_ms + 400, "dead:1").await;
+    let dead = format!("@{} 10000 1 w dead:1", now_ms + 400);
+    let _: () = env.admin.rpush(queue_key("gone"), dead).await.unwrap();
+    let _: () = env
+        .admin
+        .pexpire(queue_key("gone"), 5000, None)
+        .await
+        .unwrap();
     let rc = other_client.rw_lock("gone");
     assert!(rc
         .read()
@@ -600,7 +611,7 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
         .try_lock(Duration::from_secs(10), None)
         .await
         .unwrap()
-        .expect("in once the dead writer's mark ran out")
+        .expect("in once the dead writer's deadline passed")
         .unlock()
         .await
         .unwrap();
@@ -608,12 +619,12 @@ async fn a_writer_that_stops_waiting_lets_readers_in() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writers_key_of_another_type_is_an_error_and_nothing_is_written() {
+async fn a_queue_key_of_another_type_is_an_error_and_nothing_is_written() {
     let env = Env::start().await;
     let client = env.client().await;
     let _: () = env
         .admin
-        .set(writers_key("wt"), "x", None, None, false)
+        .set(queue_key("wt"), "x", None, None, false)
         .await
         .unwrap();
     let rw = client.rw_lock("wt");

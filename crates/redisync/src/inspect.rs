@@ -356,7 +356,7 @@ fn roles(kind: Kind) -> &'static [(Role, &'static str)] {
             (Role::Hold, "hash"),
             (Role::Fence, "string"),
             (Role::Readers, "zset"),
-            (Role::Writers, "zset"),
+            (Role::Queue, "list"),
         ],
         Kind::Semaphore => &[
             (Role::Hold, "hash"),
@@ -548,13 +548,9 @@ fn decode(
             exclusive(&mut out, &hold)?;
             fair_queue(&mut out, &get(Role::Queue), now);
         }
-        LockKind::RwLock => read_write(
-            &mut out,
-            &hold,
-            &get(Role::Readers),
-            &get(Role::Writers),
-            now,
-        )?,
+        LockKind::RwLock => {
+            read_write(&mut out, &hold, &get(Role::Readers), &get(Role::Queue), now)?;
+        }
         LockKind::Semaphore => {
             permits(&mut out, &hold, &get(Role::Leases), now)?;
             semaphore_queue(&mut out, &get(Role::Queue));
@@ -608,6 +604,18 @@ fn latch(out: &mut Inspection, hold: &RawKey) -> Bad {
 /// ms> <number> <token floor> <owner id>", the deadline in server ms; a
 /// waiter whose deadline passed is skipped by the next hand-off.
 fn fair_queue(out: &mut Inspection, queue: &RawKey, now: i64) {
+    deadline_queue(out, queue, now, |_| HoldMode::Exclusive);
+}
+
+/// A queue whose entries carry their waiter's deadline:
+/// `@<deadline ms> <lease ms> <number> <mode> <owner>`, `mode` read by
+/// `mode_of`.
+fn deadline_queue(
+    out: &mut Inspection,
+    queue: &RawKey,
+    now: i64,
+    mode_of: impl Fn(&str) -> HoldMode,
+) {
     out.exists |= queue.exists();
     out.left_out += queue.left_out();
     for entry in &queue.entries {
@@ -616,13 +624,14 @@ fn fair_queue(out: &mut Inspection, queue: &RawKey, now: i64) {
             .next()
             .and_then(|d| d.strip_prefix('@'))
             .and_then(|d| d.parse::<i64>().ok());
-        let (Some(deadline), Some(owner)) = (deadline, fields.nth(3)) else {
+        let (Some(deadline), Some(mode), Some(owner)) = (deadline, fields.nth(2), fields.next())
+        else {
             continue;
         };
         out.waiters.push(Waiter {
             owner: owner.to_owned(),
             client_id: client_of(owner),
-            mode: HoldMode::Exclusive,
+            mode: mode_of(mode),
             expires_in: Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0)),
         });
     }
@@ -675,12 +684,13 @@ fn hand_off_queue(
 }
 
 /// A read-write lock: `w:<owner>` / `r:<owner>` holds, `~t` the writer's
-/// token, `t:<owner>` a reader's; the readers' lease ends; waiting writers.
+/// token, `t:<owner>` a reader's; the readers' lease ends; the queue of
+/// waiting clients, entries `@<deadline> <lease> <number> <r|w> <owner>`.
 fn read_write(
     out: &mut Inspection,
     hold: &RawKey,
     readers: &RawKey,
-    writers: &RawKey,
+    queue: &RawKey,
     now: i64,
 ) -> Bad {
     let mut reader_tokens = HashMap::new();
@@ -720,16 +730,12 @@ fn read_write(
     if !out.holders.iter().any(|h| h.mode == HoldMode::Write) {
         out.token = None;
     }
-    for (owner, expires_in) in writers.ends(now) {
-        out.waiters.push(Waiter {
-            owner: owner.to_owned(),
-            client_id: client_of(owner),
-            mode: HoldMode::Write,
-            expires_in,
-        });
-    }
-    out.exists |= writers.exists();
-    out.left_out = readers.left_out() + writers.left_out();
+    out.left_out = readers.left_out();
+    deadline_queue(out, queue, now, |side| match side {
+        "r" => HoldMode::Read,
+        "w" => HoldMode::Write,
+        _ => HoldMode::Exclusive,
+    });
     Ok(())
 }
 
@@ -916,7 +922,17 @@ mod tests {
             ),
             (Role::Fence, raw("string", 1, &["11"])),
             (Role::Readers, raw("zset", 8000, &[A, "5000"])),
-            (Role::Writers, raw("zset", 100, &[B, "1100"])),
+            (
+                Role::Queue,
+                raw(
+                    "list",
+                    5000,
+                    &[
+                        &format!("@1100 30000 7 w {B}"),
+                        &format!("@1200 30000 8 r {A}"),
+                    ],
+                ),
+            ),
         ];
         let i = decode(LockKind::RwLock, "rw", 1000, &keys).unwrap();
         assert_eq!(i.token, None);
@@ -926,6 +942,10 @@ mod tests {
         assert_eq!(h.lease_left, Some(Duration::from_secs(4)));
         assert_eq!(i.waiters[0].mode, HoldMode::Write);
         assert_eq!(i.waiters[0].expires_in, Duration::from_millis(100));
+        assert_eq!(
+            (i.waiters[1].mode, i.waiters[1].owner.as_str()),
+            (HoldMode::Read, A)
+        );
     }
 
     #[test]

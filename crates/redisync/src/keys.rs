@@ -78,12 +78,10 @@ pub(crate) enum Role {
     Fence,
     /// The wake-up channel (not a key: never listed among a script's KEYS).
     Channel,
-    /// Fair lock: the queue of waiting owners.
+    /// Lock, fair lock, read-write lock, semaphore: the queue of waiters.
     Queue,
     /// Read-write lock: the readers' lease ends.
     Readers,
-    /// Read-write lock: the waiting writers' mark ends.
-    Writers,
     /// Semaphore: the acquisitions' lease ends.
     Leases,
     /// Count-down latch: what outlives a phase (the count-downs counted
@@ -99,19 +97,17 @@ impl Role {
             Role::Channel => "ch",
             Role::Queue => "queue",
             Role::Readers => "readers",
-            Role::Writers => "writers",
             Role::Leases => "leases",
             Role::Record => "record",
         }
     }
 
-    const ALL: [Role; 8] = [
+    const ALL: [Role; 7] = [
         Role::Hold,
         Role::Fence,
         Role::Channel,
         Role::Queue,
         Role::Readers,
-        Role::Writers,
         Role::Leases,
         Role::Record,
     ];
@@ -220,7 +216,7 @@ mod tests {
         "redisync:v1:lock:hold:{x}",
     ];
     const KINDS: [Kind; 5] = Kind::ALL;
-    const ROLES: [Role; 8] = Role::ALL;
+    const ROLES: [Role; 7] = Role::ALL;
 
     #[test]
     fn every_key_of_a_name_shares_one_tag() {

@@ -25,10 +25,11 @@ lua_script!(FORCE_UNLOCK, "rw_lock_force_unlock.lua");
 /// Poll bound when the lock has no TTL (a key written by something else).
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 
-/// How long a waiting writer's mark holds new readers back unless the
-/// writer refreshes it (every third of it while it waits): what a crashed
-/// waiting writer costs readers at most.
-const WRITER_MARK_LEASE: Duration = Duration::from_secs(5);
+/// How long a waiter's place in the queue lasts unless it looks again
+/// (every third of it while it waits): what a crashed waiter costs the
+/// others at most, unless a release handed it the lock in that time (it
+/// then keeps it for its lease, as a crashed holder would).
+const QUEUE_LEASE: Duration = Duration::from_secs(5);
 
 /// Which side of the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +82,15 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
 static READ_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Read),
-    release: |redis, publish, _, hold, last| {
-        Box::pin(release_side(redis, publish, hold, Side::Read, last))
+    release: |redis, publish, fence_ttl, hold, last| {
+        Box::pin(release_side(
+            redis,
+            publish,
+            fence_ttl,
+            hold,
+            Side::Read,
+            last,
+        ))
     },
     rebind: None,
     folds_release: false,
@@ -91,21 +99,29 @@ static READ_HOLD: HoldOps = HoldOps {
 static WRITE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
     hold_args: |h| renew_args(h, Side::Write),
-    release: |redis, publish, _, hold, last| {
-        Box::pin(release_side(redis, publish, hold, Side::Write, last))
+    release: |redis, publish, fence_ttl, hold, last| {
+        Box::pin(release_side(
+            redis,
+            publish,
+            fence_ttl,
+            hold,
+            Side::Write,
+            last,
+        ))
     },
     rebind: None,
     folds_release: false,
 };
 
-fn mark_ms() -> i64 {
-    i64::try_from(WRITER_MARK_LEASE.as_millis()).unwrap_or(i64::MAX)
+fn queue_lease_ms() -> i64 {
+    i64::try_from(QUEUE_LEASE.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Releases one hold of `hold` on one side (`last`: the acquisition).
 async fn release_side(
     redis: &RedisClient,
     publish: &'static str,
+    fence_ttl_ms: i64,
     hold: &Hold,
     side: Side,
     last: bool,
@@ -119,10 +135,11 @@ async fn release_side(
         token: Some(hold.token),
         last,
         exactly: true,
+        fence_ttl_ms,
     }
     .run(redis, publish)
     .await?;
-    Ok(Released::from_code(code))
+    Ok(Released::from_lock_release(code))
 }
 
 /// One run of `rw_lock_release.lua`.
@@ -135,14 +152,17 @@ struct RwRelease<'a> {
     token: Option<u64>,
     /// The owner's whole hold on that side, not one count.
     last: bool,
-    /// `true`: release exactly `token`; `false`: undo any acquisition of
-    /// the owner on that side except `token`.
+    /// `true`: release exactly `token`; `false`: leave the queue and undo
+    /// any acquisition of the owner on that side except `token`.
     exactly: bool,
+    /// The fencing counter's TTL, for a hand-off.
+    fence_ttl_ms: i64,
 }
 
 impl RwRelease<'_> {
-    /// The script's answer: 0 not held, 1 still held, 2 released. Only a
-    /// final release (or an undo) may be sent twice.
+    /// The script's answer: 0 not held, 1 still held, 2 released, 4
+    /// released and handed to queued waiters. Only a final release (or an
+    /// undo) may be sent twice.
     async fn run(self, redis: &RedisClient, publish: &'static str) -> Result<i64> {
         RELEASE
             .run_with(
@@ -151,7 +171,8 @@ impl RwRelease<'_> {
                 vec![
                     Key::from(self.key),
                     keys::sibling_key(self.key, Role::Readers),
-                    keys::sibling_key(self.key, Role::Writers),
+                    keys::sibling_key(self.key, Role::Queue),
+                    keys::sibling_key(self.key, Role::Fence),
                 ],
                 vec![
                     Value::String(self.owner.into()),
@@ -161,6 +182,7 @@ impl RwRelease<'_> {
                     Value::String(publish.into()),
                     Value::from(self.channel.clone()),
                     Value::String(if self.exactly { "=" } else { "!" }.into()),
+                    Value::Integer(self.fence_ttl_ms),
                 ],
                 if self.last { 3 } else { 1 },
             )
@@ -173,25 +195,29 @@ impl RwRelease<'_> {
 /// Both sides are re-entrant per [owner](crate::Owner) (`"<client uuid>:<task id>"`), leased
 /// and renewed like [`Lock`](crate::Lock). A writer may also take the read
 /// side (a downgrade: release the write side afterwards and keep reading;
-/// the downgrade wakes waiting readers everywhere). A reader asking for the
-/// write side gets [`Error::UpgradeNotSupported`] at once: two readers doing
-/// that would wait for each other forever. Each reader's lease is tracked on
-/// its own, so a crashed reader's share ends after its lease even while other
-/// readers keep renewing theirs. A writer's release wakes every waiting reader.
+/// the readers waiting at the head of the queue then get in). A reader
+/// asking for the write side gets [`Error::UpgradeNotSupported`] at once: two
+/// readers doing that would wait for each other forever. Each reader's lease
+/// is tracked on its own, so a crashed reader's share ends after its lease
+/// even while other readers keep renewing theirs.
 ///
-/// Writer preference, across clients: once a writer waits, new readers wait
-/// behind it, as with tokio's `RwLock`, so a steady stream of readers cannot
-/// starve writers (without it a writer waits until readers happen to leave
-/// the lock free at once). A waiting writer marks itself in Redis and
-/// refreshes the mark while it waits; a writer that stops waiting removes
-/// it (a timed-out `try_lock` before it returns, a dropped future in the
-/// background) and the readers it held back wake; a crashed one holds them
-/// back for at most the mark's lease, 5 s. Readers already in keep their
-/// hold until they release it. Exempt, so they never wait for themselves:
-/// an owner that already reads re-enters, and a writer takes the read side
-/// (a downgrade). As with tokio's `RwLock`, a reader that waits for another
-/// owner's read (a spawned child without [`Owner::current`](crate::Owner::current),
-/// a second flow in its own [`Owner`](crate::Owner) scope, a
+/// Across clients, a client that finds the lock busy waits in the lock's
+/// queue in Redis, and a release that frees the lock (or turns it to read
+/// mode) hands it to the oldest waiting writer, or to every reader queued
+/// ahead of it: only those clients wake, already holding it, so a contended
+/// acquisition costs a few commands however many clients wait. Writer
+/// preference, as with tokio's `RwLock`: once a writer waits, new readers
+/// wait behind it, so a steady stream of readers cannot starve writers. A
+/// waiter refreshes its place every 5 s / 3; one that stops waiting leaves
+/// the queue (a timed-out `try_lock` before it returns, a dropped future in
+/// the background), and a crashed one's place lapses after 5 s (if the lock
+/// was handed to it before that, it keeps it for its lease, as a crashed
+/// holder would). Readers already in keep their hold until they release it.
+/// Exempt, so they never wait for themselves: an owner that already reads
+/// re-enters, and a writer takes the read side (a downgrade). As with
+/// tokio's `RwLock`, a reader that waits for another owner's read (a
+/// spawned child without [`Owner::current`](crate::Owner::current), a
+/// second flow in its own [`Owner`](crate::Owner) scope, a
 /// [`non_reentrant`](RwLock::non_reentrant) handle read twice) deadlocks
 /// once a writer waits: hand the owner down, or read once. Within one client
 /// tasks queue in FIFO order.
@@ -203,7 +229,7 @@ pub struct RwLock {
 struct RwInner {
     named: Named,
     readers: Key,
-    writers: Key,
+    queue: Key,
 }
 
 impl std::fmt::Debug for RwLock {
@@ -222,7 +248,7 @@ impl Client {
         RwLock {
             inner: Arc::new(RwInner {
                 readers: named.role(Role::Readers),
-                writers: named.role(Role::Writers),
+                queue: named.role(Role::Queue),
                 named,
             }),
         }
@@ -249,7 +275,7 @@ impl RwLock {
             inner: Arc::new(RwInner {
                 named: self.inner.named.non_reentrant(),
                 readers: self.inner.readers.clone(),
-                writers: self.inner.writers.clone(),
+                queue: self.inner.queue.clone(),
             }),
         }
     }
@@ -271,8 +297,8 @@ impl RwLock {
     }
 
     /// What Redis holds of this read-write lock now, read in one script: the writer or
-    /// the readers (each with its lease and token), the writers waiting, and
-    /// the last fencing token.
+    /// the readers (each with its lease and token), the clients waiting in
+    /// its queue (readers and writers), and the last fencing token.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
@@ -316,6 +342,7 @@ impl RwLock {
             named.hold.clone(),
             self.inner.readers.clone(),
             named.fence.clone(),
+            self.inner.queue.clone(),
         ];
         named.force_unlock(&FORCE_UNLOCK, keys).await
     }
@@ -323,13 +350,13 @@ impl RwLock {
 
 /// The read-write lock on the engine: each side re-entrant per owner
 /// (holder `"<side>|<owner>"`), the local turn given up at the grant, a
-/// downgrade past the local queue, every release message wakes every local
-/// waiter.
+/// downgrade past the local queue, a waiting client queued in Redis and
+/// handed the lock by a release (one writer, or the readers at the head).
 impl Spec for RwLock {
     type Ask = Side;
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Broadcast;
+    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named
@@ -340,9 +367,9 @@ impl Spec for RwLock {
     fn hold_ops(&self, side: Side) -> &'static HoldOps {
         side.hold_ops()
     }
-    /// A waiting writer's mark lives its mark lease.
+    /// A queue entry lives its queue lease.
     fn linger(&self, lease: Duration) -> Duration {
-        lease.max(WRITER_MARK_LEASE)
+        lease.max(QUEUE_LEASE)
     }
 
     /// This owner holding the other side decides before the local queue,
@@ -362,15 +389,16 @@ impl Spec for RwLock {
 
     async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
         let client = self.named().client_inner();
+        // Sent once: a repeat could queue a second entry.
         let reply: Vec<i64> = ACQUIRE
-            .run_idempotent(
+            .run(
                 &client.redis,
                 &self.inner.named.key,
                 vec![
                     self.inner.named.hold.clone(),
                     self.inner.readers.clone(),
                     self.inner.named.fence.clone(),
-                    self.inner.writers.clone(),
+                    self.inner.queue.clone(),
                 ],
                 vec![
                     Value::String(raw_owner(t.holder).into()),
@@ -378,24 +406,26 @@ impl Spec for RwLock {
                     Value::String(t.ask.tag().into()),
                     token_arg(t.keep),
                     Value::Integer(client.settings.fence_ttl_ms()),
-                    Value::String(if t.enqueue { "1" } else { "0" }.into()),
-                    Value::Integer(mark_ms()),
+                    t.wait_mode(),
+                    Value::Integer(queue_lease_ms()),
+                    Value::String(t.number.to_string().into()),
+                    Value::String(t.next_number.to_string().into()),
+                    Value::String(client.hub.publish_command().into()),
+                    Value::from(self.inner.named.channel.clone()),
+                    Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
                 ],
             )
             .await?;
         match reply[..] {
             [1 | 2, token] => Ok(Reply::granted(token)),
-            // A waiting writer left its mark: refresh it well before it
-            // runs out, and undo it if the wait ends.
-            [0, wait_ms] if t.ask == Side::Write && t.enqueue => {
-                let until = Reply::bound(wait_ms, NO_TTL_POLL);
-                Ok(Reply::Busy {
-                    until: until.min(Instant::now() + WRITER_MARK_LEASE / 3),
-                    queued: true,
-                    renumbered: false,
-                })
-            }
-            [0, wait_ms] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
+            // Queued: look again well before the entry's deadline passes
+            // (and the head, when the holders' leases end).
+            [0, wait_ms, queued @ 1..=2] => Ok(Reply::Busy {
+                until: Reply::bound(wait_ms, QUEUE_LEASE / 3).min(Instant::now() + QUEUE_LEASE / 3),
+                queued: true,
+                renumbered: queued == 2,
+            }),
+            [0, wait_ms, _] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
             [-3, _] => Err(self.upgrade_refused()),
             _ => Err(Error::Script {
                 name: "rw_lock_acquire.lua",
@@ -421,6 +451,7 @@ impl Spec for RwLock {
             token: keep,
             last: true,
             exactly: false,
+            fence_ttl_ms: client.settings.fence_ttl_ms(),
         }
         .run(&client.redis, client.hub.publish_command())
         .await
@@ -526,7 +557,8 @@ macro_rules! side_handle {
             }
 
             /// Deletes the whole read-write lock (every reader and the
-            /// writer) and wakes waiters. `Ok(true)` if it was locked.
+            /// writer) and hands it to the oldest waiters. `Ok(true)` if it
+            /// was locked.
             ///
             /// # Errors
             /// [`Error::WrongType`], [`Error::Redis`].
@@ -599,7 +631,7 @@ impl RwLockGuard {
     }
 
     /// Releases this hold. The last write hold frees the lock (or turns it to
-    /// read mode after a downgrade) and wakes waiters.
+    /// read mode after a downgrade) and hands it to the oldest waiters.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if this acquisition no longer holds it (nothing
