@@ -55,11 +55,10 @@ if not s.mode then
   -- No hold in it: a grant sets the TTLs.
   s.fresh[h], s.fresh[readers] = true, true
 end
--- Write held by another owner: nothing is granted now, and the caller
--- joins the queue without reading it (the RPUSH validates it).
-local busy = s.mode == 'write' and not held[2]
-
--- Every read first: the script writes nothing when a key is of another type.
+-- Every read first: the script writes nothing when a key is of another
+-- type. A caller that certainly waits (`blocked`: no grant, and no hand-off
+-- in this script) needs neither the counter nor, unless it is queued
+-- already, the queue: its RPUSH validates the queue.
 local first
 if s.mode ~= 'write' or held[4] then
   first = redis.pcall('zrange', readers, 0, 0, 'WITHSCORES')
@@ -68,20 +67,35 @@ if s.mode ~= 'write' or held[4] then
     return err
   end
 end
-if not busy then
-  s.last, err = read_fence(fence)
-  if err then
-    return err
-  end
-  s.read = true
-end
+-- Live readers (none of them the caller) keep a writer out.
+local reading = s.mode == 'read' and not held[4] and first[2] and tonumber(first[2]) > s.now
+-- Write held by another owner, or read by others for a writer.
+local blocked = (s.mode == 'write' and not held[2]) or (side == 'w' and reading)
 local entries = {}
-if not busy or wait == '2' then
+if not blocked or wait == '2' then
   entries = redis.pcall('lrange', queue, 0, -1)
   err = read_error(entries, queue, 'read-write lock queue')
   if err then
     return err
   end
+end
+-- Whether a hand-off now would take the head entry: a reader (the lock is
+-- not written when this is asked), anything while the lock is free, or a
+-- dead entry (dropped).
+local function may_enter(entry)
+  local deadline, entry_side = string.match(entry, '^@(%d+) %d+ %d+ ([rw]) ')
+  return not deadline or tonumber(deadline) < s.now or entry_side == 'r' or not s.mode
+end
+-- A reader behind a waiting writer, while others read.
+if side == 'r' and reading and #entries > 0 and not may_enter(entries[1]) then
+  blocked = true
+end
+if not blocked then
+  s.last, err = read_fence(fence)
+  if err then
+    return err
+  end
+  s.read = true
 end
 -- The caller's entry (as read) and its index.
 local mine, at
@@ -175,13 +189,8 @@ end
 
 -- Waiters ahead that can enter are handed the lock first (the caller too,
 -- when its entry is among them).
--- (A live writer at the head of a read lock waits on: no need to look.)
 local waits = #entries > 0
-local function may_enter(entry)
-  local deadline, entry_side = string.match(entry, '^@(%d+) %d+ %d+ ([rw]) ')
-  return not deadline or tonumber(deadline) < s.now or entry_side == 'r' or not s.mode
-end
-if s.mode ~= 'write' and waits and may_enter(entries[1]) then
+if not blocked and s.mode ~= 'write' and waits and may_enter(entries[1]) then
   local n
   n, waits = hand_rw(h, readers, queue, s, fence, fence_ttl, ARGV[10], ARGV[11], mine)
   if n then
