@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
-//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore|spin]
+//!                [--lease fixed|watchdog] [--clients N] [--kind lock|fair|semaphore|write|spin]
 //!                [--release await|drop]
 //! redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
 //! redisync-bench --scenario S6 --ports P1 --clients N [parameters]
@@ -46,7 +46,8 @@
 //! client i % N). Its lines carry `"scenario":"S6"`, `clients`, `workers`
 //! and a `label` with the layout, "S6 16x1" (16 clients x 1 worker each).
 //! `--compare` runs the layouts 16x1 and 4x4 for `Lock`, `FairLock`,
-//! `Semaphore(1)`, rslock and the spin baseline, plus the reference
+//! `Semaphore(1)`, the write side of `RwLock`, rslock and the spin
+//! baseline, plus the reference
 //! "S6 1x16" (`Lock` with all 16 workers in one client, i.e. S2's `Lock`) in
 //! the same interleaving, and prints one table per layout: acq/s (min-max),
 //! x rslock, x the reference's acq/s, cmds/acq, the least and the most
@@ -107,7 +108,8 @@ usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
                rslock and the S5 cluster / one-node ratio
   --compare    side by side with the peer rslock, interleaved: S1 (Lock, Lock released
                by drop, rslock, Lock's scripts, fred floor, raw floor), S2 (Lock, rslock),
-               S6 (layouts 16x1 and 4x4: Lock, FairLock, Semaphore(1), rslock, spin; plus
+               S6 (layouts 16x1 and 4x4: Lock, FairLock, Semaphore(1), RwLock (write),
+               rslock, spin; plus
                the reference Lock 1x16), S4.1/S4.2 (Redlock, rslock over 3 servers);
                markdown tables of medians (min-max) and ratios to rslock on stderr
   --repeats N  run S1, S2, S4, S5 and S6 N times (interleaved) and compare medians
@@ -132,7 +134,7 @@ parameters (defaults per scenario as in BENCHMARKS.md):
                            the guard (released in the background) and acquire again at once;
                            an acquisition that is not a new one (fencing token not above
                            the previous) or a lock still held 5 s after the window: not ok
-  --kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor|script-floor
+  --kind lock|fair|semaphore|write|spin|rslock|fred-floor|raw-floor|script-floor
                            lock: redisync::Lock (default); fair: redisync::FairLock;
                            semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
                            spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
@@ -152,6 +154,11 @@ const FAIR_ALGORITHM: &str = "redisync::FairLock: reentrant owner hash + fencing
 const SEMAPHORE_ALGORITHM: &str = "redisync::Semaphore(1): permits hash + lease zset (server \
      time), acquire/release as EVALSHA Lua scripts, permits watchdog-leased; per-client FIFO \
      turn (one Redis contender per client), release messages over pub/sub";
+const WRITE_ALGORITHM: &str = "redisync::RwLock, write side: hash + readers zset (server time), \
+     acquire/release as EVALSHA Lua scripts; per-client FIFO turn (one Redis contender per \
+     client); a busy client joins the lock's queue in Redis and a release hands the lock to the \
+     oldest live entry (one writer, or the readers ahead of the first writer), telling it over \
+     pub/sub";
 const REDLOCK_ALGORITHM: &str = "redisync_redlock::Redlock over 3 independent servers (one \
      redisync::Lock per server, each from its own Client): acquire = the Lock's acquire script \
      on all 3 at once (try_lock with zero wait, 100 ms node timeout); restart guard: a node up \
@@ -234,6 +241,8 @@ enum Kind {
     Fair,
     /// `redisync::Semaphore` with one permit.
     Semaphore,
+    /// The write side of `redisync::RwLock`.
+    Write,
     /// The naive spin-lock baseline of `spin.rs`.
     Spin,
     /// The peer rslock (`peers.rs`).
@@ -253,13 +262,15 @@ impl Kind {
             "lock" => Ok(Kind::Lock),
             "fair" => Ok(Kind::Fair),
             "semaphore" => Ok(Kind::Semaphore),
+            "write" => Ok(Kind::Write),
             "spin" => Ok(Kind::Spin),
             "rslock" => Ok(Kind::Rslock),
             "fred-floor" => Ok(Kind::FredFloor),
             "raw-floor" => Ok(Kind::RawFloor),
             "script-floor" => Ok(Kind::ScriptFloor),
             _ => Err(
-                "--kind lock|fair|semaphore|spin|rslock|fred-floor|raw-floor|script-floor".into(),
+                "--kind lock|fair|semaphore|write|spin|rslock|fred-floor|raw-floor|script-floor"
+                    .into(),
             ),
         }
     }
@@ -430,6 +441,7 @@ impl Opts {
                 Kind::Lock => ALGORITHM,
                 Kind::Fair => FAIR_ALGORITHM,
                 Kind::Semaphore => SEMAPHORE_ALGORITHM,
+                Kind::Write => WRITE_ALGORITHM,
                 Kind::Spin => SPIN_ALGORITHM,
                 Kind::Rslock | Kind::FredFloor | Kind::RawFloor | Kind::ScriptFloor => {
                     unreachable!("the peers' settings are returned above")
@@ -503,6 +515,7 @@ impl Opts {
             (Kind::Spin, false) => compare::BASELINE,
             // Its permits are always watchdog-leased.
             (Kind::Semaphore, false) => return "Semaphore(1)".into(),
+            (Kind::Write, false) => "RwLock (write)",
         };
         let name = if self.cluster { "Lock (cluster)" } else { name };
         match self.lease {
@@ -855,6 +868,7 @@ fn s6_runs(suite: Suite) -> Vec<Opts> {
         (Kind::Lock, Lease::Fixed),
         (Kind::Fair, Lease::Fixed),
         (Kind::Semaphore, Lease::Watchdog),
+        (Kind::Write, Lease::Fixed),
         (Kind::Rslock, Lease::Fixed),
         (Kind::Spin, Lease::Fixed),
     ];
@@ -942,7 +956,7 @@ fn header(o: &Opts) -> Map<String, Value> {
             env!("CARGO_PKG_VERSION"),
             "fred 10.1 (plain Client, default config)",
         ),
-        Kind::Lock | Kind::Fair | Kind::Semaphore => (
+        Kind::Lock | Kind::Fair | Kind::Semaphore | Kind::Write => (
             "redisync",
             env!("CARGO_PKG_VERSION"),
             "fred 10.1 (redisync::Client)",
@@ -1017,7 +1031,7 @@ async fn other_handle(o: &Opts, urls: &[String]) -> Result<Option<Handle>, Strin
         Kind::FredFloor => Handle::Floor(peers::Floor::fred(&urls[0]).await?),
         Kind::RawFloor => Handle::Floor(peers::Floor::raw(o.ports[0]).await?),
         Kind::ScriptFloor => Handle::Floor(peers::Floor::scripts(&urls[0], KEY).await?),
-        Kind::Lock | Kind::Fair | Kind::Semaphore => return Ok(None),
+        Kind::Lock | Kind::Fair | Kind::Semaphore | Kind::Write => return Ok(None),
     }))
 }
 
@@ -1065,6 +1079,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
             (Kind::Lock, false) => Handle::Lock(locks.remove(0)),
             (Kind::Fair, false) => Handle::Fair(last.fair_lock(KEY)),
             (Kind::Semaphore, false) => Handle::Semaphore(last.semaphore(KEY)),
+            (Kind::Write, false) => Handle::Write(last.rw_lock(KEY).write()),
             (Kind::Lock, true) => Handle::Redlock(
                 redisync_redlock::Redlock::builder(locks)
                     .max_lease(o.max_lease())

@@ -44,6 +44,8 @@ pub(crate) enum Handle {
     /// A `Semaphore` with one permit, used as a mutex (its permits are
     /// always watchdog-leased: the fixed lease does not apply).
     Semaphore(redisync::Semaphore),
+    /// The write side of an `RwLock`.
+    Write(redisync::WriteLock),
     Redlock(redisync_redlock::Redlock),
     /// The naive spin-lock baseline (fixed lease only).
     Spin(crate::spin::SpinLock),
@@ -58,6 +60,7 @@ pub(crate) enum Guard {
     Lock(redisync::LockGuard),
     Fair(redisync::FairLockGuard),
     Semaphore(redisync::SemaphorePermit),
+    Rw(redisync::RwLockGuard),
     Redlock(redisync_redlock::RedlockGuard),
     Spin(crate::spin::SpinGuard),
     Rslock(crate::peers::Rslock, rslock::Lock),
@@ -92,6 +95,11 @@ impl Handle {
                 .await
                 .map_err(|e| text(&e))?
                 .map(Guard::Semaphore),
+            Handle::Write(l) => l
+                .try_lock(wait, lease)
+                .await
+                .map_err(|e| text(&e))?
+                .map(Guard::Rw),
             Handle::Spin(l) => {
                 let ttl =
                     lease.ok_or("the spin baseline has no watchdog: it needs a fixed lease")?;
@@ -118,6 +126,7 @@ impl Guard {
             Guard::Lock(g) => Some(g.fencing_token()),
             Guard::Fair(g) => Some(g.fencing_token()),
             Guard::Semaphore(p) => Some(p.fencing_token()),
+            Guard::Rw(g) => Some(g.fencing_token()),
             Guard::Redlock(g) => Some(g.fencing_token()),
             Guard::Spin(_) | Guard::Rslock(..) | Guard::Floor(_) => None,
         }
@@ -129,6 +138,7 @@ impl Guard {
             Guard::Fair(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Redlock(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Semaphore(p) => p.release().await.map_err(|e| e.to_string()),
+            Guard::Rw(g) => g.unlock().await.map_err(|e| e.to_string()),
             Guard::Spin(g) => g.unlock().await,
             Guard::Rslock(l, lock) => {
                 l.unlock(&lock).await;
