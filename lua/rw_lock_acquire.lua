@@ -40,7 +40,10 @@
 -- readers cannot starve writers. Exempt, so they never wait for
 -- themselves: an owner that reads already re-enters, and a writer takes
 -- the read side at once (a downgrade).
--- A key of another type is an error naming it, before anything is written.
+-- A key of another type is an error naming it, before anything is written,
+-- once the script uses it: while another owner writes, an attempt reads the
+-- hash only, and its RPUSH validates the queue (the counter and the readers
+-- zset are validated by the first attempt that may grant).
 local h, readers, fence, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease, side, reentry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local wait, qlease, fence_ttl = ARGV[6], tonumber(ARGV[7]), ARGV[5]

@@ -36,6 +36,19 @@ if err then
 end
 local s = {mode = held[3] or nil, popped = 0, fresh = {}, last = tonumber(token) or 0}
 
+-- A writer that also reads (a downgrade) reads on after its write release
+-- while its read's lease lasts (the zset is validated here, before any write).
+local own_read = false
+if side == 'w' and held[4] then
+  s.now, s.now_us = server_time()
+  local ends = redis.pcall('zscore', readers, owner)
+  err = read_error(ends, readers, 'read-write lock readers zset')
+  if err then
+    return err
+  end
+  own_read = ends and tonumber(ends) > s.now
+end
+
 -- An undo leaves the queue first.
 local left = false
 if match == '!' then
@@ -59,7 +72,9 @@ local function hand_on(code)
   if s.mode == 'write' then
     return code
   end
-  s.now, s.now_us = server_time()
+  if not s.now then
+    s.now, s.now_us = server_time()
+  end
   local before = s.last
   hand_rw(h, readers, queue, s, fence, ARGV[8], ARGV[5], ARGV[6], nil)
   rw_save_counter(s, fence, ARGV[8])
@@ -84,11 +99,16 @@ if last ~= '1' and tonumber(held[1]) > 1 then
 end
 
 if side == 'w' then
-  if held[4] then
+  if own_read then
     -- A downgrade: the writer keeps reading, and readers may join.
     redis.call('hdel', h, count_field, token_field)
     redis.call('hset', h, '~mode', 'read')
     s.mode = 'read'
+  elseif held[4] then
+    -- Free: the writer's own read, whose lease ended, goes with it.
+    redis.call('del', h, readers)
+    s.mode = nil
+    s.fresh[h], s.fresh[readers] = true, true
   else
     redis.call('del', h)
     s.mode = nil

@@ -66,7 +66,7 @@ impl Kind {
         match self.primitive() {
             "lock" => &["hold", "fence"],
             "fair" => &["hold", "queue", "fence"],
-            "rw" => &["hold", "readers", "fence"],
+            "rw" => &["hold", "readers", "fence", "queue"],
             "sem" => &["hold", "leases"],
             other => unreachable!("{other}"),
         }
