@@ -1522,11 +1522,13 @@ mod tests {
             "S6 16x1 Lock",
             "S6 16x1 FairLock",
             "S6 16x1 Semaphore(1)",
+            "S6 16x1 RwLock (write)",
             "S6 16x1 rslock",
             "S6 16x1 spin",
             "S6 4x4 Lock",
             "S6 4x4 FairLock",
             "S6 4x4 Semaphore(1)",
+            "S6 4x4 RwLock (write)",
             "S6 4x4 rslock",
             "S6 4x4 spin",
         ];
@@ -1541,7 +1543,7 @@ mod tests {
             && o.ttl == Duration::from_secs(10)
             && o.duration == S6_DURATION));
         // S6 rows say their layout, clients and workers.
-        let h = header(&runs[22]);
+        let h = header(&runs[23]);
         assert_eq!(h["scenario"], "S6");
         assert_eq!(h["label"], "S6 4x4");
         assert_eq!(
