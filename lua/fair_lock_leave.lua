@@ -19,13 +19,7 @@ local err = wrong_type({queue, 'list'})
 if err then
   return err
 end
--- Its queue entries, whatever deadline, lease and number they carry.
-local suffix = ' ' .. owner
-for _, entry in ipairs(redis.call('lrange', queue, 0, -1)) do
-  if string.sub(entry, -#suffix) == suffix then
-    redis.call('lrem', queue, 0, entry)
-  end
-end
+leave_queue(queue, redis.call('lrange', queue, 0, -1), ' ' .. owner)
 if wrong_type({lock, 'hash'}) then
   -- No acquisition of ours lives in a key of another type (the waiter was
   -- told WrongType): nothing more to undo, and the key is left as it is.

@@ -16,14 +16,8 @@ if err then
   return err
 end
 local owner = ARGV[1]
--- Its queue entry (one at most), whatever lease and number it was queued
--- with.
-local suffix = ' ' .. owner
-for _, entry in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do
-  if string.sub(entry, -#suffix) == suffix then
-    redis.call('lrem', KEYS[3], 0, entry)
-  end
-end
+-- Its queue entry (one at most).
+leave_queue(KEYS[3], redis.call('lrange', KEYS[3], 0, -1), ' ' .. owner)
 local held = redis.call('hmget', KEYS[1], owner, '~t', '~w', '~f')
 if not held[1] or held[2] == ARGV[2] then
   return 0

@@ -75,6 +75,20 @@ local function read_hold(lock, owner, expect_busy, what)
   return held, pttl, nil
 end
 
+-- Removes every entry of the wait queue `queue` (`entries`: the list as
+-- read) that ends with `suffix` (" <owner>": the waiter's entries, whatever
+-- deadline, lease and number they carry); returns whether one was there.
+local function leave_queue(queue, entries, suffix)
+  local left = false
+  for _, entry in ipairs(entries) do
+    if string.sub(entry, -#suffix) == suffix then
+      redis.call('lrem', queue, 0, entry)
+      left = true
+    end
+  end
+  return left
+end
+
 -- At least the last fencing token issued on `fence`, for a force-unlock's
 -- answer (every acquisition with a token up to it ran before the script):
 -- the counter, or the server time in us when the counter expired (a token

@@ -57,13 +57,7 @@ if match == '!' then
   if err then
     return err
   end
-  local suffix = ' ' .. side .. ' ' .. owner
-  for _, entry in ipairs(entries) do
-    if string.sub(entry, -#suffix) == suffix then
-      redis.call('lrem', queue, 0, entry)
-      left = true
-    end
-  end
+  left = leave_queue(queue, entries, ' ' .. side .. ' ' .. owner)
 end
 
 -- Hands the lock on from mode s.mode; 4 when something was handed, else

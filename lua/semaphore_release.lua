@@ -33,15 +33,9 @@ if err then
 end
 local left = false
 if ARGV[4] == '1' and queue then
-  local suffix = ' ' .. id
   local entries = redis.pcall('lrange', queue, 0, -1)
   if type(entries) == 'table' and not entries.err then
-    for _, entry in ipairs(entries) do
-      if string.sub(entry, -#suffix) == suffix then
-        redis.call('lrem', queue, 0, entry)
-        left = true
-      end
-    end
+    left = leave_queue(queue, entries, ' ' .. id)
   end
 end
 if gone == 0 and not left then
