@@ -234,14 +234,7 @@ end
 -- theirs passes. The TTL only grows (a waiter with a shorter queue lease
 -- must not cut the place of one with a longer one): PEXPIRE .. GT from
 -- Redis 7, a look at the PTTL before; a queue nobody waits in any more goes.
-local ttl = qlease + lease
-if created then
-  redis.call('pexpire', queue, ttl)
-elseif ARGV[12] == '1' then
-  redis.call('pexpire', queue, ttl, 'GT')
-elseif redis.call('pttl', queue) < ttl then
-  redis.call('pexpire', queue, ttl)
-end
+keep_for(queue, qlease + lease, created, ARGV[12] == '1')
 -- Tell the holder that somebody waits: its release then hands it on.
 if pttl ~= -2 and not held[3] then
   redis.call('hset', lock, '~w', 1)

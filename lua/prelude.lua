@@ -369,9 +369,16 @@ local function read_latch(latch, record)
   return {tonumber(n), seen[2], tonumber(t)}, nil
 end
 
--- Keeps `key` for at least `ms` from now (never shortens its TTL).
-local function keep_for(key, ms)
-  if redis.call('pttl', key) < tonumber(ms) then
+-- Keeps `key` for at least `ms` from now (never shortens its TTL): one
+-- PEXPIRE for a key the script just `created` (no TTL yet), one PEXPIRE ..
+-- GT when the server has it (`gt`: Redis >= 7), a look at its PTTL first
+-- otherwise.
+local function keep_for(key, ms, created, gt)
+  if created then
+    redis.call('pexpire', key, ms)
+  elseif gt then
+    redis.call('pexpire', key, ms, 'GT')
+  elseif redis.call('pttl', key) < tonumber(ms) then
     redis.call('pexpire', key, ms)
   end
 end
@@ -421,15 +428,12 @@ local function rw_save_counter(s, fence, fence_ttl)
   end
 end
 
--- Keeps `key` for at least `ms` (never shortens it): one PEXPIRE for a key
--- the script created, a look at its PTTL first otherwise.
+-- keep_for, remembering (s.fresh[key]) what the script already covered:
+-- a key it created takes one PEXPIRE, one it covered as long takes none.
 local function rw_cover(s, key, ms)
   local known = s.fresh[key]
-  if known == true then
-    redis.call('pexpire', key, ms)
-    s.fresh[key] = ms
-  elseif not known or known < ms then
-    keep_for(key, ms)
+  if known == true or not known or known < ms then
+    keep_for(key, ms, known == true)
     s.fresh[key] = ms
   end
 end

@@ -258,11 +258,5 @@ else
 end
 -- The queue outlives its live entries (each refreshes its deadline, and
 -- the queue's TTL, well before it passes); the TTL only grows.
-if head and not mine then
-  redis.call('pexpire', queue, qlease)
-elseif ARGV[12] == '1' then
-  redis.call('pexpire', queue, qlease, 'GT')
-elseif redis.call('pttl', queue) < qlease then
-  redis.call('pexpire', queue, qlease)
-end
+keep_for(queue, qlease, head and not mine, ARGV[12] == '1')
 return {0, bound(head), queued}

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::hold::HoldOps;
 use crate::hub::Slot;
@@ -435,12 +435,11 @@ fn unreachable_wait(name: &str) -> Error {
 /// The fair lock on the engine: re-entrant per owner, no local turn (each
 /// waiter holds its own place in Redis's queue); a release hands the lock
 /// to the oldest live entry and its message wakes only that waiter, holding
-/// it ([`Wake::Handed`]).
+/// it (the engine's hand-off).
 impl Spec for FairLock {
     type Ask = ();
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
@@ -412,13 +412,12 @@ fn unreachable_wait(name: &str) -> Error {
 
 /// The lock on the engine: re-entrant per owner, the local turn kept while
 /// held; a client that finds it held by another queues in Redis and is
-/// handed it by a release ([`Wake::Handed`]).
+/// handed it by a release (the engine's hand-off).
 /// Its ask is the token floor of [`Lock::try_lock_with_min_token`].
 impl Spec for Lock {
     type Ask = Option<u64>;
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
@@ -356,7 +356,6 @@ impl Spec for RwLock {
     type Ask = Side;
     const WHAT: &'static str = "lock";
     const REENTRANT: bool = true;
-    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named

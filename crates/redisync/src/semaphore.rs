@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
-use crate::engine::{self, Gate, Named, Reply, Spec, Try, Wake};
+use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
@@ -450,12 +450,11 @@ impl Semaphore {
 /// re-entry, nothing to order), the local turn given up at the grant; a
 /// client whose attempt finds too few permits queues in Redis, and a
 /// release hands freed permits to the oldest queued clients
-/// ([`Wake::Handed`]).
+/// (the engine's hand-off).
 impl Spec for Semaphore {
     type Ask = u32;
     const WHAT: &'static str = "semaphore";
     const REENTRANT: bool = false;
-    const WAKE: Wake = Wake::Handed;
 
     fn named(&self) -> &Named {
         &self.inner.named

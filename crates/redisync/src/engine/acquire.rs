@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::held::{Folded, Held};
 use super::undo::Undo;
-use super::{Gate, Reply, Spec, Try, Wake};
+use super::{Gate, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::hub::{Hub, Slot, SlotRef, Wakeup};
@@ -131,16 +131,16 @@ async fn contend<S: Spec>(
     let client = named.client_inner();
     // A zero wait is one try that never queues.
     let enqueue = deadline.is_none_or(|d| d > Instant::now());
-    let addressed = (S::WAKE != Wake::Broadcast).then(|| Registration::new(slot, holder));
+    let registration = Registration::new(slot, holder);
+    let wakeup = &*registration.wakeup;
     let mut undo = Undo::new(spec, slot, holder, None, turn);
-    let mut place = Place::new(addressed.as_ref());
+    let mut place = Place::new(wakeup);
     let refusals_until =
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
         if let Err(e) = client.check_open() {
             return Err(failed(grant, holder, (place.queued, false), &mut undo, e).await);
         }
-        let wakeup = addressed.as_ref().map_or(&slot.wakeup, |r| &*r.wakeup);
         if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
             // A release handed us the hold (whatever the deadline says: it
             // is ours, and cheaper to keep than to give back).
@@ -156,7 +156,7 @@ async fn contend<S: Spec>(
         // (what a grant that exhausted the permits waits for), and ours.
         // A waiter without a queue entry looks again as often as a queued
         // one: the server's bound may predate a hand-off of a shorter lease.
-        let look = (S::WAKE == Wake::Handed).then(|| lease / HANDED_LEASE_LOOKS);
+        let look = lease / HANDED_LEASE_LOOKS;
         let Some(exhausted_since) =
             wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
         else {
@@ -290,12 +290,10 @@ struct Place {
 }
 
 impl Place {
-    /// A new acquisition, waiting on `registration` if any.
-    fn new(registration: Option<&Registration<'_>>) -> Place {
+    /// A new acquisition, waiting on `wakeup` (its registration's).
+    fn new(wakeup: &Wakeup) -> Place {
         let (number, next_number) = (new_wait_number(), new_wait_number());
-        if let Some(r) = registration {
-            r.wakeup.expect_entries(number, next_number);
-        }
+        wakeup.expect_entries(number, next_number);
         Place {
             queued: false,
             busy_at: (Instant::now(), 0),
@@ -317,7 +315,7 @@ impl Place {
         enqueue: bool,
         ask: A,
     ) -> Try<'a, A> {
-        if enqueue && S::WAKE == Wake::Handed && self.in_queue.is_none() {
+        if enqueue && self.in_queue.is_none() {
             self.in_queue = named.client.inner.start_background();
         }
         let expect_busy = slot.expects_busy();
@@ -355,7 +353,7 @@ impl Place {
         }
         self.queued = queued;
         self.busy_at = at;
-        if !queued || S::WAKE != Wake::Handed {
+        if !queued {
             self.in_queue = None;
             return until;
         }
@@ -404,7 +402,7 @@ async fn leave_at_shutdown<S: Spec>(
     queued: bool,
     undo: &mut Undo<S>,
 ) {
-    if !queued || S::WAKE != Wake::Handed {
+    if !queued {
         return;
     }
     let client = grant.spec.named().client_inner();
@@ -415,7 +413,7 @@ async fn leave_at_shutdown<S: Spec>(
 }
 
 /// Takes a hold a release handed to `holder` while it waited in the queue
-/// (see [`Wake::Handed`]), with `token`. `at`: when the last busy attempt
+/// (see the hand-off in [`crate::engine`]), with `token`. `at`: when the last busy attempt
 /// was sent, and the connection generation then; the hold was granted after
 /// that attempt ran, so its lease counts from its sending. A server that
 /// restarted since and is too young under the client's restart guard gets
@@ -547,7 +545,7 @@ async fn park(
 async fn wait_while_exhausted(
     slot: &Slot,
     may_wait: bool,
-    look: Option<Duration>,
+    look: Duration,
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
@@ -556,9 +554,7 @@ async fn wait_while_exhausted(
     let Some(mut until) = slot.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
-    if let Some(look) = look {
-        until = until.min(Instant::now() + look);
-    }
+    until = until.min(Instant::now() + look);
     park(wakeup, since, until, deadline, labels).await;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return None;

@@ -2,9 +2,14 @@
 //! `Semaphore` run on one batch semaphore: the acquisition state machine
 //! ([`acquire`]), the undo of an acquisition whose outcome is unknown
 //! ([`undo`]) and the guard core ([`held`]). A primitive is a [`Spec`]: its
-//! scripts, its key roles, its re-entry rule, its gate policy and its wake
-//! rule. The rules that keep holders exclusive and tokens rising live here,
-//! once.
+//! scripts, its key roles, its re-entry rule and its gate policy. The rules
+//! that keep holders exclusive and tokens rising live here, once.
+//!
+//! Every kind wakes its waiters by hand-off: a waiting client joins the
+//! name's queue in Redis; a release hands the hold to the oldest entries
+//! that can take it and its message carries the token, so only those
+//! waiters wake, holding it (O(1) commands per acquisition however many
+//! clients wait).
 
 use std::future::Future;
 use std::sync::atomic::AtomicI64;
@@ -45,18 +50,6 @@ pub(crate) enum Gate {
     Bypass,
 }
 
-/// How a parked waiter learns that it may try again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// Every release message wakes every local waiter of the name.
-    Broadcast,
-    /// A waiting client joins the name's queue in Redis; a release hands
-    /// the hold to the oldest entry and its message carries the token, so
-    /// only that waiter wakes, holding it (a lock across clients: O(1)
-    /// commands per acquisition however many clients wait).
-    Handed,
-}
-
 /// One acquisition attempt, as the engine asks a primitive to run it.
 pub(crate) struct Try<'a, A> {
     /// The local hold id (the owner id, or a per-acquisition id).
@@ -70,7 +63,7 @@ pub(crate) struct Try<'a, A> {
     /// An earlier attempt of this acquisition left a queue entry.
     pub(crate) queued: bool,
     /// The number of this acquisition's queue entry (it names the entry
-    /// and the hand-off message; see [`Wake::Handed`]).
+    /// and the hand-off message; see the hand-off in the [module docs](self)).
     pub(crate) number: u64,
     /// The number a new entry takes when the queued one is gone (it may
     /// have been handed over and have expired meanwhile: a late message for
@@ -305,7 +298,6 @@ pub(crate) trait Spec: Clone + Send + Sync + 'static {
     /// counts up, and undos are ordered before the owner's next acquisition.
     /// Otherwise every acquisition has a fresh holder id (a semaphore).
     const REENTRANT: bool;
-    const WAKE: Wake;
 
     fn named(&self) -> &Named;
     /// Whether this handle's acquisitions re-enter: the kind is re-entrant
