@@ -278,6 +278,8 @@ pub(crate) struct ClientInner {
     pub(crate) id: uuid::Uuid,
     id_str: String,
     pub(crate) redis: RedisClient,
+    /// What the engine and the primitives run their commands on.
+    pub(crate) link: Arc<dyn crate::link::Link>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) settings: Settings,
     closed: AtomicBool,
@@ -291,12 +293,6 @@ pub(crate) struct ClientInner {
     /// Set when the watchdog task started (with the first renewed hold).
     pub(crate) watchdog_started: AtomicBool,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
-    /// Reconnections of the command connection seen so far, and the
-    /// channel they are announced on (see [`Client::connection_generation`]).
-    reconnects: std::sync::Mutex<(
-        tokio::sync::broadcast::Receiver<fred::types::config::Server>,
-        u64,
-    )>,
     /// The connection tasks of both connections: stopped once they were
     /// told to quit (see [`ClientInner::close_connections`]).
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
@@ -612,13 +608,13 @@ impl Client {
         // (and when the version is unknown: INFO refused by an ACL).
         let sharded = version.is_some_and(|v| v.major >= 7);
         let id = uuid::Uuid::new_v4();
-        let reconnects = std::sync::Mutex::new((redis.reconnect_rx(), 0));
         let restart_guard = settings
             .restart_guard
             .map(crate::restart::RestartGuard::new);
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),
+            link: Arc::new(crate::link::FredLink::new(redis.clone())),
             redis,
             hub: Arc::new(Hub::new(subscriber, sharded)),
             settings,
@@ -628,7 +624,6 @@ impl Client {
             background_idle: Notify::new(),
             watchdog_started: AtomicBool::new(false),
             tasks: std::sync::Mutex::new(Vec::new()),
-            reconnects,
             routers: std::sync::Mutex::new(routers),
             restart_guard,
             runtime: tokio::runtime::Handle::current().id(),
@@ -671,7 +666,7 @@ impl Client {
     /// of `INFO server`; Valkey reports the Redis version it is compatible
     /// with), `None` when it could not be read.
     pub fn server_version(&self) -> Option<String> {
-        self.inner.redis.server_version().map(|v| v.to_string())
+        self.inner.link.server_version()
     }
 
     /// Where this client was configured to connect (no I/O, no DNS), one
@@ -786,7 +781,7 @@ impl Client {
         }
         let releases = futures::future::join_all(holds.iter().map(|hold| async move {
             let release = (hold.ops.release)(
-                &self.inner.redis,
+                self.inner.link(),
                 self.inner.hub.publish_command(),
                 self.inner.settings.fence_ttl_ms(),
                 hold,
@@ -809,7 +804,15 @@ impl ClientInner {
     /// See [`Client::server_uptime`].
     pub(crate) async fn server_uptime(&self) -> Result<Duration> {
         self.check_open()?;
-        let info: String = self.redis.info(Some(fred::types::InfoKind::Server)).await?;
+        let info: String = self
+            .link
+            .command(crate::link::Command {
+                name: "INFO",
+                route: None,
+                args: vec!["server".into()],
+            })
+            .await
+            .and_then(fred::types::FromValue::from_value)?;
         info.lines()
             .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
             .and_then(|v| v.trim().parse::<u64>().ok())
@@ -824,17 +827,7 @@ impl ClientInner {
 
     /// See [`Client::connection_generation`].
     pub(crate) fn connection_generation(&self) -> u64 {
-        use tokio::sync::broadcast::error::TryRecvError;
-        let mut guard = crate::hold::lock_unpoisoned(&self.reconnects);
-        let (rx, count) = &mut *guard;
-        loop {
-            match rx.try_recv() {
-                Ok(_) => *count += 1,
-                // Missed announcements were reconnections too.
-                Err(TryRecvError::Lagged(n)) => *count += n + 1,
-                Err(TryRecvError::Empty | TryRecvError::Closed) => return *count,
-            }
-        }
+        self.link.connection_generation()
     }
 
     /// Keeps a background task of this client: aborted at shutdown or when
@@ -925,6 +918,11 @@ impl ClientInner {
     /// so that acquisition re-enters nothing and nothing re-enters it.
     pub(crate) fn acquisition_owner_id(&self) -> Arc<str> {
         crate::owner::acquisition_owner_id(&self.id_str)
+    }
+
+    /// What the engine and the primitives run their commands on.
+    pub(crate) fn link(&self) -> &dyn crate::link::Link {
+        &*self.link
     }
 
     /// `Err(Shutdown)` once a shutdown began: no new acquisition or query.

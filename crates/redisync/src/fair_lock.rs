@@ -326,7 +326,7 @@ impl FairLock {
         let client = self.named().client_inner();
         let freed: i64 = LEAVE
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 self.script_keys(),
                 vec![
@@ -467,7 +467,7 @@ impl Spec for FairLock {
         let client = self.named().client_inner();
         let reply: Vec<i64> = ACQUIRE
             .run(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 self.script_keys(),
                 vec![

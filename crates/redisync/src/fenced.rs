@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use fred::interfaces::HashesInterface;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
@@ -212,9 +211,14 @@ impl Fenced {
         let fields: Vec<Value> = self
             .client
             .inner
-            .redis
-            .hmget(&*self.key, vec!["token", "value"])
+            .link()
+            .command(crate::link::Command {
+                name: "HMGET",
+                route: Some(&self.key),
+                args: vec![Value::from(&*self.key), "token".into(), "value".into()],
+            })
             .await
+            .and_then(fred::types::FromValue::from_value)
             .map_err(|e| {
                 if e.details().contains("WRONGTYPE") {
                     Error::WrongType {
@@ -256,7 +260,7 @@ impl Fenced {
         args.extend(value);
         let reply: Vec<Value> = WRITE
             .run(
-                &self.client.inner.redis,
+                self.client.inner.link(),
                 &self.key,
                 vec![Key::from(&*self.key)],
                 args,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fred::clients::Client as RedisClient;
+use crate::link::Link;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -38,7 +38,7 @@ pub(crate) struct HoldOps {
     /// waiter sets its fencing counter with the given TTL (ms). Only a final
     /// release may be sent twice.
     pub(crate) release:
-        for<'a> fn(&'a RedisClient, &'static str, i64, &'a Hold, bool) -> ReleaseFuture<'a>,
+        for<'a> fn(&'a dyn Link, &'static str, i64, &'a Hold, bool) -> ReleaseFuture<'a>,
     /// Rebinds the acquisition in Redis from owner id `from` to `to` in one
     /// script, keeping its token, lease and count (a hand-off); `None` for
     /// kinds that cannot be handed off. Owner- and token-checked and
@@ -53,7 +53,7 @@ pub(crate) struct HoldOps {
 
 /// See [`HoldOps::rebind`]: (redis, hold, from, to).
 pub(crate) type RebindFn = for<'a> fn(
-    &'a RedisClient,
+    &'a dyn Link,
     &'a Hold,
     &'a str,
     &'a str,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fred::interfaces::{ClientLike, KeysInterface};
+use fred::interfaces::ClientLike;
 use fred::types::{Key, Value};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
@@ -271,10 +271,17 @@ impl Client {
             .filter(|i| i.exists || i.last_token.is_some())
             .collect();
         if found.is_empty() {
-            let redis = &self.inner.redis;
-            let plain: Option<String> = redis
-                .exists::<i64, _>(name)
+            let exists = crate::link::Command {
+                name: "EXISTS",
+                route: Some(name),
+                args: vec![name.into()],
+            };
+            let plain: Option<String> = self
+                .inner
+                .link()
+                .command(exists)
                 .await
+                .and_then(<i64 as fred::types::FromValue>::from_value)
                 .ok()
                 .filter(|n| *n > 0)
                 .map(|_| name.to_owned());
@@ -379,7 +386,7 @@ async fn read(client: &ClientInner, name: &str, kinds: &[Kind]) -> Result<Vec<In
     let first = keys::key(kinds[0], Role::Hold, name);
     let reply: Value = INSPECT
         .run_idempotent(
-            &client.redis,
+            client.link(),
             &first,
             wanted.clone(),
             vec![Value::from(i64::try_from(MOST_ENTRIES).unwrap_or(1000))],

@@ -148,7 +148,7 @@ impl CountDownLatch {
         let ttl_ms = checked_ms("latch TTL", ttl)?;
         let set: i64 = SET_COUNT
             .run(
-                &self.client.inner.redis,
+                self.client.inner.link(),
                 &self.key,
                 vec![Key::from(&*self.key), self.record.clone()],
                 vec![
@@ -182,7 +182,7 @@ impl CountDownLatch {
             || inner.check_open(),
             || {
                 COUNT_DOWN.run(
-                    &inner.redis,
+                    inner.link(),
                     &self.key,
                     vec![Key::from(&*self.key), self.record.clone()],
                     vec![
@@ -289,7 +289,7 @@ impl CountDownLatch {
     async fn read(&self, mine: Option<&str>) -> Result<(u64, Look, bool)> {
         let reply: Vec<Value> = READ
             .run_idempotent(
-                &self.client.inner.redis,
+                self.client.inner.link(),
                 &self.key,
                 vec![Key::from(&*self.key), self.record.clone()],
                 vec![Value::from(mine.unwrap_or(""))],

@@ -7,7 +7,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -436,17 +435,15 @@ where
 async fn announce(lock: &Lock) {
     let named = lock.named();
     let client = named.client_inner();
-    let slot = fred::util::redis_keyslot(named.key.as_bytes());
-    let publish = fred::types::CustomCommand::new(
-        client.hub.publish_command(),
-        fred::types::ClusterHash::Custom(slot),
-        false,
-    );
-    let args = vec![
-        fred::types::Value::from(named.channel.clone()),
-        fred::types::Value::from("i"),
-    ];
-    if let Err(e) = client.redis.custom::<i64, _>(publish, args).await {
+    let publish = crate::link::Command {
+        name: client.hub.publish_command(),
+        route: Some(&named.key),
+        args: vec![
+            fred::types::Value::from(named.channel.clone()),
+            fred::types::Value::from("i"),
+        ],
+    };
+    if let Err(e) = client.link().command(publish).await {
         tracing::debug!(leader = %lock.name(), error = %e, "telling watchers of a resignation failed");
     }
 }

@@ -20,6 +20,12 @@ mod inspect;
 mod keys;
 mod latch;
 mod leader;
+// The seam under the engine, public for a simulated Redis.
+#[cfg(feature = "simulation")]
+pub mod link;
+#[cfg(not(feature = "simulation"))]
+#[allow(unreachable_pub)]
+mod link;
 mod lock;
 mod metrics;
 mod owner;

@@ -14,8 +14,8 @@ use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{sibling_key, Kind, Role};
+use crate::link::Link;
 use crate::script::{lua_script, token_arg};
-use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -51,7 +51,7 @@ pub(crate) fn lock_renew_args(h: &Hold) -> (Vec<Key>, Vec<Value>) {
 /// layout from owner id `from` to `to` (shared with the fair lock; `what`
 /// names the kind in a wrong-type error). `Ok(false)`: not held.
 pub(crate) async fn rebind_lock_hash(
-    redis: &RedisClient,
+    redis: &dyn Link,
     hold: &Hold,
     from: &str,
     to: &str,
@@ -372,7 +372,7 @@ impl Lock {
         let fence = self.inner.fence.as_str().unwrap_or_default().to_owned();
         let value: i64 = ADVANCE_FENCE
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &fence,
                 vec![self.inner.fence.clone(), self.inner.hold.clone()],
                 vec![
@@ -453,7 +453,7 @@ impl Spec for Lock {
         }
         let mut reply: Vec<i64> = ACQUIRE
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &self.inner.key,
                 vec![
                     self.inner.hold.clone(),
@@ -500,7 +500,7 @@ impl Spec for Lock {
         let client = self.named().client_inner();
         let _undone: i64 = ABANDON
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &self.inner.key,
                 vec![
                     self.inner.hold.clone(),
@@ -524,7 +524,7 @@ impl Spec for Lock {
 /// field). The script answers 0 not held, 1 still held, 2 released, 3
 /// released after another client tried.
 pub(crate) async fn release_hold(
-    redis: &RedisClient,
+    redis: &dyn Link,
     publish: &'static str,
     fence_ttl_ms: i64,
     hold: &Hold,
@@ -652,7 +652,7 @@ impl LockGuard {
         let client = self.lock.named().client_inner();
         let done: i64 = PUBLISH_IDENTITY
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &hold.key,
                 vec![self.lock.inner.hold.clone()],
                 vec![

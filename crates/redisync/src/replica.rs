@@ -7,7 +7,6 @@
 //! that wrote the lock (other commands of the client queued in between only
 //! add writes to wait for).
 
-use fred::interfaces::ClientLike;
 use std::future::Future;
 
 use crate::client::ClientInner;
@@ -29,14 +28,17 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
     let Some((required, timeout)) = client.settings.replica_sync else {
         return Synced::Enough;
     };
-    let slot = fred::util::redis_keyslot(key.as_bytes());
-    let wait =
-        fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
     let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    let wait = crate::link::Command {
+        name: "WAIT",
+        route: Some(key),
+        args: vec![i64::from(required).into(), ms.into()],
+    };
     match client
-        .redis
-        .custom::<i64, _>(wait, vec![i64::from(required), ms])
+        .link()
+        .command(wait)
         .await
+        .and_then(<i64 as fred::types::FromValue>::from_value)
     {
         Ok(acked) if acked >= i64::from(required) => Synced::Enough,
         Ok(acked) => Synced::Short { acked, required },

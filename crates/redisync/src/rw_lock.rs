@@ -14,8 +14,8 @@ use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{self, Kind, Role};
+use crate::link::Link;
 use crate::script::{lua_script, token_arg};
-use fred::clients::Client as RedisClient;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
@@ -119,7 +119,7 @@ fn queue_lease_ms() -> i64 {
 
 /// Releases one hold of `hold` on one side (`last`: the acquisition).
 async fn release_side(
-    redis: &RedisClient,
+    redis: &dyn Link,
     publish: &'static str,
     fence_ttl_ms: i64,
     hold: &Hold,
@@ -163,7 +163,7 @@ impl RwRelease<'_> {
     /// The script's answer: 0 not held, 1 still held, 2 released, 4
     /// released and handed to queued waiters. Only a final release (or an
     /// undo) may be sent twice.
-    async fn run(self, redis: &RedisClient, publish: &'static str) -> Result<i64> {
+    async fn run(self, redis: &dyn Link, publish: &'static str) -> Result<i64> {
         RELEASE
             .run_with(
                 redis,
@@ -391,7 +391,7 @@ impl Spec for RwLock {
         // Sent once: a repeat could queue a second entry.
         let reply: Vec<i64> = ACQUIRE
             .run(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 vec![
                     self.inner.named.hold.clone(),
@@ -452,7 +452,7 @@ impl Spec for RwLock {
             exactly: false,
             fence_ttl_ms: client.settings.fence_ttl_ms(),
         }
-        .run(&client.redis, client.hub.publish_command())
+        .run(client.link(), client.hub.publish_command())
         .await
         .map(drop)
     }

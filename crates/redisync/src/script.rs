@@ -4,14 +4,11 @@
 
 use std::time::Duration;
 
-use fred::clients::Client as RedisClient;
-use fred::interfaces::ClientLike;
-use fred::interfaces::LuaInterface;
-use fred::types::config::Options;
 use fred::types::{FromValue, Key, Value};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::link::{Link, ScriptCall};
 
 /// One script of `lua/`.
 pub(crate) struct LuaScript {
@@ -39,12 +36,12 @@ impl LuaScript {
     /// run, so it ran at most once. Refusals are retried for up to 2 s.
     pub(crate) async fn run<R: FromValue>(
         &self,
-        redis: &RedisClient,
+        link: &dyn Link,
         key: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<R> {
-        self.run_with(redis, key, keys, args, 1).await
+        self.run_with(link, key, keys, args, 1).await
     }
 
     /// Runs a script whose second run changes nothing that matters (owner-
@@ -63,25 +60,25 @@ impl LuaScript {
     /// whoever holds the lock) use [`LuaScript::run`] all the same.
     pub(crate) async fn run_idempotent<R: FromValue>(
         &self,
-        redis: &RedisClient,
+        link: &dyn Link,
         key: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<R> {
-        self.run_with(redis, key, keys, args, 3).await
+        self.run_with(link, key, keys, args, 3).await
     }
 
     /// Runs the script with at most `attempts` sends (see [`LuaScript::run`]
     /// and [`LuaScript::run_idempotent`]).
     pub(crate) async fn run_with<R: FromValue>(
         &self,
-        redis: &RedisClient,
+        link: &dyn Link,
         key: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
         attempts: u32,
     ) -> Result<R> {
-        self.run_refused_for(redis, key, keys, args, attempts, REFUSED_RETRY_FOR)
+        self.run_refused_for(link, key, keys, args, attempts, REFUSED_RETRY_FOR)
             .await
     }
 
@@ -89,45 +86,45 @@ impl LuaScript {
     /// at once (the caller has a way that the cluster does not refuse).
     pub(crate) async fn run_unless_refused<R: FromValue>(
         &self,
-        redis: &RedisClient,
+        link: &dyn Link,
         key: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
         attempts: u32,
     ) -> Result<R> {
-        self.run_refused_for(redis, key, keys, args, attempts, Duration::ZERO)
+        self.run_refused_for(link, key, keys, args, attempts, Duration::ZERO)
             .await
     }
 
     async fn run_refused_for<R: FromValue>(
         &self,
-        redis: &RedisClient,
+        link: &dyn Link,
         key: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
         attempts: u32,
         refusals_for: Duration,
     ) -> Result<R> {
-        let options = Options {
-            max_attempts: Some(attempts),
-            ..Options::default()
-        };
-        let redis = redis.with_options(&options);
         let mut refused_since = None;
         let mut pause = Duration::from_millis(5);
         loop {
-            let first = redis
-                .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
-                .await;
-            let result = match first {
+            let send = |body| {
+                link.script(ScriptCall {
+                    sha: &self.sha,
+                    body,
+                    keys: keys.clone(),
+                    args: args.clone(),
+                    attempts,
+                })
+            };
+            let result = match send(None).await {
                 Err(e) if e.details().starts_with("NOSCRIPT") => {
                     tracing::debug!(script = self.name, "NOSCRIPT, sending the script body");
-                    redis
-                        .eval::<R, _, _, _>(self.src, keys.clone(), args.clone())
-                        .await
+                    send(Some(self.src)).await
                 }
                 other => other,
-            };
+            }
+            .and_then(R::from_value);
             match result {
                 Err(e) if crate::error::refused_unrun(&e) => {
                     // The slot is moving: the script did not run. Send it

@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, HoldOps, Released};
 use crate::hub::Slot;
 use crate::keys::{self, Kind, Role};
+use crate::link::Link;
 use crate::script::{lua_script, LuaScript};
-use fred::clients::Client as RedisClient;
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
 lua_script!(RESET_PERMITS, "semaphore_reset_permits.lua");
@@ -156,7 +156,7 @@ impl Semaphore {
         let client = self.named().client_inner();
         script
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone()],
                 vec![
@@ -234,7 +234,7 @@ impl Semaphore {
         let client = self.named().client_inner();
         let reply: Vec<i64> = ADD_PERMITS
             .run(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone()],
                 vec![
@@ -391,7 +391,7 @@ impl Semaphore {
         let client = self.named().client_inner();
         let reply: Vec<i64> = AVAILABLE
             .run_idempotent(
-                &client.redis,
+                client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
                 vec![
@@ -493,7 +493,7 @@ impl Spec for Semaphore {
         let permits = t.ask;
         let reply: Vec<i64> = ACQUIRE
             .run(
-                &client.redis,
+                client.link(),
                 &named.key,
                 vec![
                     named.hold.clone(),
@@ -542,7 +542,7 @@ impl Spec for Semaphore {
         let client = self.named().client_inner();
         let named = self.named();
         give_back(
-            &client.redis,
+            client.link(),
             client.hub.publish_command(),
             &named.key,
             &named.channel,
@@ -571,11 +571,7 @@ static SEMAPHORE_HOLD: HoldOps = HoldOps {
 };
 
 /// Gives back the permits of `hold`.
-async fn release_permit(
-    redis: &RedisClient,
-    publish: &'static str,
-    hold: &Hold,
-) -> Result<Released> {
+async fn release_permit(redis: &dyn Link, publish: &'static str, hold: &Hold) -> Result<Released> {
     let (freed, free, to_others) = give_back(
         redis,
         publish,
@@ -599,7 +595,7 @@ async fn release_permit(
 /// given back (0: it held none), the permits free after it, and 1 if some
 /// went to a waiter of another client.
 async fn give_back(
-    redis: &RedisClient,
+    redis: &dyn Link,
     publish: &'static str,
     key: &str,
     channel: &Key,

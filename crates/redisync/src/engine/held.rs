@@ -101,7 +101,7 @@ impl Held {
         let flags: Vec<i64> = hold
             .ops
             .renew
-            .run_idempotent(&self.client.redis, &hold.key, keys, args)
+            .run_idempotent(self.client.link(), &hold.key, keys, args)
             .await?;
         if flags.first() == Some(&1) {
             // A replica without the longer lease would keep the old one
@@ -157,7 +157,7 @@ impl Held {
             hold: &hold,
             revert: None,
         };
-        let result = rebind(&self.client.redis, &hold, &from, &to).await;
+        let result = rebind(self.client.link(), &hold, &from, &to).await;
         match result {
             Ok(true) => Ok(()),
             Ok(false) => {
@@ -286,7 +286,7 @@ async fn release_hold(
         return Ok(Released::default());
     }
     let release = (hold.ops.release)(
-        &client.redis,
+        client.link(),
         client.hub.publish_command(),
         client.settings.fence_ttl_ms(),
         hold,

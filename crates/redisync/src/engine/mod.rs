@@ -247,7 +247,7 @@ impl Named {
             .unwrap_or_default();
         let (deleted, last): (i64, i64) = script
             .run(
-                &client.redis,
+                client.link(),
                 &self.key,
                 keys,
                 vec![

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use fred::interfaces::ClientLike;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
@@ -64,7 +63,7 @@ async fn run(client: Weak<ClientInner>) {
             .collect();
         // One batch script call per kind of hold (and, on a cluster, per
         // hash slot: a script's keys must share one) and RENEW_BATCH holds.
-        let clustered = client.redis.is_clustered();
+        let clustered = client.link().is_clustered();
         let mut kinds: Vec<(&'static HoldOps, u16, Vec<Arc<Hold>>)> = Vec::new();
         for h in holds {
             let slot = if clustered {
@@ -162,7 +161,7 @@ async fn renew_batch(
     let sent_at = Instant::now();
     let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
     match script
-        .run_idempotent::<Vec<i64>>(&client.redis, &span_key, keys, args)
+        .run_idempotent::<Vec<i64>>(client.link(), &span_key, keys, args)
         .await
     {
         Ok(flags) => {
