@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::hub::Hub;
+use crate::link::{Delivery, FredLink};
 use crate::owner::Owner;
+use futures::StreamExt;
 
 /// Default watchdog lease.
 const DEFAULT_WATCHDOG: Duration = Duration::from_secs(30);
@@ -254,6 +256,49 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client> {
         Client::connect_with(&self.url, self.settings).await
     }
+
+    /// A client on another [`Link`](crate::link::Link) than fred's (a
+    /// simulated Redis), with this builder's settings, whose owner ids start
+    /// with `id` (a fixed id makes a simulation replay exactly). The URL is
+    /// not used. Call it on the runtime that will drive the client.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for bad settings or a restart guard on a
+    /// clustered link; [`Error::UnsupportedServer`] for a version below the
+    /// minimum.
+    #[cfg(feature = "simulation")]
+    pub fn connect_on<L: crate::link::Link>(self, link: Arc<L>, id: uuid::Uuid) -> Result<Client> {
+        self.settings.validate()?;
+        let version = link.server_version();
+        let parsed: Vec<u64> = version
+            .as_deref()
+            .unwrap_or("")
+            .split('.')
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        let (major, minor) = (
+            parsed.first().copied().unwrap_or(0),
+            parsed.get(1).copied().unwrap_or(0),
+        );
+        if version.is_some() && (major, minor) < MIN_SERVER {
+            return Err(Error::UnsupportedServer {
+                version: version.unwrap_or_default(),
+                minimum: MIN_SERVER_NAME,
+            });
+        }
+        if self.settings.restart_guard.is_some() && link.is_clustered() {
+            return Err(Error::InvalidArgument(
+                "restart_guard needs a single server or a Sentinel set, not a cluster".into(),
+            ));
+        }
+        Ok(Client::assemble(
+            id,
+            link,
+            major >= 7,
+            self.settings,
+            Vec::new(),
+        ))
+    }
 }
 
 /// A connection to Redis (or a cluster or sentinel set) that makes locks.
@@ -277,9 +322,11 @@ impl std::fmt::Debug for Client {
 pub(crate) struct ClientInner {
     pub(crate) id: uuid::Uuid,
     id_str: String,
-    pub(crate) redis: RedisClient,
     /// What the engine and the primitives run their commands on.
     pub(crate) link: Arc<dyn crate::link::Link>,
+    /// fred's connections behind `link` (`None` on another link): what only
+    /// they have (a cluster's slot map, the configured endpoints, quitting).
+    fred: Option<Arc<FredLink>>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) settings: Settings,
     closed: AtomicBool,
@@ -476,11 +523,9 @@ impl Drop for ClientInner {
             return;
         }
         let routers = self.take_routers();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let redis = self.redis.clone();
-            let sub = self.hub.subscriber.clone();
+        if let (Ok(rt), Some(fred)) = (tokio::runtime::Handle::try_current(), self.fred.clone()) {
             rt.spawn(async move {
-                futures::join!(quit_if_up(&sub), quit_if_up(&redis));
+                futures::join!(quit_if_up(&fred.subscriber), quit_if_up(&fred.redis));
                 stop_routers(routers);
             });
         } else {
@@ -607,16 +652,53 @@ impl Client {
         // Sharded pub/sub from Redis 7 on; classic PUBLISH/SUBSCRIBE before
         // (and when the version is unknown: INFO refused by an ACL).
         let sharded = version.is_some_and(|v| v.major >= 7);
-        let id = uuid::Uuid::new_v4();
+        let fred = Arc::new(FredLink::new(redis, subscriber));
+        let client = Client::assemble(
+            uuid::Uuid::new_v4(),
+            fred.clone(),
+            sharded,
+            settings,
+            routers,
+        );
+        let inner = &client.inner;
+        let mut tasks = vec![tokio::spawn(resubscribe_on(
+            Arc::downgrade(&inner.hub),
+            crate::link::every_event(fred.subscriber.cluster_change_rx()),
+            "cluster change",
+        ))];
+        if inner.hub.sharded && fred.redis.is_clustered() {
+            tasks.push(tokio::spawn(follow_moved_shard_channels(
+                Arc::downgrade(inner),
+                fred.redis.cluster_change_rx(),
+            )));
+        }
+        crate::hold::lock_unpoisoned(&inner.tasks).extend(tasks);
+        let fred: Arc<dyn crate::link::Link> = fred;
+        debug_assert!(Arc::ptr_eq(&fred, &inner.link));
+        Ok(client)
+    }
+
+    /// A client on `link` (after its checks): the hub, and the tasks that
+    /// receive messages and subscribe again after a reconnection.
+    fn assemble<L: crate::link::Link>(
+        id: uuid::Uuid,
+        link: Arc<L>,
+        sharded: bool,
+        settings: Settings,
+        routers: Vec<fred::types::ConnectHandle>,
+    ) -> Client {
+        let fred = (link.clone() as Arc<dyn std::any::Any + Send + Sync>)
+            .downcast::<FredLink>()
+            .ok();
         let restart_guard = settings
             .restart_guard
             .map(crate::restart::RestartGuard::new);
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),
-            link: Arc::new(crate::link::FredLink::new(redis.clone())),
-            redis,
-            hub: Arc::new(Hub::new(subscriber, sharded)),
+            link: link.clone(),
+            hub: Arc::new(Hub::new(link, sharded)),
+            fred,
             settings,
             closed: AtomicBool::new(false),
             connections_closed: AtomicBool::new(false),
@@ -628,27 +710,18 @@ impl Client {
             restart_guard,
             runtime: tokio::runtime::Handle::current().id(),
         });
-        let mut tasks = vec![
-            tokio::spawn(receive_messages(Arc::downgrade(&inner.hub))),
+        *crate::hold::lock_unpoisoned(&inner.tasks) = vec![
+            tokio::spawn(receive_messages(
+                Arc::downgrade(&inner.hub),
+                inner.link.deliveries(),
+            )),
             tokio::spawn(resubscribe_on(
                 Arc::downgrade(&inner.hub),
-                inner.hub.subscriber.reconnect_rx(),
+                inner.link.subscriber_reconnects(),
                 "reconnect",
             )),
-            tokio::spawn(resubscribe_on(
-                Arc::downgrade(&inner.hub),
-                inner.hub.subscriber.cluster_change_rx(),
-                "cluster change",
-            )),
         ];
-        if inner.hub.sharded && inner.redis.is_clustered() {
-            tasks.push(tokio::spawn(follow_moved_shard_channels(
-                Arc::downgrade(&inner),
-                inner.redis.cluster_change_rx(),
-            )));
-        }
-        *crate::hold::lock_unpoisoned(&inner.tasks) = tasks;
-        Ok(Client { inner })
+        Client { inner }
     }
 
     /// The UUID that prefixes every owner id this client writes
@@ -680,7 +753,10 @@ impl Client {
     /// seeds, look different). `redisync-redlock` uses it to refuse one lock
     /// given twice.
     pub fn endpoints(&self) -> Vec<String> {
-        let config = self.inner.redis.client_config();
+        let Some(fred) = &self.inner.fred else {
+            return Vec::new();
+        };
+        let config = fred.redis.client_config();
         let db = config.database.unwrap_or(0);
         let at =
             |s: &fred::types::config::Server| format!("{}:{}/{db}", s.host.to_lowercase(), s.port);
@@ -886,8 +962,11 @@ impl ClientInner {
         // sent meanwhile wait in fred's queue, and a quit makes fred warn of
         // each as it drops them. Stopping its connection task drops them
         // quietly (their callers gave up already: the releases above ended).
-        let quits =
-            futures::future::join(quit_if_up(&self.hub.subscriber), quit_if_up(&self.redis));
+        let quits = async {
+            if let Some(fred) = &self.fred {
+                futures::join!(quit_if_up(&fred.subscriber), quit_if_up(&fred.redis));
+            }
+        };
         if tokio::time::timeout_at(deadline, quits).await.is_err() {
             tracing::debug!("the server did not answer the quit in time; closing anyway");
         }
@@ -943,12 +1022,13 @@ impl ClientInner {
     /// `Err` (an IO error, retryable) while the connection is down and fred
     /// reconnects.
     pub(crate) fn check_reachable(&self) -> Result<()> {
-        match self.redis.state() {
-            fred::types::ClientState::Connected => Ok(()),
-            state => Err(Error::Redis(fred::error::Error::new(
+        if self.link.is_connected() {
+            Ok(())
+        } else {
+            Err(Error::Redis(fred::error::Error::new(
                 fred::error::ErrorKind::IO,
-                format!("not connected to Redis ({state:?}); try again once it is back"),
-            ))),
+                "not connected to Redis; try again once it is back",
+            )))
         }
     }
 
@@ -966,20 +1046,18 @@ impl ClientInner {
 }
 
 /// Wakes the waiters of every unlock message; on lag wakes everyone.
-async fn receive_messages(hub: Weak<Hub>) {
-    let Some(mut rx) = hub.upgrade().map(|h| h.subscriber.message_rx()) else {
-        return;
-    };
-    loop {
-        let msg = rx.recv().await;
+async fn receive_messages(
+    hub: Weak<Hub>,
+    mut deliveries: futures::stream::BoxStream<'static, Delivery>,
+) {
+    while let Some(delivery) = deliveries.next().await {
         let Some(hub) = hub.upgrade() else { return };
-        match msg {
-            Ok(m) => hub.on_message(&m.channel, &m.value),
-            Err(RecvError::Lagged(n)) => {
-                tracing::debug!(missed = n, "unlock messages lagged: waking every waiter");
+        match delivery {
+            Delivery::Message { channel, payload } => hub.on_message(&channel, &payload),
+            Delivery::Missed => {
+                tracing::debug!("unlock messages lagged: waking every waiter");
                 hub.wake_all();
             }
-            Err(RecvError::Closed) => return,
         }
     }
 }
@@ -989,15 +1067,12 @@ async fn receive_messages(hub: Weak<Hub>) {
 /// (messages sent meanwhile are gone) and after the cluster's slot map
 /// changed (resharding, failover: the server may have dropped sharded
 /// subscriptions, and fred drops its `sunsubscribe` notice).
-async fn resubscribe_on<T: Clone>(
+async fn resubscribe_on(
     hub: Weak<Hub>,
-    mut rx: tokio::sync::broadcast::Receiver<T>,
+    mut events: futures::stream::BoxStream<'static, ()>,
     what: &'static str,
 ) {
-    loop {
-        if let Err(RecvError::Closed) = rx.recv().await {
-            return;
-        }
+    while events.next().await.is_some() {
         // Waiters re-check once their subscriptions are back: woken while a
         // failover is still under way they would only collect errors (and
         // parked, each is bounded by its holder's lease anyway).
@@ -1058,13 +1133,16 @@ async fn follow_moved_shard_channels<T: Clone>(
         if slots.is_empty() {
             continue;
         }
-        let Some(known) = client.hub.subscriber.cached_cluster_state() else {
+        let Some(fred) = client.fred.clone() else {
+            return;
+        };
+        let Some(known) = fred.subscriber.cached_cluster_state() else {
             continue;
         };
         let Some(host) = known.slots().first().map(|r| r.primary.host.clone()) else {
             continue;
         };
-        let current = match client.redis.cluster_slots::<Value>().await {
+        let current = match fred.redis.cluster_slots::<Value>().await {
             Ok(v) => fred::types::cluster::ClusterRouting::from_cluster_slots(v, host),
             Err(e) => Err(e),
         };
@@ -1080,7 +1158,7 @@ async fn follow_moved_shard_channels<T: Clone>(
             .any(|s| current.get_server(*s) != known.get_server(*s));
         if stale {
             tracing::debug!("a subscribed slot moved: syncing the subscriber");
-            if let Err(e) = client.hub.subscriber.sync_cluster().await {
+            if let Err(e) = fred.subscriber.sync_cluster().await {
                 tracing::warn!(error = %e, "subscriber cluster sync failed");
             }
         }

@@ -12,14 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use fred::clients::SubscriberClient;
-use fred::interfaces::PubsubInterface;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::hold::{lock_unpoisoned, Hold};
+use crate::link::Link;
 
 /// Payload that wakes every waiter of a slot, addressed ones included (what
 /// the plain lock's scripts publish).
@@ -65,7 +64,7 @@ pub(crate) struct Slot {
     fairness: Mutex<Fairness>,
     /// Waiters woken only by a message whose payload is their owner id (fair
     /// lock), with the number of local users of each registration.
-    addressed: Mutex<HashMap<Arc<str>, AddressedEntry>>,
+    addressed: Mutex<HashMap<Arc<str>, AddressedEntry, Hasher>>,
     /// The last look found the name held by another client, or our
     /// release handed it to one (a hint for the next attempt's reads).
     expect_busy: AtomicBool,
@@ -403,18 +402,19 @@ struct SlotEntry {
 
 /// All slots of one client plus its subscriber connection.
 pub(crate) struct Hub {
-    slots: DashMap<Arc<str>, SlotEntry>,
+    slots: DashMap<Arc<str>, SlotEntry, Hasher>,
     /// Channel -> number of slots subscribed to it. Subscribe and unsubscribe
     /// of one channel are serialised by its stripe so they reach Redis in order.
-    stripes: Vec<tokio::sync::Mutex<HashMap<Key, usize>>>,
-    pub(crate) subscriber: SubscriberClient,
+    stripes: Vec<tokio::sync::Mutex<HashMap<Key, usize, Hasher>>>,
+    /// Subscribes and unsubscribes the channels.
+    link: Arc<dyn Link>,
     /// SSUBSCRIBE/SPUBLISH (Redis >= 7): the subscribe reply is awaited, so a
     /// retry after subscribing cannot miss an unlock.
     pub(crate) sharded: bool,
     /// Names whose last slot expected them held by another client when it
     /// went (see [`Slot::set_expect_busy`]): the next slot of the name
     /// starts with that hint. Kept while the slot's subscription lingers.
-    busy_hints: DashMap<Arc<str>, ()>,
+    busy_hints: DashMap<Arc<str>, (), Hasher>,
     /// Set when the client starts shutting down: no new acquisition, and
     /// every waiter fails with `Error::Shutdown` at once.
     closing: AtomicBool,
@@ -422,19 +422,27 @@ pub(crate) struct Hub {
 }
 
 const STRIPES: usize = 16;
+
+/// The hasher of the hub's maps, whose order wakes and subscribes follow:
+/// random per process, fixed for a simulation (a seed replays the same
+/// order).
+#[cfg(not(feature = "simulation"))]
+type Hasher = std::collections::hash_map::RandomState;
+#[cfg(feature = "simulation")]
+type Hasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 /// How long a channel stays subscribed after its last local user left.
 const SUBSCRIPTION_LINGER: Duration = Duration::from_millis(500);
 
 impl Hub {
-    pub(crate) fn new(subscriber: SubscriberClient, sharded: bool) -> Hub {
+    pub(crate) fn new(link: Arc<dyn Link>, sharded: bool) -> Hub {
         Hub {
-            slots: DashMap::new(),
+            slots: DashMap::with_hasher(Hasher::default()),
             stripes: (0..STRIPES)
-                .map(|_| tokio::sync::Mutex::new(HashMap::new()))
+                .map(|_| tokio::sync::Mutex::new(HashMap::with_hasher(Hasher::default())))
                 .collect(),
-            subscriber,
+            link,
             sharded,
-            busy_hints: DashMap::new(),
+            busy_hints: DashMap::with_hasher(Hasher::default()),
             closing: AtomicBool::new(false),
             closing_notify: Notify::new(),
         }
@@ -517,7 +525,7 @@ impl Hub {
                 pending_undo: Mutex::new(Vec::new()),
                 exhausted: Mutex::new(None),
                 fairness: Mutex::new(Fairness::default()),
-                addressed: Mutex::new(HashMap::new()),
+                addressed: Mutex::new(HashMap::with_hasher(Hasher::default())),
                 expect_busy: AtomicBool::new(self.busy_hints.remove(key).is_some()),
                 parked_release: Mutex::new(None),
             }),
@@ -584,7 +592,7 @@ impl Hub {
         true
     }
 
-    fn stripe(&self, channel: &Key) -> &tokio::sync::Mutex<HashMap<Key, usize>> {
+    fn stripe(&self, channel: &Key) -> &tokio::sync::Mutex<HashMap<Key, usize, Hasher>> {
         let h = channel.as_bytes().iter().fold(0usize, |h, b| {
             h.wrapping_mul(31).wrapping_add(usize::from(*b))
         });
@@ -599,11 +607,10 @@ impl Hub {
         let count = refs.entry(slot.channel.clone()).or_insert(0);
         *count += 1;
         if *count == 1 {
-            let sent = if self.sharded {
-                self.subscriber.ssubscribe(slot.channel.clone()).await
-            } else {
-                self.subscriber.subscribe(slot.channel.clone()).await
-            };
+            let sent = self
+                .link
+                .subscribe(slot.channel.clone(), self.sharded)
+                .await;
             if let Err(e) = sent {
                 refs.remove(&slot.channel);
                 return Err(Error::Redis(e));
@@ -629,11 +636,7 @@ impl Hub {
             // subscriptions with the connection.
             return;
         }
-        let sent = if self.sharded {
-            self.subscriber.sunsubscribe(channel).await
-        } else {
-            self.subscriber.unsubscribe(channel).await
-        };
+        let sent = self.link.unsubscribe(channel, self.sharded).await;
         if let Err(e) = sent {
             tracing::debug!(error = %e, "unsubscribe failed");
         }
@@ -646,11 +649,7 @@ impl Hub {
         for stripe in &self.stripes {
             let refs = stripe.lock().await;
             for channel in refs.keys() {
-                if self.sharded {
-                    self.subscriber.ssubscribe(channel.clone()).await?;
-                } else {
-                    self.subscriber.subscribe(channel.clone()).await?;
-                }
+                self.link.subscribe(channel.clone(), self.sharded).await?;
             }
         }
         Ok(())

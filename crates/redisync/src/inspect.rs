@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use fred::types::{Key, Value};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
@@ -302,19 +301,12 @@ impl Client {
     /// redisync did not write; [`Error::Redis`] when Redis fails.
     pub async fn list(&self, pattern: &str) -> Result<Vec<Inspection>> {
         self.inner.check_open()?;
-        let redis = &self.inner.redis;
-        let keys: Vec<Key> = if redis.is_clustered() {
-            redis
-                .scan_cluster_buffered(keys::HOLD_PATTERN, Some(500), None)
-                .try_collect()
-                .await
-        } else {
-            redis
-                .scan_buffered(keys::HOLD_PATTERN, Some(500), None)
-                .try_collect()
-                .await
-        }
-        .map_err(Error::from)?;
+        let keys: Vec<Key> = self
+            .inner
+            .link()
+            .scan(keys::HOLD_PATTERN)
+            .await
+            .map_err(Error::from)?;
         let mut names: Vec<(String, Kind)> = keys
             .iter()
             .filter_map(|k| keys::parse(k.as_str()?))

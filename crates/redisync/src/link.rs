@@ -12,11 +12,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 
-use fred::clients::Client as RedisClient;
+use fred::bytes_utils::Str;
+use fred::clients::{Client as RedisClient, SubscriberClient};
 use fred::error::Error as RedisError;
-use fred::interfaces::{ClientLike, EventInterface, LuaInterface};
+use fred::interfaces::{ClientLike, EventInterface, LuaInterface, PubsubInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use futures::stream::{BoxStream, TryStreamExt};
+use tokio::sync::broadcast::error::RecvError;
 
 /// What a [`Link`] call returns.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, RedisError>> + Send + 'a>>;
@@ -50,6 +53,21 @@ pub struct Command<'a> {
     pub args: Vec<Value>,
 }
 
+/// What the subscriber connection receives.
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    /// A message published on a subscribed channel.
+    Message {
+        /// The channel it was published on.
+        channel: Str,
+        /// What was published.
+        payload: Value,
+    },
+    /// Messages were dropped (a receiver fell behind): every waiter must
+    /// look again.
+    Missed,
+}
+
 /// The engine's connection to one Redis deployment (see the [module
 /// docs](self)).
 pub trait Link: Send + Sync + 'static {
@@ -71,11 +89,36 @@ pub trait Link: Send + Sync + 'static {
     /// The server's version (`redis_version` of `INFO server`) as read at
     /// connect, `None` when unknown.
     fn server_version(&self) -> Option<String>;
+
+    /// Whether the command connection is up now (not reconnecting).
+    fn is_connected(&self) -> bool;
+
+    /// Every key matching the glob `pattern` (a SCAN of the keyspace, of
+    /// every primary of a cluster).
+    fn scan(&self, pattern: &'static str) -> LinkFuture<'_, Vec<Key>>;
+
+    /// Subscribes the subscriber connection to `channel` (`SSUBSCRIBE` when
+    /// `sharded`, else `SUBSCRIBE`); resolves once the server confirmed, so
+    /// a message published afterwards is delivered.
+    fn subscribe(&self, channel: Key, sharded: bool) -> LinkFuture<'_, ()>;
+
+    /// Ends a subscription of [`Link::subscribe`].
+    fn unsubscribe(&self, channel: Key, sharded: bool) -> LinkFuture<'_, ()>;
+
+    /// What the subscriber connection receives from now on; ends when the
+    /// link closes.
+    fn deliveries(&self) -> BoxStream<'static, Delivery>;
+
+    /// Yields each time the subscriber connection was established again
+    /// (the server forgot its subscriptions, and messages sent meanwhile
+    /// are gone); ends when the link closes.
+    fn subscriber_reconnects(&self) -> BoxStream<'static, ()>;
 }
 
-/// The production [`Link`]: fred's command connection.
+/// The production [`Link`]: fred's command and subscriber connections.
 pub(crate) struct FredLink {
     pub(crate) redis: RedisClient,
+    pub(crate) subscriber: SubscriberClient,
     /// Reconnections of the command connection seen so far, and the
     /// channel they are announced on.
     reconnects: Mutex<(
@@ -85,9 +128,13 @@ pub(crate) struct FredLink {
 }
 
 impl FredLink {
-    pub(crate) fn new(redis: RedisClient) -> FredLink {
+    pub(crate) fn new(redis: RedisClient, subscriber: SubscriberClient) -> FredLink {
         let reconnects = Mutex::new((redis.reconnect_rx(), 0));
-        FredLink { redis, reconnects }
+        FredLink {
+            redis,
+            subscriber,
+            reconnects,
+        }
     }
 }
 
@@ -140,4 +187,78 @@ impl Link for FredLink {
     fn server_version(&self) -> Option<String> {
         self.redis.server_version().map(|v| v.to_string())
     }
+
+    fn is_connected(&self) -> bool {
+        self.redis.state() == fred::types::ClientState::Connected
+    }
+
+    fn scan(&self, pattern: &'static str) -> LinkFuture<'_, Vec<Key>> {
+        Box::pin(async move {
+            if self.redis.is_clustered() {
+                self.redis
+                    .scan_cluster_buffered(pattern, Some(500), None)
+                    .try_collect()
+                    .await
+            } else {
+                self.redis
+                    .scan_buffered(pattern, Some(500), None)
+                    .try_collect()
+                    .await
+            }
+        })
+    }
+
+    fn subscribe(&self, channel: Key, sharded: bool) -> LinkFuture<'_, ()> {
+        Box::pin(async move {
+            if sharded {
+                self.subscriber.ssubscribe(channel).await
+            } else {
+                self.subscriber.subscribe(channel).await
+            }
+        })
+    }
+
+    fn unsubscribe(&self, channel: Key, sharded: bool) -> LinkFuture<'_, ()> {
+        Box::pin(async move {
+            if sharded {
+                self.subscriber.sunsubscribe(channel).await
+            } else {
+                self.subscriber.unsubscribe(channel).await
+            }
+        })
+    }
+
+    fn deliveries(&self) -> BoxStream<'static, Delivery> {
+        Box::pin(futures::stream::unfold(
+            self.subscriber.message_rx(),
+            |mut rx| async move {
+                let delivery = match rx.recv().await {
+                    Ok(m) => Delivery::Message {
+                        channel: m.channel,
+                        payload: m.value,
+                    },
+                    Err(RecvError::Lagged(_)) => Delivery::Missed,
+                    Err(RecvError::Closed) => return None,
+                };
+                Some((delivery, rx))
+            },
+        ))
+    }
+
+    fn subscriber_reconnects(&self) -> BoxStream<'static, ()> {
+        every_event(self.subscriber.reconnect_rx())
+    }
+}
+
+/// A stream that yields once per event of `rx` (missed ones included, as
+/// one) until it closes.
+pub(crate) fn every_event<T: Clone + Send + 'static>(
+    rx: tokio::sync::broadcast::Receiver<T>,
+) -> BoxStream<'static, ()> {
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        match rx.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => Some(((), rx)),
+            Err(RecvError::Closed) => None,
+        }
+    }))
 }
