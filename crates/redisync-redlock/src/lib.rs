@@ -59,3 +59,12 @@ pub use error::{Error, MemberError, Result, Votes};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use redisync;
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
+
+/// Makes this thread's Redlocks read tokio's (paused) clock as their wall
+/// clock, starting at `start_us` microseconds since the Unix epoch now, and
+/// seed their retry jitter from `seed`: a simulated run then replays
+/// exactly. Feature `simulation`; not for applications.
+#[cfg(feature = "simulation")]
+pub fn use_virtual_clock(start_us: u64, seed: u64) {
+    validity::virtual_clock::use_virtual_clock(start_us, seed);
+}

@@ -571,11 +571,8 @@ impl Inner {
     /// no write-back round trip is needed; where they do not agree, the
     /// largest is written back as before.
     fn token_floor(&self) -> u64 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            + TOKEN_FLOOR_LEAD;
-        let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+        let lead = u64::try_from(TOKEN_FLOOR_LEAD.as_micros()).unwrap_or(u64::MAX);
+        let now_us = crate::validity::wall_clock_us().saturating_add(lead);
         now_us.max(self.last_token.load(Ordering::Acquire).saturating_add(1))
     }
 
@@ -905,6 +902,9 @@ async fn majority_lost(loss: Arc<Loss>) {
             }
         };
         tokio::select! {
+            // Biased: any of them ends the wait; a fixed order keeps a
+            // simulated run replayable.
+            biased;
             () = &mut notified => {}
             _ = select_all(alive) => {}
             () = timer => {}

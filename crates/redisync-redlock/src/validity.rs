@@ -60,6 +60,9 @@ pub(crate) struct Jitter(AtomicU64);
 
 impl Jitter {
     pub(crate) fn new() -> Jitter {
+        if let Some(seed) = virtual_clock::next_seed() {
+            return Jitter::with_seed(seed);
+        }
         let mut h = RandomState::new().build_hasher();
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -190,5 +193,59 @@ mod tests {
         let ys: Vec<u64> = (0..4).map(|_| b.next_u64()).collect();
         assert_ne!(xs, ys);
         assert_ne!(Jitter::with_seed(0).next_u64(), 0);
+    }
+}
+
+/// This machine's wall clock, in microseconds since the Unix epoch (the
+/// token floor of a Redlock), or the virtual one of a simulation.
+pub(crate) fn wall_clock_us() -> u64 {
+    if let Some(us) = virtual_clock::now_us() {
+        return us;
+    }
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A simulation's wall clock and jitter seeds (feature `simulation`).
+pub(crate) mod virtual_clock {
+    #[cfg(feature = "simulation")]
+    thread_local! {
+        /// Where the virtual clock began, and its wall-clock reading then;
+        /// the next jitter seed.
+        static CLOCK: std::cell::Cell<Option<(tokio::time::Instant, u64, u64)>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// Makes this thread's Redlocks read tokio's clock as the wall clock,
+    /// starting at `start_us` now, and seed their jitter from `seed`.
+    #[cfg(feature = "simulation")]
+    pub(crate) fn use_virtual_clock(start_us: u64, seed: u64) {
+        CLOCK.set(Some((tokio::time::Instant::now(), start_us, seed)));
+    }
+
+    #[cfg(feature = "simulation")]
+    pub(crate) fn now_us() -> Option<u64> {
+        CLOCK.get().map(|(at, start, _)| {
+            start.saturating_add(u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX))
+        })
+    }
+
+    #[cfg(feature = "simulation")]
+    pub(crate) fn next_seed() -> Option<u64> {
+        let (at, start, seed) = CLOCK.get()?;
+        let next = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        CLOCK.set(Some((at, start, next)));
+        Some(next)
+    }
+
+    #[cfg(not(feature = "simulation"))]
+    pub(crate) fn now_us() -> Option<u64> {
+        None
+    }
+
+    #[cfg(not(feature = "simulation"))]
+    pub(crate) fn next_seed() -> Option<u64> {
+        None
     }
 }

@@ -156,7 +156,7 @@ pub struct KeyDump {
 }
 
 /// The keyspace, the clock and the published messages.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Db {
     entries: BTreeMap<Vec<u8>, Entry>,
     pub(crate) now_us: i64,

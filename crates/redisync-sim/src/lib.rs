@@ -53,11 +53,15 @@ mod db;
 mod format;
 mod reply;
 mod script;
+pub mod simulate;
+pub mod world;
 
 use std::time::Duration;
 
 pub use db::{Data, KeyDump, Message};
 pub use reply::Reply;
+pub use simulate::{simulate, SimConfig, SimOutcome};
+pub use world::{Faults, Scheduled, SimLink, World};
 
 /// The virtual clock of [`SimRedis::new`]: 2024-01-01T00:00:00Z, in
 /// microseconds since the Unix epoch.
@@ -275,4 +279,27 @@ impl SimRedis {
     pub fn flush(&mut self) {
         self.db.execute("flushall", &[b"flushall".to_vec()]);
     }
+
+    /// The keyspace as a snapshot (an RDB save) would keep it.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut db = self.db.clone();
+        db.published.clear();
+        Snapshot(db)
+    }
+
+    /// A restart: the script cache is empty, and the keyspace is empty or
+    /// loaded from `from` (keys whose deadline passed meanwhile are gone,
+    /// as Redis drops them on load). The clock stays.
+    pub fn restart(&mut self, from: Option<&Snapshot>) {
+        let now_us = self.db.now_us;
+        self.db = from.map_or_else(|| db::Db::new(now_us), |s| s.0.clone());
+        self.db.now_us = now_us;
+        self.db.published.clear();
+        self.db.purge_expired();
+        self.engine.flush();
+    }
 }
+
+/// A keyspace saved by [`SimRedis::snapshot`].
+#[derive(Debug, Clone)]
+pub struct Snapshot(db::Db);

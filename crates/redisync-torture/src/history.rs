@@ -8,9 +8,42 @@
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+thread_local! {
+    /// Set by [`use_virtual_clock`]: where the virtual clock began.
+    static VIRTUAL_START: std::cell::Cell<Option<tokio::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Makes [`now_us`] on this thread read tokio's clock, in microseconds
+/// since this call: for a simulation on a paused current-thread runtime,
+/// whose clock only moves when every task waits.
+pub fn use_virtual_clock() {
+    VIRTUAL_START.set(Some(tokio::time::Instant::now()));
+}
+
+/// Whether [`use_virtual_clock`] was called on this thread.
+pub fn is_virtual_clock() -> bool {
+    VIRTUAL_START.get().is_some()
+}
+
+/// Blocks the whole runtime for `d`, as a stalled thread (a long GC-like
+/// pause) does: `std::thread::sleep`, or on the virtual clock a jump of
+/// tokio's paused clock with nothing run in between.
+pub async fn stall_runtime(d: std::time::Duration) {
+    if is_virtual_clock() {
+        tokio::time::advance(d).await;
+    } else {
+        std::thread::sleep(d);
+    }
+}
+
 /// Wall-clock microseconds since the UNIX epoch: the one clock of a run,
-/// shared by every process on the machine.
+/// shared by every process on the machine (or, after
+/// [`use_virtual_clock`], the virtual clock).
 pub fn now_us() -> u64 {
+    if let Some(start) = VIRTUAL_START.get() {
+        return u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))

@@ -62,8 +62,10 @@ mod workload;
 
 pub use faults::{FaultKind, FaultRecord};
 pub use history::{
-    client_of, is_guarded, is_synced, now_us, Access, Force, History, Kill, Kind, Pause, Probe,
-    Record, Section, Server, Step, Work,
+    client_of, is_guarded, is_synced, is_virtual_clock, now_us, stall_runtime, use_virtual_clock,
+    Access, Force, History, Kill, Kind, Pause, Probe, Record, Section, Server, Step, Work,
 };
-pub use run::{run, worker_process, Config, Summary};
-pub use workload::Counts;
+pub use rng::Rng;
+pub use run::{is_bookkeeping, missing_grants_of, run, worker_process, Config, Summary};
+pub use worker::{run_workload, ClientSet, WorkloadRun};
+pub use workload::{Connect, Counts};

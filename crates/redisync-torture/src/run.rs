@@ -29,7 +29,9 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(45);
 /// long), a semaphore's permits (checked through `available_permits`) and
 /// its lease table, fair-lock queues, read-write reader and waiting-writer
 /// tables.
-fn is_bookkeeping(key: &str) -> bool {
+/// Whether `key` is bookkeeping that outlives its holds (fencing counters,
+/// queues, lease sets, a semaphore's permits), not a hold that leaked.
+pub fn is_bookkeeping(key: &str) -> bool {
     let mut parts = key.splitn(5, ':');
     let (Some("redisync"), Some(_), Some(kind), Some(role)) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -435,10 +437,27 @@ fn client_pauses(log: &[FaultRecord]) -> Vec<Pause> {
 /// A run that checked nothing proves nothing: every client set of every
 /// process must have been granted every kind of lock at least once.
 fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
-    let mut missing = Vec::new();
+    let mut sets = Vec::new();
     for process in ["p0", "p1"] {
         for set in ["direct", "proxied", "guarded", "synced"] {
-            let prefix = format!("{process}.{set}.");
+            sets.push(format!("{process}.{set}"));
+        }
+    }
+    missing_grants_of(history, leaderships, &sets)
+}
+
+/// [`missing_grants`] for the client sets `sets` (labels
+/// `"<process>.<set>"`): a run that checked nothing proves nothing.
+pub fn missing_grants_of(
+    history: &History,
+    leaderships: &[Section],
+    sets: &[String],
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    {
+        for label in sets {
+            let set = label.split('.').nth(1).unwrap_or("");
+            let prefix = format!("{label}.");
             let kinds: &[Kind] = if set == "guarded" || set == "synced" {
                 &[
                     Kind::Lock,
@@ -458,7 +477,7 @@ fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
                     });
                 if !granted {
                     missing.push(format!(
-                        "client set {process}.{set} was never granted a {kind}: nothing was checked there"
+                        "client set {label} was never granted a {kind}: nothing was checked there"
                     ));
                 }
             }

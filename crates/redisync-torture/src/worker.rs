@@ -11,10 +11,11 @@ use redisync::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::history::{now_us, Record};
+use crate::history::{now_us, Kind, Record};
 use crate::rng::Rng;
 use crate::workload::{
-    self, Ctx, Family, Handles, Settings, Stats, TaskState, GUARDED_NAMES, NAMES, SYNCED_NAMES,
+    self, Connect, Counts, Ctx, Family, Handles, Settings, Stats, TaskState, GUARDED_NAMES, NAMES,
+    SYNCED_NAMES,
 };
 
 /// A step that takes longer than this is a hung task: a step is bounded by
@@ -49,13 +50,24 @@ pub(crate) enum Mode {
 }
 
 /// One client for the main server and one per Redlock node.
-#[derive(Debug)]
-pub(crate) struct ClientSet {
-    pub(crate) label: String,
-    /// The main server's URL.
-    pub(crate) url: String,
-    pub(crate) main: Client,
-    pub(crate) nodes: Vec<Client>,
+pub struct ClientSet {
+    /// `"<process>.<set>"`: `direct`, `proxied`, `guarded` (the restart
+    /// guard on; names of its own) or `synced` (replica sync on).
+    pub label: String,
+    /// Makes a fresh client of the main server, with this set's settings.
+    pub connect: Connect,
+    /// The main server's client.
+    pub main: Client,
+    /// One client per Redlock node.
+    pub nodes: Vec<Client>,
+}
+
+impl std::fmt::Debug for ClientSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSet")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientSet {
@@ -94,15 +106,23 @@ impl ClientSet {
         for url in &urls.nodes {
             nodes.push(connect(url.clone()).await?);
         }
+        let url = urls.main.clone();
+        let fresh: Connect = Arc::new(move || {
+            let builder = Client::builder(&url)
+                .watchdog_timeout(settings.lease)
+                .command_timeout(settings.command_timeout);
+            Box::pin(builder.connect())
+        });
         Ok(ClientSet {
             label: label.to_owned(),
-            url: urls.main.clone(),
+            connect: fresh,
             main,
             nodes,
         })
     }
 
-    pub(crate) async fn shutdown(&self) {
+    /// Shuts every client of the set down.
+    pub async fn shutdown(&self) {
         let _ = self.main.shutdown().await;
         for n in &self.nodes {
             let _ = n.shutdown().await;
@@ -158,11 +178,27 @@ impl Workers {
             ClientSet::connect(&format!("{process}.synced"), direct, settings, Mode::Synced)
                 .await?,
         ];
-        Handles::new(&sets[0].main, &sets[0].nodes, settings, NAMES)?
+        Workers::start_sets(sets, settings, tasks_per_family, seed, sink).await
+    }
+
+    /// Starts the tasks on client sets made elsewhere: per family,
+    /// `tasks_per_family` tasks per set (the families of a `guarded` or
+    /// `synced` set on names of their own). Sections go to `sink`.
+    pub(crate) async fn start_sets(
+        sets: Vec<ClientSet>,
+        settings: Settings,
+        tasks_per_family: usize,
+        seed: u64,
+        sink: &mpsc::UnboundedSender<Record>,
+    ) -> Result<Workers, String> {
+        let Some(first) = sets.first() else {
+            return Err("no client set to run the workload on".into());
+        };
+        Handles::new(&first.main, &first.nodes, settings, NAMES)?
             .init_semaphores()
             .await;
         for names in [GUARDED_NAMES, SYNCED_NAMES] {
-            Handles::new(&sets[0].main, &sets[0].nodes, settings, names)?
+            Handles::new(&first.main, &first.nodes, settings, names)?
                 .init_semaphores()
                 .await;
         }
@@ -190,10 +226,10 @@ impl Workers {
                         stats: stats.clone(),
                         sink: sink.clone(),
                         state: task_state,
-                        rng: Rng::new(rng.next()),
+                        rng: Rng::new(rng.next_u64()),
                     };
                     let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?;
-                    handles.url.clone_from(&set.url);
+                    handles.connect = Some(set.connect.clone());
                     tasks.spawn(run_task(ctx, family, handles, stop.clone()));
                 }
             }
@@ -284,4 +320,54 @@ async fn run_task(mut ctx: Ctx, family: Family, handles: Handles, stop: Arc<Atom
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
     ctx.state.done.store(true, Ordering::Release);
+}
+
+/// What [`run_workload`] produced: the records for a [`History`](crate::History),
+/// what went wrong outside it, and what each kind did.
+#[derive(Debug, Default)]
+pub struct WorkloadRun {
+    /// Every record (sections, works, probes, stalls, force-unlocks).
+    pub records: Vec<Record>,
+    /// Tasks that panicked, hung or saw a broken promise at once.
+    pub violations: Vec<String>,
+    /// Per kind: acquisitions, busy, errors, ...
+    pub counts: std::collections::BTreeMap<Kind, Counts>,
+}
+
+/// Runs the torture workload on client sets made elsewhere (a simulated
+/// world's): the families of each set (see [`ClientSet::label`]),
+/// `tasks_per_family` tasks each, for `run_for`, then stops the tasks. The
+/// clients stay connected (the caller checks what is left in Redis, then
+/// shuts them down).
+///
+/// # Errors
+/// No client set, or handles that cannot be made.
+pub async fn run_workload(
+    sets: Vec<ClientSet>,
+    lease: Duration,
+    drop_percent: u64,
+    tasks_per_family: usize,
+    seed: u64,
+    run_for: Duration,
+) -> Result<(WorkloadRun, Vec<ClientSet>), String> {
+    let settings = Settings::new(lease, drop_percent);
+    let (sink, mut records) = mpsc::unbounded_channel();
+    let mut workers = Workers::start_sets(sets, settings, tasks_per_family, seed, &sink).await?;
+    drop(sink);
+    let mut run = WorkloadRun::default();
+    let end = tokio::time::Instant::now() + run_for;
+    while let Ok(Some(r)) = tokio::time::timeout_at(end, records.recv()).await {
+        run.records.push(r);
+    }
+    // A quiet period: lost holders let go.
+    tokio::time::sleep(lease * 2).await;
+    workers.stop(Duration::from_secs(20)).await;
+    while let Ok(r) = records.try_recv() {
+        run.records.push(r);
+    }
+    for kind in Kind::ALL {
+        run.counts.insert(kind, workers.stats.counts(kind));
+    }
+    run.violations = workers.stats.violations();
+    Ok((run, std::mem::take(&mut workers.sets)))
 }

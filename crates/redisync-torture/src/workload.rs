@@ -708,10 +708,17 @@ async fn poll_then_drop<F: Future>(fut: F, polls: u64, rng: &mut Rng) -> Option<
     None
 }
 
+/// Makes a fresh client of the main server, with the run's settings.
+pub type Connect = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = redisync::Result<Client>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// The handles of one task: one target set per name.
 pub(crate) struct Handles {
-    /// The main server's URL (for fresh clients).
-    pub(crate) url: String,
+    /// Makes a fresh client of the main server (`None`: no fresh clients).
+    pub(crate) connect: Option<Connect>,
     names: [&'static str; 3],
     locks: Vec<Lock>,
     fair: Vec<FairLock>,
@@ -739,7 +746,7 @@ impl Handles {
             );
         }
         Ok(Handles {
-            url: String::new(),
+            connect: None,
             names,
             locks: names.iter().map(|n| main.lock(n)).collect(),
             fair: names
@@ -792,7 +799,11 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
             reentrant(ctx, Kind::Redlock, h.names[i], &t, false).await;
         }
         Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
-        Family::Shutdown => shutdown(ctx, &h.url).await,
+        Family::Shutdown => {
+            if let Some(connect) = &h.connect {
+                shutdown(ctx, connect).await;
+            }
+        }
         Family::Leader => {
             let i = i % LEADER_NAMES.len();
             leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
@@ -1345,7 +1356,7 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
             if let Some(d) = stall.filter(|_| n == stall_after) {
                 // Blocks this runtime thread on purpose.
                 let from_us = now_us();
-                std::thread::sleep(d);
+                crate::history::stall_runtime(d).await;
                 let _ = shared.sink.send(Record::Stall(Pause {
                     process: shared.client.clone(),
                     from_us,
@@ -1544,15 +1555,11 @@ const SHUTDOWN_SLACK: Duration = Duration::from_millis(500);
 /// shut down holding them, whatever the fault of the moment: the call is
 /// bounded by about one command timeout (not one per lock), and every
 /// guard says lost once it returns.
-async fn shutdown(ctx: &mut Ctx, url: &str) {
+async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
     // Fresh clients are not cheap: one every second or so per task.
     let pause = 700 + ctx.rng.below(600);
     tokio::time::sleep(Duration::from_millis(pause)).await;
-    let connected = Client::builder(url)
-        .watchdog_timeout(ctx.settings.lease)
-        .command_timeout(ctx.settings.command_timeout)
-        .connect()
-        .await;
+    let connected = connect().await;
     let Ok(client) = connected else {
         return;
     };
