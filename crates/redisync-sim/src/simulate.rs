@@ -206,6 +206,17 @@ fn history_of(records: Vec<Record>, schedule: &[(u64, Scheduled)], lease: Durati
     for r in records {
         history.push(r);
     }
+    // A task that stalls its runtime stalls every simulated process: they
+    // share the one thread.
+    let stalls = std::mem::take(&mut history.stalls);
+    for stall in stalls {
+        for set in SETS {
+            history.stalls.push(Pause {
+                process: set.to_owned(),
+                ..stall.clone()
+            });
+        }
+    }
     let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     for (at, fault) in schedule {
         let end = match fault {
@@ -245,6 +256,12 @@ fn lines_of(history: &History, schedule: &[(u64, Scheduled)]) -> Vec<String> {
     lines.extend(history.works.iter().map(redisync_torture::Work::to_line));
     lines.extend(history.probes.iter().map(redisync_torture::Probe::to_line));
     lines.extend(history.forces.iter().map(redisync_torture::Force::to_line));
+    lines.extend(
+        history
+            .stalls
+            .iter()
+            .map(|p| format!("T\t{}\t{}\t{}", p.process, p.from_us, p.to_us)),
+    );
     lines.sort();
     lines.extend(schedule.iter().map(|(at, f)| format!("F\t{at}\t{f:?}")));
     lines

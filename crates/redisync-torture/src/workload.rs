@@ -1356,12 +1356,23 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
             if let Some(d) = stall.filter(|_| n == stall_after) {
                 // Blocks this runtime thread on purpose.
                 let from_us = now_us();
-                crate::history::stall_runtime(d).await;
-                let _ = shared.sink.send(Record::Stall(Pause {
-                    process: shared.client.clone(),
-                    from_us,
-                    to_us: now_us(),
-                }));
+                let stall = |to_us| {
+                    Record::Stall(Pause {
+                        process: shared.client.clone(),
+                        from_us,
+                        to_us,
+                    })
+                };
+                if crate::history::is_virtual_clock() {
+                    // Recorded first: the virtual clock jumps at once, and
+                    // the work may be cancelled right after (the loss the
+                    // stall caused).
+                    let _ = shared.sink.send(stall(from_us + micros(d)));
+                    crate::history::stall_runtime(d).await;
+                } else {
+                    crate::history::stall_runtime(d).await;
+                    let _ = shared.sink.send(stall(now_us()));
+                }
             }
             n += 1;
             if Instant::now() >= until {
