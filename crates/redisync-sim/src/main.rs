@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! redisync-sim --minutes 10          # new seeds for 10 minutes
+//! redisync-sim --minutes 10 --stop-at-first   # until the first failing seed
 //! redisync-sim --seed 42 [--history FILE]   # one seed, its history to FILE
 //! ```
 
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant};
 use redisync_sim::{simulate, SimConfig, SimOutcome};
 
 fn usage() -> ! {
-    eprintln!("usage: redisync-sim --minutes M [--first-seed N] | --seed N [--history FILE]");
+    eprintln!(
+        "usage: redisync-sim --minutes M [--first-seed N] [--stop-at-first] | --seed N [--history FILE]"
+    );
     std::process::exit(2);
 }
 
@@ -62,6 +65,7 @@ fn main() {
             .map_or(1, |d| d.as_secs())
     });
     let until = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
     let started = Instant::now();
     let (mut seeds, mut commands, mut grants, mut failed) = (0u64, 0u64, 0usize, Vec::new());
     let mut seed = first;
@@ -74,6 +78,11 @@ fn main() {
                     report(&outcome);
                     failed.push(seed);
                 }
+                if !failed.is_empty() && stop_at_first {
+                    seeds += 1;
+                    seed += 1;
+                    break;
+                }
             }
             Err(e) => {
                 println!("seed {seed}: {e}");
@@ -85,7 +94,7 @@ fn main() {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{seeds} schedules (seeds {first}..{}), {commands} commands ({:.0} steps/s), {grants} grants ({:.0}/s), {} failing seeds {failed:?}",
+        "{seeds} schedules (seeds {first}..{}) in {secs:.1} s, {commands} commands ({:.0} steps/s), {grants} grants ({:.0}/s), {} failing seeds {failed:?}",
         seed.saturating_sub(1),
         commands as f64 / secs,
         grants as f64 / secs,
