@@ -129,6 +129,9 @@ if first then
     redis.call('del', h, readers)
     s.mode = nil
     s.fresh[h], s.fresh[readers] = true, true
+    -- The caller's own read went with it (the readers key ran out while
+    -- the hash lived on): not re-entered, a fresh grant.
+    held[4], held[5] = false, false
   end
 end
 

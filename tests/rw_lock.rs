@@ -637,3 +637,62 @@ async fn a_queue_key_of_another_type_is_an_error_and_nothing_is_written() {
     let hold: i64 = env.admin.exists(rw_key("wt")).await.unwrap();
     assert_eq!(hold, 0, "a failed script wrote the hold");
 }
+
+/// Found by the simulation: a read re-entry that runs when the readers
+/// zset key has run out (its TTL follows the reader's lease) while the hash
+/// lives on (a longer write lease before a downgrade covers it). The script
+/// found no live reader, freed the lock (deleting the hash with the
+/// caller's own read in it), and then answered "re-entered" from the
+/// fields it had read first: it wrote a hash with no mode, so another
+/// client's writer got in while the re-entered guard said held. The key is
+/// deleted here to stand for that expiry (a race of milliseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_reentry_after_the_readers_key_ran_out_is_a_fresh_read() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let rw = a.rw_lock("lapsed");
+    // A long write lease covers the hash; the downgrade's read is the only
+    // reader once the write side is released.
+    let w = rw
+        .write()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("free");
+    let r = rw
+        .read()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("a downgrade");
+    w.unlock().await.unwrap();
+    let _: i64 = env
+        .admin
+        .del(common::key("rw", "readers", "lapsed"))
+        .await
+        .unwrap();
+    let again = rw
+        .read()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the read side is free");
+    assert!(!again.is_lost());
+    let other = b
+        .rw_lock("lapsed")
+        .write()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert!(
+        other.is_none(),
+        "a writer got in beside a read guard that says held (token {}, the old one {})",
+        again.fencing_token(),
+        r.fencing_token()
+    );
+    assert!(
+        again.fencing_token() > r.fencing_token() && r.is_lost(),
+        "the lapsed read was re-entered on its old token"
+    );
+}

@@ -275,6 +275,10 @@ impl World {
             // reply a stalled client reads after a restart wiped it).
             let lasts = match fault {
                 Scheduled::Stall(_, d) | Scheduled::Pause(_, d) => d,
+                // A restart that loses data must not follow a step back
+                // closer than the step: tokens assume the clock steps back
+                // by less than what was lost (README, "Fencing").
+                Scheduled::ClockStep(_, us) => Duration::from_micros(us.unsigned_abs()),
                 _ => Duration::ZERO,
             };
             self.apply(fault);

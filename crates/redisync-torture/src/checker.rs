@@ -867,6 +867,13 @@ fn check_fencing(
                 Some(later) if excuses.forces.excuse(later, writer, valid_until(later)) => {
                     report.forced_rejections += 1;
                 }
+                // Likewise a later start whose grant a restart wiped: asked
+                // before the kill, granted by the old life (its section
+                // began after the kill: a reply read after a stall, or a
+                // `MultiLock` still taking its other members).
+                Some(later) if excuses.kills.excuse(later, writer, valid_until(later)) => {
+                    report.excused_overlaps += 1;
+                }
                 Some(later) => report.violations.push(Violation::StaleWriteAccepted {
                     lock: lock.to_owned(),
                     writer: writer.clone(),
@@ -1557,6 +1564,31 @@ mod tests {
         let found = kinds(&report);
         assert!(found.contains(&"stale-accepted"), "{report:#?}");
         assert!(!found.contains(&"inversion"), "{report:#?}");
+    }
+
+    #[test]
+    fn a_write_accepted_after_a_later_start_whose_grant_a_kill_wiped_is_excused() {
+        // Found by the simulation (a `MultiLock` member): `b` asked at 100
+        // and was granted by the old life (token 15), the server died at 150
+        // and its new life granted `a` at 200 (token 20); `b`'s section only
+        // began at 300 (its other members), its hold long gone. `a`'s end
+        // write at 400 is accepted: `b` superseded nothing.
+        let mut b = section("b", 15, 300, 350, Some(349));
+        b.requested_us = 100;
+        let h = with_kills(vec![section("a", 20, 200, 400, Some(399)), b], &[150]);
+        let report = check(&h);
+        assert!(!kinds(&report).contains(&"stale-accepted"), "{report:#?}");
+        assert!(report.excused_overlaps >= 1, "{report:#?}");
+        // Not between restart-guarded clients, and not when `b` asked after
+        // the kill.
+        let mut guarded = h.clone();
+        for s in &mut guarded.sections {
+            s.client = format!("p0.guarded.{}", s.client);
+        }
+        assert!(kinds(&check(&guarded)).contains(&"stale-accepted"));
+        let mut late = h;
+        late.sections[1].requested_us = 160;
+        assert!(kinds(&check(&late)).contains(&"stale-accepted"));
     }
 
     #[test]
