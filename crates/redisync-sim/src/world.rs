@@ -387,6 +387,19 @@ impl SimLink {
         max.mul_f64(u * u * u * u)
     }
 
+    /// A command reaches the link's server: its index and life, or the IO
+    /// error of a connection the server's restart closed (the client then
+    /// reconnects).
+    fn arrive(&self, state: &mut State) -> Result<(usize, u64), RedisError> {
+        let server = state.links[self.id].server;
+        let life = state.servers[server].life;
+        if state.links[self.id].life != life {
+            state.links[self.id].reconnect(life);
+            return Err(io_error("connection closed by a server restart"));
+        }
+        Ok((server, life))
+    }
+
     /// Waits out a stall of this client (nothing in or out meanwhile).
     async fn stall_point(&self) {
         loop {
@@ -418,14 +431,7 @@ impl SimLink {
             let now = Instant::now();
             let mut guard = self.world.lock();
             let state = &mut *guard;
-            let server = state.links[self.id].server;
-            let life = state.servers[server].life;
-            if state.links[self.id].life != life {
-                // The server restarted since this connection was made: the
-                // command fails and the client reconnects.
-                state.links[self.id].reconnect(life);
-                return Err(io_error("connection closed by a server restart"));
-            }
+            let (server, life) = self.arrive(state)?;
             let reset = state.rng.unit() < state.faults.reset;
             let runs = !reset || state.rng.below(2) == 0;
             let fate = if runs {
@@ -681,12 +687,7 @@ impl SimLink {
         let back = {
             let mut guard = self.world.lock();
             let state = &mut *guard;
-            let server = state.links[self.id].server;
-            let life = state.servers[server].life;
-            if state.links[self.id].life != life {
-                state.links[self.id].reconnect(life);
-                return Err(io_error("connection closed by a server restart"));
-            }
+            self.arrive(state)?;
             change(&mut state.links[self.id]);
             Self::draw_delay(state)
         };
