@@ -113,7 +113,8 @@ end
 -- kept by the counter for ttl_ms. Tokens so never go back when the counter
 -- is lost or behind (restart from an older snapshot, failover to a replica
 -- that missed increments, expiry), as long as the server clock does not
--- step back by more than what was lost. Microsecond times stay exact in Lua
+-- step back, around the loss, by more than the time between the last token
+-- before it and the first after. Microsecond times stay exact in Lua
 -- numbers (below 2^53) until the year 2255. `current` is the counter as
 -- read_fence returned it (scripts read it first, before any write).
 --

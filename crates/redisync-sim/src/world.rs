@@ -239,7 +239,7 @@ impl World {
     /// around [`Faults::scheduled_every`].
     pub async fn run_schedule(self, groups: usize) {
         loop {
-            let (gap, fault) = {
+            let (gap, fault, step_room) = {
                 let mut state = self.lock();
                 let Some(every) = state.faults.scheduled_every else {
                     return;
@@ -267,7 +267,7 @@ impl World {
                     }
                     _ => Scheduled::Save(server),
                 };
-                (gap, fault)
+                (gap, fault, state.faults.max_clock_step)
             };
             tokio::time::sleep(gap).await;
             // One fault at a time, as in the torture test: the next waits
@@ -275,11 +275,13 @@ impl World {
             // reply a stalled client reads after a restart wiped it).
             let lasts = match fault {
                 Scheduled::Stall(_, d) | Scheduled::Pause(_, d) => d,
-                // A restart that loses data must not follow a step back
-                // closer than the step: tokens assume the clock steps back
-                // by less than what was lost (README, "Fencing").
+                // Tokens assume the clock does not step back, around a loss
+                // of data, by more than the time between the last token
+                // before it and the first after (README, "Fencing"): no
+                // restart closer to a step than the step, either way.
                 Scheduled::ClockStep(_, us) => Duration::from_micros(us.unsigned_abs()),
-                _ => Duration::ZERO,
+                Scheduled::Restart(..) => step_room,
+                Scheduled::Save(_) => Duration::ZERO,
             };
             self.apply(fault);
             tokio::time::sleep(lasts).await;
