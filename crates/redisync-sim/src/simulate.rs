@@ -11,7 +11,7 @@ use std::time::Duration;
 use redisync::Client;
 use redisync_torture::checker::{check, Report, Violation};
 use redisync_torture::{
-    ClientSet, Connect, Counts, History, Kill, Kind, Pause, Record, Section, Server,
+    ClientSet, Connect, Counts, History, Kill, Kind, Pause, Record, Section, Server, Settings,
 };
 
 use crate::world::{Faults, Scheduled, World};
@@ -101,14 +101,14 @@ fn sim_client(
     world: &World,
     server: usize,
     group: usize,
-    lease: Duration,
+    settings: Settings,
     guarded: bool,
 ) -> redisync::Result<Client> {
     let mut builder = Client::builder("redis://simulated")
-        .watchdog_timeout(lease)
-        .command_timeout((lease / 2).max(Duration::from_millis(100)));
+        .watchdog_timeout(settings.lease)
+        .command_timeout(settings.command_timeout());
     if guarded {
-        builder = builder.restart_guard(lease.mul_f64(2.5));
+        builder = builder.restart_guard(settings.max_lease());
     }
     let id = uuid::Uuid::from_u64_pair(world.next_u64(), world.next_u64());
     builder.connect_on(world.link(server, group), id)
@@ -117,6 +117,8 @@ fn sim_client(
 async fn simulate_on(config: &SimConfig) -> Result<SimOutcome, String> {
     redisync_torture::use_virtual_clock();
     let world = World::new(config.seed, SERVERS, config.faults.clone());
+    // 20 % of sections end by dropping their guards, as in the torture test.
+    let settings = Settings::new(config.lease, 20);
     redisync_redlock::use_virtual_clock(
         u64::try_from(crate::DEFAULT_START_US).unwrap_or(0),
         config.seed,
@@ -125,14 +127,13 @@ async fn simulate_on(config: &SimConfig) -> Result<SimOutcome, String> {
     for (group, label) in SETS.iter().enumerate() {
         let guarded = label.ends_with(".guarded");
         let client = |server| {
-            sim_client(&world, server, group, config.lease, guarded).map_err(|e| e.to_string())
+            sim_client(&world, server, group, settings, guarded).map_err(|e| e.to_string())
         };
         let main = client(0)?;
         let nodes = (1..SERVERS).map(client).collect::<Result<Vec<_>, _>>()?;
         let fresh_world = world.clone();
-        let lease = config.lease;
         let connect: Connect = Arc::new(move || {
-            let made = sim_client(&fresh_world, 0, group, lease, guarded);
+            let made = sim_client(&fresh_world, 0, group, settings, guarded);
             Box::pin(async move { made })
         });
         sets.push(ClientSet {
@@ -149,8 +150,7 @@ async fn simulate_on(config: &SimConfig) -> Result<SimOutcome, String> {
     };
     let workload = redisync_torture::run_workload(
         sets,
-        config.lease,
-        20,
+        settings,
         config.tasks_per_family,
         config.seed,
         config.run_for,
@@ -172,7 +172,7 @@ async fn simulate_on(config: &SimConfig) -> Result<SimOutcome, String> {
     for set in &sets {
         set.shutdown().await;
     }
-    tokio::time::sleep(config.lease.mul_f64(2.5) + Duration::from_secs(1)).await;
+    tokio::time::sleep(settings.max_lease() + Duration::from_secs(1)).await;
     for server in 0..SERVERS {
         if let Reply::Array(keys) = world.command(server, &["keys", "redisync:*"]) {
             for key in keys.iter().filter_map(Reply::as_bytes) {

@@ -219,6 +219,18 @@ impl World {
         self.lock().schedule.clone()
     }
 
+    /// Waits until the instant `until` reads from the state has passed (a
+    /// stall or a pause, which a fault may lengthen meanwhile).
+    async fn wait_out(&self, until: impl Fn(&State) -> Instant) {
+        loop {
+            let at = until(&self.lock());
+            if at <= Instant::now() {
+                return;
+            }
+            tokio::time::sleep_until(at).await;
+        }
+    }
+
     /// Runs a command on server `server` as an operator would (no faults).
     pub fn command(&self, server: usize, words: &[&str]) -> Reply {
         let now = Instant::now();
@@ -404,13 +416,10 @@ impl SimLink {
 
     /// Waits out a stall of this client (nothing in or out meanwhile).
     async fn stall_point(&self) {
-        loop {
-            let until = self.world.lock().links[self.id].stalled_until;
-            if until <= Instant::now() {
-                return;
-            }
-            tokio::time::sleep_until(until).await;
-        }
+        let id = self.id;
+        self.world
+            .wait_out(|state| state.links[id].stalled_until)
+            .await;
     }
 
     /// Sends one command: the way there, the server (waiting out a pause),
@@ -419,16 +428,10 @@ impl SimLink {
         self.stall_point().await;
         let out = Self::draw_delay(&mut self.world.lock());
         tokio::time::sleep(out).await;
-        loop {
-            let paused = {
-                let state = self.world.lock();
-                state.servers[state.links[self.id].server].paused_until
-            };
-            if paused <= Instant::now() {
-                break;
-            }
-            tokio::time::sleep_until(paused).await;
-        }
+        let id = self.id;
+        self.world
+            .wait_out(|state| state.servers[state.links[id].server].paused_until)
+            .await;
         let (fate, life, back) = {
             let now = Instant::now();
             let mut guard = self.world.lock();
@@ -500,13 +503,7 @@ fn deliver(world: &World, state: &mut State, server: usize, published: Vec<crate
             let payload = message.payload.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                loop {
-                    let until = world.lock().links[id].stalled_until;
-                    if until <= Instant::now() {
-                        break;
-                    }
-                    tokio::time::sleep_until(until).await;
-                }
+                world.wait_out(|state| state.links[id].stalled_until).await;
                 let state = world.lock();
                 // A message of an earlier connection is gone with it.
                 if state.links[id].life == life && state.links[id].subscribed.contains(&channel) {

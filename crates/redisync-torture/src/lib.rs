@@ -68,4 +68,4 @@ pub use history::{
 pub use rng::Rng;
 pub use run::{is_bookkeeping, missing_grants_of, run, worker_process, Config, Summary};
 pub use worker::{run_workload, ClientSet, WorkloadRun};
-pub use workload::{Connect, Counts};
+pub use workload::{Connect, Counts, Settings};

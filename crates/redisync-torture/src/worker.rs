@@ -344,13 +344,11 @@ pub struct WorkloadRun {
 /// No client set, or handles that cannot be made.
 pub async fn run_workload(
     sets: Vec<ClientSet>,
-    lease: Duration,
-    drop_percent: u64,
+    settings: Settings,
     tasks_per_family: usize,
     seed: u64,
     run_for: Duration,
 ) -> Result<(WorkloadRun, Vec<ClientSet>), String> {
-    let settings = Settings::new(lease, drop_percent);
     let (sink, mut records) = mpsc::unbounded_channel();
     let mut workers = Workers::start_sets(sets, settings, tasks_per_family, seed, &sink).await?;
     drop(sink);
@@ -360,7 +358,7 @@ pub async fn run_workload(
         run.records.push(r);
     }
     // A quiet period: lost holders let go.
-    tokio::time::sleep(lease * 2).await;
+    tokio::time::sleep(settings.lease * 2).await;
     workers.stop(Duration::from_secs(20)).await;
     while let Ok(r) = records.try_recv() {
         run.records.push(r);

@@ -137,9 +137,9 @@ pub(crate) fn lock_id(kind: Kind, name: &str) -> String {
 
 /// Client settings shared by every process of a run.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
+pub struct Settings {
     /// Watchdog lease of every client (renewed every third of it).
-    pub(crate) lease: Duration,
+    pub lease: Duration,
     /// Bound on each Redis command.
     pub(crate) command_timeout: Duration,
     /// Queue lease of the fair lock.
@@ -151,7 +151,9 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    pub(crate) fn new(lease: Duration, drop_percent: u64) -> Settings {
+    /// The settings of a run whose watchdog lease is `lease`, `drop_percent`
+    /// of its sections ending by dropping their guards.
+    pub fn new(lease: Duration, drop_percent: u64) -> Settings {
         Settings {
             lease,
             command_timeout: (lease / 2).max(Duration::from_millis(100)),
@@ -162,8 +164,13 @@ impl Settings {
     }
 
     /// The longest lease a guard may get: `extend` goes up to 2.5 leases.
-    pub(crate) fn max_lease(&self) -> Duration {
+    pub fn max_lease(&self) -> Duration {
         self.lease.mul_f64(2.5)
+    }
+
+    /// The bound on each Redis command of every client.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
     }
 }
 

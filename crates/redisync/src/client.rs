@@ -269,36 +269,44 @@ impl ClientBuilder {
     #[cfg(feature = "simulation")]
     pub fn connect_on<L: crate::link::Link>(self, link: Arc<L>, id: uuid::Uuid) -> Result<Client> {
         self.settings.validate()?;
-        let version = link.server_version();
-        let parsed: Vec<u64> = version
-            .as_deref()
-            .unwrap_or("")
-            .split('.')
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        let (major, minor) = (
-            parsed.first().copied().unwrap_or(0),
-            parsed.get(1).copied().unwrap_or(0),
-        );
-        if version.is_some() && (major, minor) < MIN_SERVER {
-            return Err(Error::UnsupportedServer {
-                version: version.unwrap_or_default(),
-                minimum: MIN_SERVER_NAME,
-            });
-        }
-        if self.settings.restart_guard.is_some() && link.is_clustered() {
-            return Err(Error::InvalidArgument(
-                "restart_guard needs a single server or a Sentinel set, not a cluster".into(),
-            ));
-        }
+        let sharded = check_server(&self.settings, &*link)?;
         Ok(Client::assemble(
             id,
             link,
-            major >= 7,
+            None,
+            sharded,
             self.settings,
             Vec::new(),
         ))
     }
+}
+
+/// Refuses a server below the minimum version, and a restart guard on a
+/// cluster; else whether to use sharded pub/sub (Redis 7 on; classic
+/// PUBLISH/SUBSCRIBE before, and when the version is unknown: INFO refused
+/// by an ACL).
+fn check_server(settings: &Settings, link: &dyn crate::link::Link) -> Result<bool> {
+    let version = link.server_version();
+    let mut parts = version
+        .as_deref()
+        .unwrap_or("")
+        .split('.')
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let major_minor = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if let Some(v) = version.as_ref().filter(|_| major_minor < MIN_SERVER) {
+        return Err(Error::UnsupportedServer {
+            version: v.clone(),
+            minimum: MIN_SERVER_NAME,
+        });
+    }
+    if settings.restart_guard.is_some() && link.is_clustered() {
+        return Err(Error::InvalidArgument(
+            "restart_guard needs a single server or a Sentinel set, not a cluster (its nodes \
+             restart one by one); use a Redlock over independent servers"
+                .into(),
+        ));
+    }
+    Ok(version.is_some() && major_minor.0 >= 7)
 }
 
 /// A connection to Redis (or a cluster or sentinel set) that makes locks.
@@ -631,31 +639,19 @@ impl Client {
         let routers = start_connections(&redis, &subscriber, deadline)
             .await
             .map_err(|e| connect_failed(url, connect_timeout, e))?;
-        let version = redis.server_version();
-        if let Some(v) = version.as_ref().filter(|v| (v.major, v.minor) < MIN_SERVER) {
-            let _ = futures::join!(redis.quit(), subscriber.quit());
-            stop_routers(routers);
-            return Err(Error::UnsupportedServer {
-                version: v.to_string(),
-                minimum: MIN_SERVER_NAME,
-            });
-        }
-        if settings.restart_guard.is_some() && redis.is_clustered() {
-            let _ = futures::join!(redis.quit(), subscriber.quit());
-            stop_routers(routers);
-            return Err(Error::InvalidArgument(
-                "restart_guard needs a single server or a Sentinel set, not a cluster (its nodes \
-                 restart one by one); use a Redlock over independent servers"
-                    .into(),
-            ));
-        }
-        // Sharded pub/sub from Redis 7 on; classic PUBLISH/SUBSCRIBE before
-        // (and when the version is unknown: INFO refused by an ACL).
-        let sharded = version.is_some_and(|v| v.major >= 7);
         let fred = Arc::new(FredLink::new(redis, subscriber));
+        let sharded = match check_server(&settings, &*fred) {
+            Ok(sharded) => sharded,
+            Err(e) => {
+                let _ = futures::join!(fred.redis.quit(), fred.subscriber.quit());
+                stop_routers(routers);
+                return Err(e);
+            }
+        };
         let client = Client::assemble(
             uuid::Uuid::new_v4(),
             fred.clone(),
+            Some(fred.clone()),
             sharded,
             settings,
             routers,
@@ -673,23 +669,19 @@ impl Client {
             )));
         }
         crate::hold::lock_unpoisoned(&inner.tasks).extend(tasks);
-        let fred: Arc<dyn crate::link::Link> = fred;
-        debug_assert!(Arc::ptr_eq(&fred, &inner.link));
         Ok(client)
     }
 
     /// A client on `link` (after its checks): the hub, and the tasks that
     /// receive messages and subscribe again after a reconnection.
-    fn assemble<L: crate::link::Link>(
+    fn assemble(
         id: uuid::Uuid,
-        link: Arc<L>,
+        link: Arc<dyn crate::link::Link>,
+        fred: Option<Arc<FredLink>>,
         sharded: bool,
         settings: Settings,
         routers: Vec<fred::types::ConnectHandle>,
     ) -> Client {
-        let fred = (link.clone() as Arc<dyn std::any::Any + Send + Sync>)
-            .downcast::<FredLink>()
-            .ok();
         let restart_guard = settings
             .restart_guard
             .map(crate::restart::RestartGuard::new);
@@ -881,14 +873,13 @@ impl ClientInner {
     pub(crate) async fn server_uptime(&self) -> Result<Duration> {
         self.check_open()?;
         let info: String = self
-            .link
-            .command(crate::link::Command {
+            .link()
+            .call(crate::link::Command {
                 name: "INFO",
                 route: None,
                 args: vec!["server".into()],
             })
-            .await
-            .and_then(fred::types::FromValue::from_value)?;
+            .await?;
         info.lines()
             .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
             .and_then(|v| v.trim().parse::<u64>().ok())

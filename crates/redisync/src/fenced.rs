@@ -212,13 +212,12 @@ impl Fenced {
             .client
             .inner
             .link()
-            .command(crate::link::Command {
+            .call(crate::link::Command {
                 name: "HMGET",
                 route: Some(&self.key),
                 args: vec![Value::from(&*self.key), "token".into(), "value".into()],
             })
             .await
-            .and_then(fred::types::FromValue::from_value)
             .map_err(|e| {
                 if e.details().contains("WRONGTYPE") {
                     Error::WrongType {

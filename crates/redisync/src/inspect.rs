@@ -278,9 +278,8 @@ impl Client {
             let plain: Option<String> = self
                 .inner
                 .link()
-                .command(exists)
+                .call::<i64>(exists)
                 .await
-                .and_then(<i64 as fred::types::FromValue>::from_value)
                 .ok()
                 .filter(|n| *n > 0)
                 .map(|_| name.to_owned());

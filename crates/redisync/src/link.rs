@@ -115,6 +115,16 @@ pub trait Link: Send + Sync + 'static {
     fn subscriber_reconnects(&self) -> BoxStream<'static, ()>;
 }
 
+impl dyn Link {
+    /// [`Link::command`] with its reply converted.
+    pub(crate) async fn call<R: fred::types::FromValue>(
+        &self,
+        command: Command<'_>,
+    ) -> Result<R, RedisError> {
+        self.command(command).await.and_then(R::from_value)
+    }
+}
+
 /// The production [`Link`]: fred's command and subscriber connections.
 pub(crate) struct FredLink {
     pub(crate) redis: RedisClient,

@@ -34,12 +34,7 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
         route: Some(key),
         args: vec![i64::from(required).into(), ms.into()],
     };
-    match client
-        .link()
-        .command(wait)
-        .await
-        .and_then(<i64 as fred::types::FromValue>::from_value)
-    {
+    match client.link().call::<i64>(wait).await {
         Ok(acked) if acked >= i64::from(required) => Synced::Enough,
         Ok(acked) => Synced::Short { acked, required },
         Err(e) => Synced::Failed(e.into()),
