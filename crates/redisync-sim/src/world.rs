@@ -4,11 +4,11 @@
 //! generator. Run on a current-thread runtime, a seed decides the whole
 //! run: the same seed gives the same history.
 //!
-//! Faults ([`Faults`]): reply and message delays, lost messages,
-//! connection resets whose command may or may not have run, client stalls
-//! (nothing reaches or leaves a stalled client, as under a long pause),
-//! server pauses, restarts (empty or from an older snapshot) and clock
-//! steps.
+//! Faults ([`Faults`]): reply and message delays, lost messages, lagging
+//! subscribers, connection resets whose command may or may not have run,
+//! client stalls (nothing reaches or leaves a stalled client, as under a
+//! long pause), server pauses, restarts (empty or from an older snapshot)
+//! and clock steps.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -37,6 +37,13 @@ pub struct Faults {
     pub max_delay: Duration,
     /// Probability that a published message is lost for one subscriber.
     pub message_loss: f64,
+    /// Probability that a delivered message finds its subscriber connection
+    /// lagging (a full output buffer, a retransmission): it and every later
+    /// message to that connection wait until the lag ends.
+    pub late_message: f64,
+    /// The longest such lag (drawn uniformly: a heavy tail next to
+    /// `max_delay`).
+    pub max_late: Duration,
     /// Probability that a command's connection resets: the caller gets an
     /// IO error, and the command ran or not (half each).
     pub reset: f64,
@@ -56,6 +63,8 @@ impl Faults {
         Faults {
             max_delay: Duration::from_micros(400),
             message_loss: 0.0,
+            late_message: 0.0,
+            max_late: Duration::ZERO,
             reset: 0.0,
             scheduled_every: None,
             max_stall: Duration::ZERO,
@@ -68,6 +77,8 @@ impl Faults {
         Faults {
             max_delay: Duration::from_millis(30),
             message_loss: 0.02,
+            late_message: 0.002,
+            max_late: Duration::from_secs(6),
             reset: 0.005,
             scheduled_every: Some(Duration::from_secs(3)),
             max_stall: Duration::from_secs(4),
@@ -116,6 +127,8 @@ struct LinkState {
     generation: u64,
     /// Nothing reaches or leaves the client until then.
     stalled_until: Instant,
+    /// Messages reach the client's subscriber no earlier than then.
+    late_until: Instant,
     subscribed: BTreeSet<Vec<u8>>,
     deliveries: Option<UnboundedSender<Delivery>>,
     reconnects: Option<UnboundedSender<()>>,
@@ -194,6 +207,7 @@ impl World {
             life,
             generation: 0,
             stalled_until: self.start,
+            late_until: self.start,
             subscribed: BTreeSet::new(),
             deliveries: None,
             reconnects: None,
@@ -497,13 +511,24 @@ fn deliver(world: &World, state: &mut State, server: usize, published: Vec<crate
                 continue;
             }
             let delay = SimLink::draw_delay(state);
+            if state.rng.unit() < state.faults.late_message {
+                let late = state.faults.max_late.mul_f64(state.rng.unit());
+                let link = &mut state.links[id];
+                link.late_until = link.late_until.max(Instant::now() + late);
+            }
             let life = state.links[id].life;
             let world = world.clone();
             let channel = message.channel.clone();
             let payload = message.payload.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                world.wait_out(|state| state.links[id].stalled_until).await;
+                world
+                    .wait_out(|state| {
+                        state.links[id]
+                            .stalled_until
+                            .max(state.links[id].late_until)
+                    })
+                    .await;
                 let state = world.lock();
                 // A message of an earlier connection is gone with it.
                 if state.links[id].life == life && state.links[id].subscribed.contains(&channel) {

@@ -172,7 +172,16 @@ impl Link for FredLink {
                 None => ClusterHash::Random,
             };
             let custom = CustomCommand::new(command.name, hash, false);
-            self.redis.custom(custom, command.args).await
+            // One send, said here rather than left to the client's setting
+            // (a re-sent PUBLISH or WAIT would count twice).
+            let options = Options {
+                max_attempts: Some(1),
+                ..Options::default()
+            };
+            self.redis
+                .with_options(&options)
+                .custom(custom, command.args)
+                .await
         })
     }
 
