@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Re-introduces fixed defects, one at a time, and lets the simulation find them.
+
+Each entry of DEFECTS undoes one fix of the library (a few exact text
+replacements) and names the class of defect it brings back. For each one
+asked for, this script copies HEAD into a scratch worktree under
+target/reintroduce, applies the replacements there (never to your checkout),
+builds redisync-sim in release mode and explores seeds from --first-seed
+until the first failing one or --minutes, then prints a table:
+
+    python3 crates/redisync-sim/reintroduce.py --check         # every edit still applies
+    python3 crates/redisync-sim/reintroduce.py --list
+    python3 crates/redisync-sim/reintroduce.py [NAME ...] [--minutes 3] [--first-seed 1]
+
+A defect the simulation does not find within the budget is reported as such;
+the README's "Testing" section says which classes only real Redis covers.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# name, class (where it was found and fixed), edits [(file, old, new)].
+DEFECTS = [
+    {
+        "name": "token-counter-only",
+        "class": "tokens go back after a restart that lost the counter (issue 11 #3)",
+        "edits": [("lua/prelude.lua", "return math.max(last + 1, now_us)", "return last + 1")],
+    },
+    {
+        "name": "rw-renew-lowers-read-lease",
+        "class": "RwLock read lease cut short by a renewal or extend (issue 11 #1)",
+        "edits": [("lua/rw_lock_renew.lua", "'zadd', readers, 'XX', 'GT',", "'zadd', readers, 'XX',")],
+    },
+    {
+        "name": "lock-renew-lowers-lease",
+        "class": "a renewal lowers a Lock's lease (issue 11 #1, #7: leases only rise)",
+        "edits": [("lua/lock_renew.lua", "if redis.call('pttl', lock) <= lease then", "if true then")],
+    },
+    {
+        "name": "reentry-on-any-token",
+        "class": "re-entry after a loss on the old token (issue 11 #4)",
+        "edits": [("lua/lock_acquire.lua", "    if held[2] ~= ARGV[3] then\n", "    if false then\n")],
+    },
+    {
+        "name": "release-by-owner-only",
+        "class": "a guard that lost releases the new hold of its task (issue 11 #4)",
+        "edits": [("lua/prelude.lua", "  if not held[1] or held[2] ~= token then\n    return 0\n  end\n  if last ~= '1'",
+                   "  if not held[1] then\n    return 0\n  end\n  if last ~= '1'")],
+    },
+    {
+        "name": "undo-unordered",
+        "class": "the undo of a cancelled re-entrant acquisition lands after the task's next one (issue 11 #5)",
+        "edits": [("crates/redisync/src/engine/undo.rs", "let ordered = spec.reentrant();", "let ordered = false;")],
+    },
+    {
+        "name": "validity-from-reply",
+        "class": "a guard's validity above what Redis holds: counted from the reply, not the request (issue 11 #7)",
+        "edits": [("crates/redisync/src/hold.rs", "*v = (*v).max(sent_at + lease);",
+                   "*v = (*v).max(Instant::now().max(sent_at) + lease);")],
+    },
+    {
+        "name": "reentry-revives-released-hold",
+        "class": "re-entry racing the last drop revives a released hold (issue 11 #12)",
+        "edits": [("crates/redisync/src/hold.rs",
+                   "(n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)",
+                   "Some(n + 1)")],
+    },
+    {
+        "name": "shutdown-without-telling-guards",
+        "class": "shutdown releases holds under running code (issue 11 #16)",
+        "edits": [("crates/redisync/src/client.rs", 'hold.mark_lost("client shut down");', "let _ = hold;")],
+    },
+    {
+        "name": "force-unlock-misses-grant-in-flight",
+        "class": "force-unlock misses its own client's grant in flight (issue 26 #1)",
+        "edits": [("crates/redisync/src/engine/mod.rs",
+                   "slot.forced_through(u64::try_from(last).unwrap_or(0));",
+                   "let _ = (slot, last);")],
+    },
+    {
+        "name": "lost-signal-timer-only",
+        "class": "the loss loses to the work after a stall: the signal reads only its timer (issue 26 #2)",
+        "edits": [("crates/redisync/src/guard.rs",
+                   "        if self.is_lost() {\n            return Poll::Ready(());\n        }\n        Pin::new(&mut self.fired)",
+                   "        Pin::new(&mut self.fired)")],
+    },
+    {
+        "name": "redlock-validity-without-drift",
+        "class": "Redlock's validity and signal a clock drift late (issue 26 #3)",
+        "edits": [("crates/redisync-redlock/src/redlock.rs",
+                   ".map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));",
+                   ".map_or(Duration::ZERO, |edge| edge);")],
+    },
+    {
+        "name": "redlock-loss-not-for-good",
+        "class": "a late renewal makes a Redlock guard that ran out hold again (issue 26, review of section 1)",
+        "edits": [("crates/redisync-redlock/src/redlock.rs",
+                   "        if left.is_zero() {\n            // For good,",
+                   "        if false {\n            // For good,")],
+    },
+    {
+        "name": "shutdown-one-timeout-per-lock",
+        "class": "shutdown with a hung Redis takes one command timeout per held lock (issue 26 #4)",
+        "edits": [("crates/redisync/src/client.rs",
+                   "let releases = futures::future::join_all(holds.iter().map(|hold| async move {",
+                   "let releases = futures::StreamExt::collect::<Vec<()>>(futures::StreamExt::then(futures::stream::iter(holds.iter()), |hold| async move {"),
+                  ("crates/redisync/src/client.rs",
+                   "tokio::time::timeout_at(deadline, release)",
+                   "tokio::time::timeout(self.inner.settings.command_timeout, release)")],
+    },
+    {
+        "name": "redlock-reentrant-across-values",
+        "class": "Redlock re-entrant across Redlock values in one task (issue 26 #5)",
+        "edits": [("crates/redisync-redlock/src/redlock.rs", "lock: lock.non_reentrant(),", "lock,")],
+    },
+    {
+        "name": "try-zero-waits-for-queued-undo",
+        "class": "try_lock(ZERO) waits a command timeout behind a queued undo (issue 26 #6)",
+        "edits": [("crates/redisync/src/engine/acquire.rs",
+                   "let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);",
+                   "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);")],
+    },
+    {
+        "name": "no-restart-guard",
+        "class": "no restart guard: a young server grants (issue 26 section 2, Redlock's young nodes)",
+        "edits": [("crates/redisync/src/restart.rs",
+                   "    let up = uptime.saturating_sub(UPTIME_SLACK);\n    max_lease.checked_sub(up).filter(|left| !left.is_zero())",
+                   "    let _ = (max_lease, uptime, UPTIME_SLACK);\n    None")],
+    },
+    {
+        "name": "stale-hand-off-message",
+        "class": "a late hand-off message counts for a newer queue entry (issue 27)",
+        "edits": [("crates/redisync/src/hub.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
+    },
+    {
+        "name": "rw-read-reentry-after-readers-expired",
+        "class": "RwLock read re-entry after the readers key ran out (found by the simulation, 0cb3abc)",
+        "edits": [("lua/rw_lock_acquire.lua", "the hash lived on): not re-entered, a fresh grant.\n    held[4], held[5] = false, false\n",
+                   "the hash lived on): not re-entered, a fresh grant.\n")],
+    },
+    {
+        "name": "semaphore-one-permit-too-many",
+        "class": "(synthetic) a semaphore grants one permit too many",
+        "edits": [("lua/semaphore_acquire.lua", "total - state.used >= wanted then", "total - state.used + 1 >= wanted then")],
+    },
+]
+
+
+def apply(tree, defect):
+    for path, old, new in defect["edits"]:
+        full = os.path.join(tree, path)
+        with open(full, encoding="utf-8") as f:
+            text = f.read()
+        count = text.count(old)
+        if count != 1:
+            return f"{path}: the text to replace occurs {count} times, not once"
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new))
+    return None
+
+
+def check():
+    bad = 0
+    for d in DEFECTS:
+        for path, old, _ in d["edits"]:
+            with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+                count = f.read().count(old)
+            if count != 1:
+                bad += 1
+                print(f"{d['name']}: {path}: the text to replace occurs {count} times, not once")
+    print(f"{len(DEFECTS)} defects, {bad} edits that no longer apply")
+    return bad == 0
+
+
+def run(names, minutes, first_seed, out):
+    work = os.path.join(ROOT, "target", "reintroduce")
+    tree = os.path.join(work, "tree")
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(work, "target"))
+    os.makedirs(work, exist_ok=True)
+    if not os.path.isdir(tree):
+        subprocess.run(["git", "-C", ROOT, "worktree", "prune"], check=True)
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, "HEAD"], check=True,
+                       stdout=subprocess.DEVNULL)
+    chosen = [d for d in DEFECTS if not names or d["name"] in names]
+    rows = []
+    for d in chosen:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        subprocess.run(["git", "-C", tree, "checkout", "-q", "--detach", "--force", head], check=True)
+        subprocess.run(["git", "-C", tree, "clean", "-q", "-fd"], check=True)
+        row = {"name": d["name"], "class": d["class"]}
+        problem = apply(tree, d)
+        if problem:
+            row["result"] = "edit does not apply: " + problem
+        else:
+            build = subprocess.run(["cargo", "build", "-q", "--release", "-p", "redisync-sim"], cwd=tree,
+                                   env={**os.environ, "CARGO_TARGET_DIR": target},
+                                   capture_output=True, text=True)
+            if build.returncode != 0:
+                row["result"] = "build failed: " + build.stderr.strip().splitlines()[-1][:200]
+            else:
+                started = time.monotonic()
+                sim = subprocess.run([os.path.join(target, "release", "redisync-sim"), "--minutes", str(minutes),
+                                      "--first-seed", str(first_seed), "--stop-at-first"],
+                                     capture_output=True, text=True)
+                secs = time.monotonic() - started
+                summary = re.search(r"(\d+) schedules .*?(\d+) failing seeds", sim.stdout)
+                first = next((l for l in sim.stdout.splitlines() if "VIOLATION" in l or ": " in l and "seed" in l[:12]), "")
+                schedules = int(summary.group(1)) if summary else 0
+                if summary and int(summary.group(2)) > 0:
+                    row["result"] = f"found in {schedules} seeds / {secs:.1f} s"
+                    row["first"] = first[:240]
+                else:
+                    row["result"] = f"not found in {schedules} seeds / {secs:.0f} s"
+        rows.append(row)
+        print(f"| {row['name']} | {row['class']} | {row['result']} | {row.get('first', '')} |", flush=True)
+        if out:
+            with open(out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+    subprocess.run(["git", "-C", tree, "checkout", "-q", "--force", "--detach"], check=False)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="*", help="defects to run (default: all)")
+    p.add_argument("--check", action="store_true", help="only check that every edit applies to this checkout")
+    p.add_argument("--list", action="store_true", help="list the defects")
+    p.add_argument("--minutes", type=float, default=3.0, help="budget per defect")
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--out", help="append each result as a JSON line to this file")
+    args = p.parse_args()
+    if args.list:
+        for d in DEFECTS:
+            print(f"{d['name']}: {d['class']}")
+        return 0
+    if args.check:
+        return 0 if check() else 1
+    unknown = set(args.names) - {d["name"] for d in DEFECTS}
+    if unknown:
+        print(f"unknown defects: {sorted(unknown)} (see --list)")
+        return 2
+    print("| defect | class | result | first violation |\n|---|---|---|---|", flush=True)
+    run(args.names, args.minutes, args.first_seed, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
