@@ -19,10 +19,10 @@
 -- A release that frees the lock, or turns it to read mode, hands it to the
 -- queue's oldest live entries that can enter (see hand_rw in prelude.lua):
 -- one writer, or the readers ahead of the first writer. So does an undo
--- whose entry held others back. The hash (and, for an undo, the queue) is
--- validated before anything is written; a queue, a readers zset or a
--- counter of another type stops the hand-off only (the next acquisition
--- reports it).
+-- whose entry held others back. The hash (and, for an undo, the queue and a
+-- reader's zset) is validated before anything is written; a queue, a
+-- readers zset or a counter of another type stops the hand-off only (the
+-- next acquisition reports it).
 local h, readers, queue, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, token, last, side, match = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 local count_field, token_field = 'w:' .. owner, '~t'
@@ -49,9 +49,16 @@ if side == 'w' and held[4] then
   own_read = ends and tonumber(ends) > s.now
 end
 
--- An undo leaves the queue first.
+-- An undo leaves the queue first: a reader's zset, written after it, is
+-- validated before.
 local left = false
 if match == '!' then
+  if side == 'r' then
+    err = read_error(redis.pcall('zscore', readers, owner), readers, 'read-write lock readers zset')
+    if err then
+      return err
+    end
+  end
   local entries = redis.pcall('lrange', queue, 0, -1)
   err = read_error(entries, queue, 'read-write lock queue')
   if err then

@@ -1325,11 +1325,26 @@ fn run(
                 let (real_args, sim_args): (Vec<String>, Vec<String>) =
                     args.iter().map(|a| side.resolve(a)).unzip();
                 let text = script_text(name);
+                // A script that finds a key of another type writes nothing
+                // (on the real server). Junk arguments, which the library
+                // never sends, may fail after a write, as in Redis.
+                let before = side.real.eval(DUMP, &[], &[]);
                 let real = side.real.eval(text, keys, &real_args);
-                // On a loaded machine the server's clock may run on past a
-                // deadline between our read of it and the script: then the
-                // two sides may differ by when the script ran, not by what
-                // it did. Such a step starts both sides afresh instead.
+                if let Reply::Error(e) = &real {
+                    let after = side.real.eval(DUMP, &[], &[]);
+                    match dumps_close(&before, &after) {
+                        Err(diff) if e.starts_with("WRONGTYPE") => {
+                            history.push(line);
+                            fail(
+                                format!(
+                                    "{name} failed ({e}) but wrote: {diff} (args {real_args:?})"
+                                ),
+                                &history,
+                            );
+                        }
+                        _ => {}
+                    }
+                }
                 let ran_by = time_us(&side.real.call(&["TIME"])) / 1000;
                 let undecidable =
                     deadline_within(&side.sim, &server_deadlines, now_us / 1000 - 2, ran_by + 2);
@@ -1480,4 +1495,58 @@ fn semaphores_match_redis() {
 #[test]
 fn latches_match_redis() {
     differential(&latch_family());
+}
+
+/// A read's undo that finds the readers key of another type fails before it
+/// writes: it used to leave the queue first, then fail on the zset (found
+/// by reading the script; random sequences rarely line it up).
+#[test]
+fn a_read_undo_that_finds_the_readers_key_of_another_type_writes_nothing() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(RedisServer::start());
+    let mut real = Conn::connect(server.port());
+    let keys: Vec<String> = ["hold", "readers", "queue", "fence"]
+        .iter()
+        .map(|role| format!("redisync:v1:rw:{role}:{{a}}"))
+        .collect();
+    let owner = "11111111-1111-4111-8111-111111111111:1";
+    // A read held by `owner`, and an entry of the same owner and side queued.
+    real.call(&[
+        "HSET",
+        &keys[0],
+        "~mode",
+        "read",
+        &format!("r:{owner}"),
+        "1",
+        &format!("t:{owner}"),
+        "7",
+    ]);
+    real.call(&["RPUSH", &keys[2], &format!("5000 1 r {owner}")]);
+    real.call(&["SET", &keys[1], "not a zset"]);
+    let before = real.eval(DUMP, &[], &[]);
+    let args: Vec<String> = [
+        owner,
+        "",
+        "1",
+        "r",
+        "publish",
+        "redisync:v1:rw:ch:{a}",
+        "!",
+        "60000",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let reply = real.eval(script_text("rw_lock_release"), &keys, &args);
+    assert!(
+        matches!(&reply, Reply::Error(e) if e.starts_with("WRONGTYPE") && e.contains("readers")),
+        "{reply:?}"
+    );
+    let after = real.eval(DUMP, &[], &[]);
+    if let Err(diff) = dumps_close(&before, &after) {
+        panic!("the failed undo wrote: {diff}");
+    }
 }
