@@ -110,7 +110,9 @@ DEFECTS = [
         "class": "shutdown with a hung Redis takes one command timeout per held lock (issue 26 #4)",
         "edits": [("crates/redisync/src/client.rs",
                    "let releases = futures::future::join_all(holds.iter().map(|hold| async move {",
-                   "let releases = futures::StreamExt::collect::<Vec<()>>(futures::StreamExt::then(futures::stream::iter(holds.iter()), |hold| async move {"),
+                   "let one_at_a_time = &tokio::sync::Mutex::new(());\n        "
+                   "let releases = futures::future::join_all(holds.iter().map(|hold| async move {\n"
+                   "            let _one = one_at_a_time.lock().await;"),
                   ("crates/redisync/src/client.rs",
                    "tokio::time::timeout_at(deadline, release)",
                    "tokio::time::timeout(self.inner.settings.command_timeout, release)")],
