@@ -732,6 +732,9 @@ pub(crate) struct Handles {
     rw: Vec<(ReadLock, WriteLock)>,
     semaphores: Vec<Semaphore>,
     redlocks: Vec<Redlock>,
+    /// A second `Redlock` value over the same locks, per name: asked by a
+    /// task that holds the first, it must not re-enter.
+    redlock_twins: Vec<Redlock>,
     leaders: Vec<Leader>,
 }
 
@@ -742,15 +745,17 @@ impl Handles {
         settings: Settings,
         names: [&'static str; 3],
     ) -> Result<Handles, String> {
-        let mut redlocks = Vec::new();
+        let redlock = |name: &str| {
+            Redlock::builder(nodes.iter().map(|c| c.lock(name)).collect())
+                .max_lease(settings.max_lease())
+                .node_timeout(settings.node_timeout)
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        let (mut redlocks, mut redlock_twins) = (Vec::new(), Vec::new());
         for name in names {
-            redlocks.push(
-                Redlock::builder(nodes.iter().map(|c| c.lock(name)).collect())
-                    .max_lease(settings.max_lease())
-                    .node_timeout(settings.node_timeout)
-                    .build()
-                    .map_err(|e| e.to_string())?,
-            );
+            redlocks.push(redlock(name)?);
+            redlock_twins.push(redlock(name)?);
         }
         Ok(Handles {
             connect: None,
@@ -769,6 +774,7 @@ impl Handles {
                 .collect(),
             semaphores: names.iter().map(|n| main.semaphore(n)).collect(),
             redlocks,
+            redlock_twins,
             leaders: LEADER_NAMES.iter().map(|n| main.leader(n)).collect(),
         })
     }
@@ -792,18 +798,19 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         }
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
-            reentrant(ctx, Kind::Lock, h.names[i], &t, true).await;
+            reentrant(ctx, Kind::Lock, h.names[i], &t, Again::Reenter).await;
         }
         Family::Fair => {
             let t = Target::Fair(h.fair[i].clone());
-            reentrant(ctx, Kind::FairLock, h.names[i], &t, true).await;
+            reentrant(ctx, Kind::FairLock, h.names[i], &t, Again::Reenter).await;
         }
         Family::Rw => Box::pin(rw(ctx, h.names[i], &h.rw[i])).await,
         Family::Semaphore => semaphore(ctx, i, &h.semaphores[i]).await,
         Family::Multi => multi(ctx, h).await,
         Family::Redlock => {
             let t = Target::Redlock(h.redlocks[i].clone());
-            reentrant(ctx, Kind::Redlock, h.names[i], &t, false).await;
+            let twin = Target::Redlock(h.redlock_twins[i].clone());
+            reentrant(ctx, Kind::Redlock, h.names[i], &t, Again::Refused(&twin)).await;
         }
         Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
         Family::Shutdown => {
@@ -938,15 +945,43 @@ fn let_go_how(ctx: &mut Ctx) -> LetGo {
     }
 }
 
+/// What a section asks again while it holds.
+enum Again<'a> {
+    /// The same handle, which re-enters (nested guards on one token).
+    Reenter,
+    /// Another handle on the same lock, which must not grant while the
+    /// task holds (a second `Redlock` value): a zero-wait try.
+    Refused(&'a Target),
+}
+
+/// Now and then asks `twin` (another handle on the lock the task holds
+/// with `token`) with a zero wait: granting it on the same token (a
+/// re-entry) is a violation. A new token is no re-entry: the hold ran out.
+async fn refused_while_held(ctx: &mut Ctx, kind: Kind, name: &str, twin: &Target, token: u64) {
+    if !ctx.chance(20) {
+        return;
+    }
+    if let Ok(Some(g)) = twin.acquire(Duration::ZERO, ctx.lease()).await {
+        if g.token() != token {
+            return;
+        }
+        ctx.stats.violation(&format!(
+            "{}: a second {kind:?} value granted {name:?} (token {}) to the task that holds it (token {token})",
+            ctx.client,
+            g.token(),
+        ));
+    }
+}
+
 /// A section of a re-entrant kind (and Redlock, without re-entry): hold,
-/// maybe re-enter (nested guards on the same token) and extend at random
-/// moments, release the nested guards in a random order, the last one as
-/// [`let_go_how`] says.
+/// maybe ask again (see [`Again`]) and extend at random moments, release
+/// the nested guards in a random order, the last one as [`let_go_how`]
+/// says.
 ///
 /// A re-entry whose outer hold was gone from the server is granted afresh
 /// with a new token: a section of its own (same holder), which later
 /// re-entries join.
-async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, reenter: bool) {
+async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again: Again<'_>) {
     let lease = ctx.lease();
     let requested_us = now_us();
     let first = match acquire(ctx, kind, target, lease).await {
@@ -969,7 +1004,10 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, reent
     for _ in 0..phases {
         let d = ctx.hold_time() / u32::try_from(phases).unwrap_or(1);
         hold_all(ctx, &mut recs, &guards, d).await;
-        if reenter && ctx.chance(30) {
+        if let Again::Refused(twin) = again {
+            refused_while_held(ctx, kind, name, twin, tokens[0]).await;
+        }
+        if matches!(again, Again::Reenter) && ctx.chance(30) {
             let lease2 = ctx.lease();
             let requested = now_us();
             match target.acquire(WAIT, lease2).await {
@@ -1070,7 +1108,7 @@ async fn rw(ctx: &mut Ctx, name: &str, (read, write): &(ReadLock, WriteLock)) {
     }
     if roll < 85 {
         let t = Target::Write(write.clone());
-        return reentrant(ctx, Kind::RwWrite, name, &t, true).await;
+        return reentrant(ctx, Kind::RwWrite, name, &t, Again::Reenter).await;
     }
     // Downgrade: write, take the read side, release the write side, read on.
     let lease = ctx.lease();
