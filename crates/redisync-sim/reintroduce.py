@@ -130,6 +130,13 @@ DEFECTS = [
                    "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);")],
     },
     {
+        "name": "zero-wait-outwaits-own-undo",
+        "class": "try_lock(ZERO) waits a command timeout after its own undo passed the turn to another task (found by the simulation, seed 238)",
+        "edits": [("crates/redisync/src/engine/acquire.rs",
+                   "            () = slot.undo_try_ended(&holder) => match deadline {",
+                   "            () = std::future::pending::<()>() => match deadline {")],
+    },
+    {
         "name": "no-restart-guard",
         "class": "no restart guard: a young server grants (issue 26 section 2, Redlock's young nodes)",
         "edits": [("crates/redisync/src/restart.rs",

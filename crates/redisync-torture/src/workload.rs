@@ -854,7 +854,7 @@ async fn acquire_within(
             client: ctx.client.clone(),
             asked_us,
             done_us: now_us(),
-            bound_us: TRY_ZERO_BOUND_US,
+            bound_us: try_zero_bound_us(),
         }));
         Some(got)
     } else if roll >= cancel_percent {
@@ -1603,12 +1603,20 @@ async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
 /// How long `try_lock(Duration::ZERO)` may take outside faults: about a
 /// round trip, with room for a loaded machine.
 const TRY_ZERO_BOUND_US: u64 = 1_000_000;
-/// What a machine's load adds to `Client::shutdown` on the virtual clock:
-/// nothing, so a simulated run bounds it by one command timeout plus a
-/// round trip. (`try_lock(ZERO)` keeps its bound: at 300 ms, seed 238 of
-/// the simulation shows one taking a command timeout with no fault active,
-/// a lead not yet followed.)
+/// What a machine's load adds to a bounded call on the virtual clock:
+/// nothing, so a simulated run bounds `try_lock(ZERO)` by a few round trips
+/// (below one command timeout) and shutdown by one command timeout plus a
+/// round trip.
+const VIRTUAL_TRY_ZERO_BOUND_US: u64 = 300_000;
 const VIRTUAL_SHUTDOWN_SLACK: Duration = Duration::from_millis(100);
+
+fn try_zero_bound_us() -> u64 {
+    if crate::is_virtual_clock() {
+        VIRTUAL_TRY_ZERO_BOUND_US
+    } else {
+        TRY_ZERO_BOUND_US
+    }
+}
 
 fn shutdown_slack() -> Duration {
     if crate::is_virtual_clock() {

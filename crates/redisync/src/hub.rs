@@ -54,6 +54,8 @@ pub(crate) struct Slot {
     /// and whether that undo has the local turn (its try is running) rather
     /// than waiting for it.
     pending_undo: Mutex<Vec<(Arc<str>, bool)>>,
+    /// Told when an undo's try ends (it gave the turn back, or is done).
+    undo_tried: tokio::sync::Notify,
     /// A grant took what was left (a semaphore's last permit): the wake-up
     /// generation read before it was sent and the server's bound (the
     /// earliest lease end). The next local contender waits for a wake-up
@@ -328,10 +330,28 @@ impl Slot {
                 *running = has_turn;
             }
         }
+        if !has_turn {
+            self.undo_tried.notify_waiters();
+        }
     }
 
     pub(crate) fn remove_pending_undo(&self, owner: &str) {
         lock_unpoisoned(&self.pending_undo).retain(|(o, _)| &**o != owner);
+        self.undo_tried.notify_waiters();
+    }
+
+    /// Returns once `owner`'s pending undo no longer has the local turn (its
+    /// try ended: the turn went on, to whoever waited for it first).
+    pub(crate) async fn undo_try_ended(&self, owner: &str) {
+        loop {
+            let tried = self.undo_tried.notified();
+            tokio::pin!(tried);
+            tried.as_mut().enable();
+            if !self.undo_has_turn(owner) {
+                return;
+            }
+            tried.await;
+        }
     }
 
     /// Registers `owner` for messages addressed to it (one registration per
@@ -523,6 +543,7 @@ impl Hub {
                 holders: Mutex::new(Vec::new()),
                 forced_through: AtomicU64::new(0),
                 pending_undo: Mutex::new(Vec::new()),
+                undo_tried: tokio::sync::Notify::new(),
                 exhausted: Mutex::new(None),
                 fairness: Mutex::new(Fairness::default()),
                 addressed: Mutex::new(HashMap::with_hasher(Hasher::default())),

@@ -101,13 +101,25 @@ async fn acquire_unboxed<S: Spec>(
     // cannot tell: it may say "connected" right after the connection died.
     // An undo still queued for the turn keeps nothing: whoever has the turn
     // holds, and a zero wait answers at once.
+    // Once that try has ended, the turn went to whoever waited first: the
+    // caller's own deadline applies again (a zero wait answers then, not a
+    // command timeout later).
     let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);
-    let gate_deadline = if own_undo() {
-        deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout))
+    let turn = if own_undo() {
+        let extended = deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout));
+        let mut gate_wait = std::pin::pin!(gate_turn(gate, &client.hub, &slot, extended));
+        tokio::select! {
+            biased;
+            turn = &mut gate_wait => turn?,
+            () = slot.undo_try_ended(&holder) => match deadline {
+                Some(d) => tokio::time::timeout_at(d, gate_wait).await.unwrap_or(Ok(None))?,
+                None => gate_wait.await?,
+            },
+        }
     } else {
-        deadline
+        gate_turn(gate, &client.hub, &slot, deadline).await?
     };
-    let Some(turn) = gate_turn(gate, &client.hub, &slot, gate_deadline).await? else {
+    let Some(turn) = turn else {
         if own_undo() {
             client.check_reachable()?;
         }

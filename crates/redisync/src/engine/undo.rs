@@ -134,10 +134,12 @@ fn spawn_undo<S: Spec>(
                         && client.check_connected().is_ok() =>
                 {
                     tracing::debug!(lock_key = %slot.key, error = %e, "undo of a cancelled acquisition failed; retrying");
+                    // The turn goes on before the try counts as ended: a
+                    // zero wait told of the end finds it with its next owner.
+                    drop(mine);
                     if ordered {
                         slot.set_undo_turn(&holder, false);
                     }
-                    drop(mine);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                     if client.check_open().is_err() {
@@ -162,6 +164,7 @@ fn spawn_undo<S: Spec>(
                         }
                         Ok(()) => {}
                     }
+                    drop(mine);
                     if ordered {
                         slot.remove_pending_undo(&holder);
                     }
