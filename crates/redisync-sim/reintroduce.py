@@ -127,7 +127,10 @@ DEFECTS = [
         "class": "try_lock(ZERO) waits a command timeout behind a queued undo (issue 26 #6)",
         "edits": [("crates/redisync/src/engine/acquire.rs",
                    "let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);",
-                   "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);")],
+                   "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);"),
+                  ("crates/redisync/src/hub.rs",
+                   "            if !self.undo_has_turn(owner) {",
+                   "            if !self.has_pending_undo(owner) {")],
     },
     {
         "name": "zero-wait-outwaits-own-undo",
