@@ -1412,14 +1412,21 @@ const SEEDS: &[u64] = &[1, 2, 3, 4];
 const REQUIRE_ENV: &str = "REDISYNC_REQUIRE_DIFFERENTIAL";
 const STEPS: usize = 300;
 
-/// Runs a family for every seed against a fresh server, when the server is
-/// a Redis 7.0 (the version the simulator mirrors).
-fn differential(family: &Family) {
+/// A fresh real server, with the runtime it was started on (kept for as
+/// long as the server).
+fn start_server() -> (tokio::runtime::Runtime, RedisServer) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let server = runtime.block_on(RedisServer::start());
+    (runtime, server)
+}
+
+/// Runs a family for every seed against a fresh server, when the server is
+/// a Redis 7.0 (the version the simulator mirrors).
+fn differential(family: &Family) {
+    let (_runtime, server) = start_server();
     let mut real = Conn::connect(server.port());
     let info = real.call(&["INFO", "server"]);
     let info = String::from_utf8_lossy(info.as_bytes().unwrap()).into_owned();
@@ -1502,11 +1509,7 @@ fn latches_match_redis() {
 /// by reading the script; random sequences rarely line it up).
 #[test]
 fn a_read_undo_that_finds_the_readers_key_of_another_type_writes_nothing() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = runtime.block_on(RedisServer::start());
+    let (_runtime, server) = start_server();
     let mut real = Conn::connect(server.port());
     let keys: Vec<String> = ["hold", "readers", "queue", "fence"]
         .iter()
