@@ -200,11 +200,10 @@ def run(names, minutes, first_seed, out):
         subprocess.run(["git", "-C", ROOT, "worktree", "prune"], check=True)
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, "HEAD"], check=True,
                        stdout=subprocess.DEVNULL)
-    chosen = [d for d in DEFECTS if not names or d["name"] in names]
-    rows = []
-    for d in chosen:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], check=True,
-                              capture_output=True, text=True).stdout.strip()
+    # Every defect against the same commit: the one checked out now.
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    for d in (d for d in DEFECTS if not names or d["name"] in names):
         subprocess.run(["git", "-C", tree, "checkout", "-q", "--detach", "--force", head], check=True)
         subprocess.run(["git", "-C", tree, "clean", "-q", "-fd"], check=True)
         row = {"name": d["name"], "class": d["class"]}
@@ -216,7 +215,9 @@ def run(names, minutes, first_seed, out):
                                    env={**os.environ, "CARGO_TARGET_DIR": target},
                                    capture_output=True, text=True)
             if build.returncode != 0:
-                row["result"] = "build failed: " + build.stderr.strip().splitlines()[-1][:200]
+                lines = build.stderr.strip().splitlines() or ["(no output)"]
+                # The first error, not cargo's closing "could not compile".
+                row["result"] = "build failed: " + next((l for l in lines if l.startswith("error")), lines[-1])[:200]
             else:
                 started = time.monotonic()
                 sim = subprocess.run([os.path.join(target, "release", "redisync-sim"), "--minutes", str(minutes),
@@ -224,20 +225,19 @@ def run(names, minutes, first_seed, out):
                                      capture_output=True, text=True)
                 secs = time.monotonic() - started
                 summary = re.search(r"(\d+) schedules .*?(\d+) failing seeds", sim.stdout)
-                first = next((l for l in sim.stdout.splitlines() if "VIOLATION" in l or ": " in l and "seed" in l[:12]), "")
+                # The explorer prints "seed N: ..." only for a failing seed.
+                first = next((l for l in sim.stdout.splitlines() if l.startswith("seed ")), "")
                 schedules = int(summary.group(1)) if summary else 0
                 if summary and int(summary.group(2)) > 0:
                     row["result"] = f"found in {schedules} seeds / {secs:.1f} s"
                     row["first"] = first[:240]
                 else:
                     row["result"] = f"not found in {schedules} seeds / {secs:.0f} s"
-        rows.append(row)
         print(f"| {row['name']} | {row['class']} | {row['result']} | {row.get('first', '')} |", flush=True)
         if out:
             with open(out, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
     subprocess.run(["git", "-C", tree, "checkout", "-q", "--force", "--detach"], check=False)
-    return rows
 
 
 def main():

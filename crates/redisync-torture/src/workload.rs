@@ -1601,33 +1601,28 @@ async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
 }
 
 /// How long `try_lock(Duration::ZERO)` may take outside faults: about a
-/// round trip, with room for a loaded machine.
-const TRY_ZERO_BOUND_US: u64 = 1_000_000;
-/// What a machine's load adds to a bounded call on the virtual clock:
-/// nothing, so a simulated run bounds `try_lock(ZERO)` by a few round trips
-/// (below one command timeout) and shutdown by one command timeout plus a
-/// round trip.
-const VIRTUAL_TRY_ZERO_BOUND_US: u64 = 300_000;
-const VIRTUAL_SHUTDOWN_SLACK: Duration = Duration::from_millis(100);
-
+/// round trip, with room for a loaded machine; a few round trips, below one
+/// command timeout, on the virtual clock.
 fn try_zero_bound_us() -> u64 {
-    if crate::is_virtual_clock() {
-        VIRTUAL_TRY_ZERO_BOUND_US
-    } else {
-        TRY_ZERO_BOUND_US
-    }
+    by_clock(1_000_000, 300_000)
 }
 
+/// What `Client::shutdown` may take beyond one command timeout: closing
+/// connections and scheduling on a loaded machine; a round trip on the
+/// virtual clock.
 fn shutdown_slack() -> Duration {
+    by_clock(Duration::from_millis(500), Duration::from_millis(100))
+}
+
+/// `real` in real time, `simulated` on the virtual clock (no machine load
+/// to allow for).
+fn by_clock<T>(real: T, simulated: T) -> T {
     if crate::is_virtual_clock() {
-        VIRTUAL_SHUTDOWN_SLACK
+        simulated
     } else {
-        SHUTDOWN_SLACK
+        real
     }
 }
-/// What `Client::shutdown` may take beyond one command timeout on a loaded
-/// machine (closing connections, scheduling).
-const SHUTDOWN_SLACK: Duration = Duration::from_millis(500);
 
 /// A fresh client takes 1 to 3 locks of its own (watchdog-renewed) and is
 /// shut down holding them, whatever the fault of the moment: the call is

@@ -96,14 +96,12 @@ async fn acquire_unboxed<S: Spec>(
     let gate = spec.gate(&slot, &owner, ask)?;
     // Our own earlier attempt's undo may keep the turn: not "held by
     // another". Its try in flight (one command) decides, so the turn is
-    // waited for that long at least (done: the turn is free; failed: we
-    // settle the undo below and return its error). fred's state alone
-    // cannot tell: it may say "connected" right after the connection died.
-    // An undo still queued for the turn keeps nothing: whoever has the turn
-    // holds, and a zero wait answers at once.
-    // Once that try has ended, the turn went to whoever waited first: the
-    // caller's own deadline applies again (a zero wait answers then, not a
-    // command timeout later).
+    // waited for that long at least; once the try has ended, the turn went
+    // to whoever waited first and the caller's own deadline applies again
+    // (failed: we settle the undo below and return its error). fred's state
+    // alone cannot tell: it may say "connected" right after the connection
+    // died. An undo still queued for the turn keeps nothing: whoever has the
+    // turn holds, and a zero wait answers at once.
     let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);
     let turn = if own_undo() {
         let extended = deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout));
