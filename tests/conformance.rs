@@ -150,6 +150,17 @@ impl Kind {
         }
     }
 
+    /// What Redis holds of `name` (the handle's `inspect()`).
+    async fn inspect(self, client: &Client, name: &str) -> redisync::Inspection {
+        match self {
+            Kind::Lock => client.lock(name).inspect().await,
+            Kind::Fair => client.fair_lock(name).inspect().await,
+            Kind::Read | Kind::Write => client.rw_lock(name).inspect().await,
+            Kind::Semaphore => client.semaphore(name).inspect().await,
+        }
+        .expect("inspect")
+    }
+
     /// A key an acquisition's script writes (so a test can see that it ran).
     fn granted_key(self, name: &str) -> String {
         match self {
@@ -1298,6 +1309,141 @@ async fn restart_guard_grants_nothing_until_old_leases_could_have_ended(kind: Ki
     drop(held);
 }
 
+/// 19. A force-unlock by the holder's own client whose outcome is unknown
+///     (the server stalls past the command timeout, or the caller drops the
+///     future after the send) runs in Redis later: the client's guards
+///     report lost as soon as the call ends, whatever ended it.
+async fn a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost(kind: Kind) {
+    let env = Env::start().await;
+    let a = Client::builder(&env.server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let b = env.client().await;
+    // The force-unlock script is cached: it runs once the server resumes.
+    kind.prepare(&a, "warm-up").await;
+    kind.force_unlock(&a, "warm-up").await.expect("warm-up");
+    for ending in ["command timeout", "dropped by the caller"] {
+        let name = &format!("forced-unknown-{}", ending.len());
+        kind.prepare(&a, name).await;
+        let g = kind
+            .acquire(&a, name, FOREVER, Some(Duration::from_mins(1)))
+            .await
+            .expect("acquire")
+            .expect("granted");
+        env.server.pause();
+        let ended = if ending == "command timeout" {
+            format!("{:?}", kind.force_unlock(&a, name).await)
+        } else {
+            format!(
+                "{:?}",
+                timeout(Duration::from_millis(100), kind.force_unlock(&a, name)).await
+            )
+        };
+        let lost_at_once = g.is_lost();
+        env.server.resume();
+        let other = eventually(Duration::from_secs(10), || is_free(kind, &b, name)).await;
+        assert!(other, "{kind:?} ({ending}): the force-unlock never ran");
+        assert!(
+            lost_at_once && g.is_lost(),
+            "{kind:?} ({ending}, ended {ended}): the guard says held while the force-unlock ran"
+        );
+        drop(g);
+    }
+}
+
+/// 20. Two flows of one owner (`join!` in one task) that ask at the same
+///     instant, or both wait behind another client's hold, never both hold:
+///     the second queues behind the first (README "Who re-enters").
+async fn two_flows_of_one_owner_never_both_hold(kind: Kind) {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    for queued in [false, true] {
+        let name = &format!("two-flows-{queued}");
+        kind.prepare(&a, name).await;
+        let blocker = if queued {
+            let g = kind.exclusive().acquire(&b, name, ZERO, None).await;
+            Some(g.expect("blocker").expect("free"))
+        } else {
+            None
+        };
+        let (inside, peak, asked) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        let flow = || async {
+            asked.fetch_add(1, SeqCst);
+            let g = kind
+                .acquire(&a, name, FOREVER, Some(Duration::from_secs(30)))
+                .await
+                .expect("acquire")
+                .expect("granted");
+            peak.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+            // A round trip while inside: the other flow's reply lands meanwhile.
+            env.admin.ping::<()>(None).await.expect("PING");
+            inside.fetch_sub(1, SeqCst);
+            // The replaced guard's unlock may fail; the peak tells.
+            let _ = g.unlock().await;
+        };
+        let release = async {
+            if let Some(g) = blocker {
+                assert!(
+                    eventually(Duration::from_secs(10), || async {
+                        asked.load(SeqCst) == 2
+                    })
+                    .await
+                );
+                // Two round trips: both flows' attempts are in.
+                for _ in 0..2 {
+                    env.admin.ping::<()>(None).await.expect("PING");
+                }
+                g.unlock().await.expect("blocker unlock");
+            }
+        };
+        tokio::join!(flow(), flow(), release);
+        assert_eq!(
+            peak.load(SeqCst),
+            1,
+            "{kind:?} (queued behind another client: {queued}): two flows of one owner held at once"
+        );
+    }
+}
+
+/// 21. A waiting task aborted right before its client shuts down (its
+///     future dropped before the shutdown, or while it runs): the shutdown
+///     leaves the wait queue in Redis, so a release does not hand the name
+///     to the departed waiter (the next client would wait a whole lease).
+async fn an_aborted_waiter_leaves_the_queue_at_shutdown(kind: Kind) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    for dropped_first in [true, false] {
+        let b = env.client().await;
+        let name = &format!("aborted-{dropped_first}");
+        kind.prepare(&a, name).await;
+        let g = kind.exclusive().acquire(&a, name, ZERO, None).await;
+        let g = g.expect("holder").expect("free");
+        let waiter = {
+            let (b, name) = (b.clone(), name.clone());
+            tokio::spawn(async move { kind.acquire(&b, &name, FOREVER, None).await })
+        };
+        let queued = eventually(Duration::from_secs(10), || async {
+            !kind.inspect(&a, name).await.waiters.is_empty()
+        })
+        .await;
+        assert!(queued, "{kind:?}: the waiter never queued");
+        waiter.abort();
+        if dropped_first {
+            assert!(waiter.await.expect_err("aborted").is_cancelled());
+        }
+        b.shutdown().await.expect("shutdown");
+        let seen = kind.inspect(&a, name).await;
+        assert!(
+            seen.waiters.is_empty(),
+            "{kind:?} (future dropped before the shutdown: {dropped_first}): the shut-down client is still queued: {seen:?}"
+        );
+        drop(g);
+    }
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1347,6 +1493,9 @@ conformance! {
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
+        a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
+        an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        two_flows_of_one_owner_never_both_hold: ok,
     }
     fair: Fair {
         cancel_at_every_await_point: ok,
@@ -1367,6 +1516,9 @@ conformance! {
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
+        a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
+        an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        two_flows_of_one_owner_never_both_hold: ok,
     }
     read: Read {
         cancel_at_every_await_point: ok,
@@ -1387,6 +1539,9 @@ conformance! {
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
+        a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
+        an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        two_flows_of_one_owner_never_both_hold: ok,
     }
     write: Write {
         cancel_at_every_await_point: ok,
@@ -1407,6 +1562,9 @@ conformance! {
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
+        a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
+        an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        two_flows_of_one_owner_never_both_hold: ok,
     }
     semaphore: Semaphore {
         cancel_at_every_await_point: ok,
@@ -1432,5 +1590,9 @@ conformance! {
         a_stall_past_the_lease_wins_over_the_work: ok,
         force_unlock_after_a_grant_in_flight_loses_that_grant: ok,
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
+        a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
+        an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        // Permits are not re-entrant.
+        two_flows_of_one_owner_never_both_hold: na,
     }
 }

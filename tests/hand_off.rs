@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::Env;
-use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::interfaces::{HashesInterface, KeysInterface, LuaInterface};
 use redisync::Error;
 use tokio::sync::oneshot;
 
@@ -161,6 +161,43 @@ macro_rules! scenarios {
                 next.unlock().await.unwrap();
                 client.shutdown().await.unwrap();
                 other.shutdown().await.unwrap();
+            }
+
+            /// A hand-off whose script never ran (the script cache was
+            /// empty and the server stalled past the command timeout, so
+            /// the EVAL with the body was never sent): Redis still has the
+            /// old owner's field. The old owner's next acquisition must not
+            /// take it over while the guard says held.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_hand_off_that_never_ran_leaves_one_holder() {
+                let env = Env::start().await;
+                let client = redisync::Client::builder(&env.server.url())
+                    .command_timeout(Duration::from_millis(300))
+                    .connect()
+                    .await
+                    .unwrap();
+                let lock = client.$handle("never-ran");
+                let mut g = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+                env.admin.script_flush(false).await.unwrap();
+                env.server.pause();
+                let handed = within("hand-off", g.hand_off()).await;
+                env.server.resume();
+                assert!(handed.is_err(), "a stalled server answered: {handed:?}");
+                let again = within(
+                    "the old owner's next acquisition",
+                    lock.try_lock(Duration::from_millis(300), Some(Duration::from_secs(30))),
+                )
+                .await
+                .unwrap();
+                assert!(
+                    again.is_none() || g.is_lost(),
+                    "two guards say held: the handed-off one (token {}) and the old owner's new one (token {:?})",
+                    g.fencing_token(),
+                    again.as_ref().map(|a| a.fencing_token())
+                );
+                drop(again);
+                drop(g);
+                client.shutdown().await.unwrap();
             }
 
             /// A re-entered hold belongs to its task: refused, and both

@@ -717,6 +717,9 @@ async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
     let env = Env::start().await;
     let client = env.client().await;
     let lock = client.lock("floor");
+    // A counter behind the clock (a new counter starts past it: see
+    // `a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost`).
+    plant_counter_behind_the_clock(&env, "floor").await;
     let first = lock
         .try_lock(Duration::ZERO, None)
         .await
@@ -951,4 +954,110 @@ async fn a_guard_dropped_frees_the_lock_for_an_attempt_right_after() {
         last = guard.fencing_token();
         drop(guard);
     }
+}
+
+/// Tokens never go back once a token floor put the counter ahead of the
+/// server clock (`try_lock_with_min_token`, as Redlock does) and the counter
+/// is then lost, with no clock step: after `FLUSHALL` (any client), and
+/// after a restart from a snapshot taken before the floored grant (a client
+/// with the restart guard, which takes nothing from a server up for less
+/// than its `max_lease` + 1 s; README "Fencing" says why it needs one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost() {
+    let mut env = Env::start().await;
+    let plain = env.client().await;
+    let guarded = redisync::Client::builder(&env.server.url())
+        .restart_guard(Duration::from_millis(200))
+        .watchdog_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let floored = |lock: redisync::Lock, admin: fred::clients::Client| async move {
+        plant_counter_behind_the_clock_with(&admin, lock.name()).await;
+        // 0.9 s ahead of the server clock: honoured.
+        let floor = common::server_us(&admin).await + 900_000;
+        let g = loop {
+            let lease = Some(Duration::from_millis(200));
+            if let Some(g) = lock
+                .try_lock_with_min_token(Duration::from_secs(5), lease, floor)
+                .await
+                .unwrap()
+            {
+                break g;
+            }
+        };
+        assert_eq!(g.fencing_token(), floor, "the floor is honoured");
+        g.unlock().await.unwrap();
+        floor
+    };
+    let retrying = |lock: redisync::Lock| async move {
+        loop {
+            match lock
+                .try_lock(Duration::from_secs(5), Some(Duration::from_millis(200)))
+                .await
+            {
+                Ok(Some(g)) => break g,
+                Ok(None) => {}
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => panic!("acquire: {e}"),
+            }
+        }
+    };
+
+    let before = floored(plain.lock("flushed"), env.admin.clone()).await;
+    let () = env.admin.flushall(false).await.unwrap();
+    let after = retrying(plain.lock("flushed")).await;
+    assert!(
+        after.fencing_token() > before,
+        "after FLUSHALL: token {} below {before}, issued before",
+        after.fencing_token()
+    );
+    after.unlock().await.unwrap();
+
+    let lock = guarded.lock("restarted");
+    retrying(lock.clone()).await.unlock().await.unwrap();
+    let _: String = env
+        .admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "SAVE",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("SAVE");
+    let before = floored(lock.clone(), env.admin.clone()).await;
+    env.server.kill().await;
+    env.server.restart().await;
+    let after = retrying(lock.clone()).await;
+    assert!(
+        after.fencing_token() > before,
+        "after a restart from an older snapshot: token {} below {before}, issued before",
+        after.fencing_token()
+    );
+    after.unlock().await.unwrap();
+    plain.shutdown().await.unwrap();
+    guarded.shutdown().await.unwrap();
+}
+
+/// Sets lock `name`'s fencing counter a second behind the server clock, as
+/// one left long ago would be.
+async fn plant_counter_behind_the_clock(env: &Env, name: &str) {
+    plant_counter_behind_the_clock_with(&env.admin, name).await;
+}
+
+async fn plant_counter_behind_the_clock_with(admin: &fred::clients::Client, name: &str) {
+    let behind = common::server_us(admin).await - 1_000_000;
+    let () = admin
+        .set(
+            common::key("lock", "fence", name),
+            behind.to_string(),
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::link::Link;
 use fred::types::{Key, Value};
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::metrics::{self, HoldMeter, Labels};
@@ -110,6 +110,73 @@ impl Released {
     }
 }
 
+/// The lines of one name's owners on this client: flows of one owner (a
+/// `join!` of two acquisitions in one task, a parent and a child sharing
+/// an owner) take turns. Only one of them contends at a time, and the turn
+/// stays with the hold it wins until that hold ends (released, lost, or
+/// surely handed off), so a second flow never sends a fresh attempt while
+/// the first one's field is in Redis (a script would take it over as a
+/// stale field of the owner): it waits, then asks anew (README "Who
+/// re-enters"). Kinds whose local gate is kept while held need none.
+#[derive(Default)]
+pub(crate) struct OwnerLines(Arc<Mutex<OwnerLineMap>>);
+
+type OwnerLineMap = std::collections::HashMap<Arc<str>, (Arc<Semaphore>, usize)>;
+
+impl OwnerLines {
+    /// A place in `holder`'s line (the line goes when its last place does).
+    pub(crate) fn join(&self, holder: &Arc<str>) -> OwnerLine {
+        let mut lines = lock_unpoisoned(&self.0);
+        let (turn, users) = lines
+            .entry(holder.clone())
+            .or_insert_with(|| (Arc::new(Semaphore::new(1)), 0));
+        *users += 1;
+        OwnerLine {
+            turn: turn.clone(),
+            lines: self.0.clone(),
+            holder: holder.clone(),
+        }
+    }
+}
+
+/// A place in one owner's line (see [`OwnerLines`]).
+pub(crate) struct OwnerLine {
+    pub(crate) turn: Arc<Semaphore>,
+    lines: Arc<Mutex<OwnerLineMap>>,
+    holder: Arc<str>,
+}
+
+impl Drop for OwnerLine {
+    fn drop(&mut self) {
+        let mut lines = lock_unpoisoned(&self.lines);
+        if let Some((_, users)) = lines.get_mut(&self.holder) {
+            *users -= 1;
+            if *users == 0 {
+                lines.remove(&self.holder);
+            }
+        }
+    }
+}
+
+/// One owner's turn on one name (see [`OwnerLines`]): shared by the
+/// acquisition that waits with it and the hold it wins; the next flow of
+/// the owner goes when both are done with it.
+pub(crate) struct OwnerTurn {
+    // Dropped before the place in line: the line is still there for the
+    // next flow.
+    _permit: OwnedSemaphorePermit,
+    _line: OwnerLine,
+}
+
+impl OwnerTurn {
+    pub(crate) fn new(permit: OwnedSemaphorePermit, line: OwnerLine) -> OwnerTurn {
+        OwnerTurn {
+            _permit: permit,
+            _line: line,
+        }
+    }
+}
+
 /// One acquisition (one fencing token) held by one owner on this client.
 pub(crate) struct Hold {
     pub(crate) ops: &'static HoldOps,
@@ -137,6 +204,12 @@ pub(crate) struct Hold {
     released: AtomicBool,
     /// The local gate permit: the next local waiter goes when the hold ends.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Its owner's turn (see [`OwnerLines`]): the owner's next flow goes
+    /// when the hold ends, or once it is surely handed off.
+    owner_turn: Mutex<Option<Arc<OwnerTurn>>>,
+    /// When the command that won it was sent (a force-unlock whose outcome
+    /// is unknown takes every hold won before it ended as lost).
+    pub(crate) sent_at: Instant,
     /// Whether the final release is queued on the connection. Held through
     /// a count-down's round trip and until the final release is queued, so
     /// a count-down never runs after the final release in Redis (a NOSCRIPT
@@ -159,6 +232,7 @@ impl Hold {
         channel: Key,
         owner: std::sync::Arc<str>,
         token: u64,
+        sent_at: Instant,
         valid_until: Instant,
         watchdog: bool,
     ) -> Hold {
@@ -176,6 +250,8 @@ impl Hold {
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             permit: Mutex::new(None),
+            owner_turn: Mutex::new(None),
+            sent_at,
             meter: HoldMeter::default(),
             final_queued: tokio::sync::Mutex::new(false),
         }
@@ -256,6 +332,22 @@ impl Hold {
         *lock_unpoisoned(&self.permit) = permit;
     }
 
+    /// The hold keeps its owner's turn while it lives (see [`OwnerLines`]).
+    pub(crate) fn keep_owner_turn(&self, turn: Option<Arc<OwnerTurn>>) {
+        *lock_unpoisoned(&self.owner_turn) = turn;
+    }
+
+    /// The owner's turn the hold keeps, for a hold that takes its place.
+    pub(crate) fn owner_turn(&self) -> Option<Arc<OwnerTurn>> {
+        lock_unpoisoned(&self.owner_turn).clone()
+    }
+
+    /// Lets the owner's next flow go (the hold ended, or is surely bound
+    /// to another owner id).
+    pub(crate) fn end_owner_turn(&self) {
+        drop(lock_unpoisoned(&self.owner_turn).take());
+    }
+
     /// The order of this hold's releases: `true` once the final release is
     /// queued (see the field).
     pub(crate) async fn release_order(&self) -> tokio::sync::MutexGuard<'_, bool> {
@@ -288,6 +380,7 @@ impl Hold {
         let last = self.holds.fetch_sub(1, Ordering::AcqRel) == 1;
         if last {
             self.released.store(true, Ordering::Release);
+            self.end_owner_turn();
             // Owned lost signals fire: the acquisition is no longer held.
             self.lost_notify.notify_waiters();
         }
@@ -348,6 +441,7 @@ impl Hold {
         }
         // The lock is no longer ours in Redis: let the next local waiter try.
         drop(lock_unpoisoned(&self.permit).take());
+        self.end_owner_turn();
         self.lost_notify.notify_waiters();
     }
 

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::{lock_unpoisoned, Hold};
+use crate::hold::{lock_unpoisoned, Hold, OwnerLines};
 use crate::link::Link;
 
 /// Payload that wakes every waiter of a slot, addressed ones included (what
@@ -50,6 +50,12 @@ pub(crate) struct Slot {
     /// a hold with a token up to it was granted before that force-unlock
     /// ran, so it is lost even when its grant's reply comes in after.
     forced_through: AtomicU64,
+    /// When the latest force-unlock of this client whose outcome is unknown
+    /// ended: it may run in Redis any time later, so every hold won by a
+    /// command sent before then is lost.
+    forced_in_doubt: Mutex<Option<Instant>>,
+    /// The lines of flows of one owner (see [`OwnerLines`]).
+    pub(crate) owner_lines: OwnerLines,
     /// Owners whose cancelled or timed-out acquisition is not undone yet,
     /// and whether that undo has the local turn (its try is running) rather
     /// than waiting for it.
@@ -198,14 +204,33 @@ impl Slot {
         lock_unpoisoned(&self.holders).clone()
     }
 
-    /// Adds a new hold; lost at once if a force-unlock ran after its grant.
+    /// Adds a new hold; lost at once if a force-unlock ran after its grant,
+    /// or may have (see [`Slot::forced_in_doubt`]).
     pub(crate) fn add_holder(&self, hold: Arc<Hold>) {
         let mut holders = lock_unpoisoned(&self.holders);
         let forced = self.forced_through.load(Ordering::SeqCst);
         if forced > 0 && hold.token <= forced {
             hold.mark_lost("force-unlocked while its grant was on its way");
         }
+        if lock_unpoisoned(&self.forced_in_doubt).is_some_and(|end| hold.sent_at <= end) {
+            hold.mark_lost("a force-unlock whose outcome is unknown may have run after its grant");
+        }
         holders.push(hold);
+    }
+
+    /// A force-unlock of this client ended without its reply (timed out,
+    /// the connection lost, the call dropped): it may still run, after any
+    /// grant sent before now. Those holds are lost, now and when their
+    /// replies come in (the safe reading of an unknown outcome).
+    pub(crate) fn forced_in_doubt(&self) {
+        let holders = lock_unpoisoned(&self.holders);
+        let now = Instant::now();
+        *lock_unpoisoned(&self.forced_in_doubt) = Some(now);
+        for hold in holders.iter() {
+            if hold.sent_at <= now {
+                hold.mark_lost("force-unlocked (its outcome unknown)");
+            }
+        }
     }
 
     /// A force-unlock ran after every grant with a token up to `last`: those
@@ -542,6 +567,8 @@ impl Hub {
                 subscribed: AtomicBool::new(false),
                 holders: Mutex::new(Vec::new()),
                 forced_through: AtomicU64::new(0),
+                forced_in_doubt: Mutex::new(None),
+                owner_lines: OwnerLines::default(),
                 pending_undo: Mutex::new(Vec::new()),
                 undo_tried: tokio::sync::Notify::new(),
                 exhausted: Mutex::new(None),

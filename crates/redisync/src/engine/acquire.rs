@@ -15,7 +15,7 @@ use super::held::{Folded, Held};
 use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::hold::Hold;
+use crate::hold::{Hold, OwnerTurn};
 use crate::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::metrics::{Acquisition, Labels, Outcome};
 use crate::script::checked_ms;
@@ -68,32 +68,28 @@ async fn acquire_unboxed<S: Spec>(
     let owner = named.owner_id();
     let holder = spec.holder(&owner, ask);
     let slot = client.hub.slot(&named.key, &named.channel);
-    let grant = Grant {
+    let mut grant = Grant {
         spec,
         slot: &slot,
         ask,
         watchdog,
         lease,
+        owner_turn: None,
     };
-
-    if let Some(hold) = spec.reentrant().then(|| slot.holder(&holder)).flatten() {
-        // A server too young since its restart has lost the hold: it is
-        // not re-entered, and the acquisition waits like a new one. So does
-        // a re-entry that came over a newer connection from a young server
-        // (it may be a fresh grant there): what it took is given back.
-        let generation = guarded_generation(client);
-        if restart_young(client).await?.is_some() {
-            hold.mark_lost("the server restarted");
-        } else if let Some(held) = reenter(&grant, &holder, &hold, lease_ms).await? {
-            if restart_young_since(client, generation).await?.is_none() {
-                return Ok(Some(held));
-            }
-            hold.mark_lost("the server restarted");
-            let _ = held.release().await;
-        }
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+        return Ok(Some(held));
     }
 
     let gate = spec.gate(&slot, &owner, ask)?;
+    // Flows of one owner take turns (see `OwnerLines`); a gate kept while
+    // held orders them already.
+    if spec.reentrant() && gate != Gate::WhileHeld {
+        let line = slot.owner_lines.join(&holder);
+        let Some(permit) = wait_for_turn(&client.hub, &slot, &line.turn, deadline).await? else {
+            return Ok(None);
+        };
+        grant.owner_turn = Some(Arc::new(OwnerTurn::new(permit, line)));
+    }
     // Our own earlier attempt's undo may keep the turn: not "held by
     // another". Its try in flight (one command) decides, so the turn is
     // waited for that long at least; once the try has ended, the turn went
@@ -123,8 +119,48 @@ async fn acquire_unboxed<S: Spec>(
         }
         return Ok(None);
     };
+    // Re-entry is decided again once the turns are ours: a hold of this
+    // owner made meanwhile is re-entered, never taken over by a fresh
+    // attempt (a script would replace its field as stale).
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+        return Ok(Some(held));
+    }
     settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
     contend(&grant, &holder, gate, turn, deadline, lease_ms).await
+}
+
+/// Re-enters the live hold `holder` has on this client, if any (`None`:
+/// there is none, or it turned out to be lost; the caller then acquires
+/// anew).
+async fn reenter_held<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    lease_ms: i64,
+) -> Result<Option<Held>> {
+    let spec = grant.spec;
+    let client = spec.named().client_inner();
+    let Some(hold) = spec
+        .reentrant()
+        .then(|| grant.slot.holder(holder))
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    // A server too young since its restart has lost the hold: it is not
+    // re-entered, and the acquisition waits like a new one. So does a
+    // re-entry that came over a newer connection from a young server (it
+    // may be a fresh grant there): what it took is given back.
+    let generation = guarded_generation(client);
+    if restart_young(client).await?.is_some() {
+        hold.mark_lost("the server restarted");
+    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms).await? {
+        if restart_young_since(client, generation).await?.is_none() {
+            return Ok(Some(held));
+        }
+        hold.mark_lost("the server restarted");
+        let _ = held.release().await;
+    }
+    Ok(None)
 }
 
 /// The attempt loop, once the local turn `gate` asks for is ours.
@@ -189,6 +225,9 @@ async fn contend<S: Spec>(
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
         undo.arm(sent_at + spec.linger(lease));
+        if enqueue {
+            undo.hold_shutdown();
+        }
         let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
         let reply = attempt_carrying(spec, slot, attempt).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
@@ -594,6 +633,9 @@ struct Grant<'a, S: Spec> {
     ask: S::Ask,
     watchdog: bool,
     lease: Duration,
+    /// The owner's turn the acquisition waited for (see `OwnerLines`),
+    /// kept by the hold it wins.
+    owner_turn: Option<Arc<OwnerTurn>>,
 }
 
 impl<S: Spec> Grant<'_, S> {
@@ -613,12 +655,14 @@ impl<S: Spec> Grant<'_, S> {
                 named.channel.clone(),
                 holder,
                 token,
+                sent_at,
                 sent_at + self.lease,
                 self.watchdog,
             )
             .metered(&named.labels),
         );
         hold.keep_turn(permit);
+        hold.keep_owner_turn(self.owner_turn.clone());
         self.slot.add_holder(hold.clone());
         self.held(hold)
     }
@@ -703,11 +747,17 @@ async fn reenter<S: Spec>(
             // Our earlier acquisition had expired; this is a new one, and
             // keeps the local turn if the old one did.
             let kept_turn = hold.keeps_turn();
+            // The owner's turn goes on to the new hold, not to the owner's
+            // next flow (which would take it over in Redis as stale).
+            let owner_turn = hold.owner_turn();
             hold.mark_lost("re-entry found it expired");
             let permit = kept_turn
                 .then(|| slot.gate.clone().try_acquire_owned().ok())
                 .flatten();
             let fresh = grant.new_held(holder.clone(), token, sent_at, permit);
+            if owner_turn.is_some() {
+                fresh.hold().keep_owner_turn(owner_turn);
+            }
             grant.synced(fresh).await.map(Some)
         }
         Reply::Busy { .. } => {
@@ -758,7 +808,7 @@ async fn gate_turn(
     if matches!(gate, Gate::None | Gate::Bypass) {
         return Ok(Some(None));
     }
-    let turn = wait_for_gate(hub, slot, deadline).await?;
+    let turn = wait_for_turn(hub, slot, &slot.gate, deadline).await?;
     if turn.is_some() {
         if let Some(until) = slot.take_yield() {
             // The last local holder gives remote waiters a turn.
@@ -768,20 +818,22 @@ async fn gate_turn(
     Ok(turn.map(Some))
 }
 
-/// [`gate_turn`] without the yield to remote waiters.
-async fn wait_for_gate(
+/// A permit of `turn` (the slot's gate, or an owner's turn): [`gate_turn`]
+/// without the yield to remote waiters.
+async fn wait_for_turn(
     hub: &Hub,
     slot: &Slot,
+    turn: &Arc<tokio::sync::Semaphore>,
     deadline: Option<Instant>,
 ) -> Result<Option<OwnedSemaphorePermit>> {
     // Free turn (nobody local holds or waits: the semaphore hands freed
     // permits to queued waiters first, so this never jumps the queue): no
     // timer, no select.
-    if let Ok(permit) = slot.gate.clone().try_acquire_owned() {
+    if let Ok(permit) = turn.clone().try_acquire_owned() {
         hub.check_open()?;
         return Ok(Some(permit));
     }
-    let acquire = slot.gate.clone().acquire_owned();
+    let acquire = turn.clone().acquire_owned();
     tokio::pin!(acquire);
     loop {
         let wake = match (deadline, slot.earliest_holder_deadline()) {

@@ -125,8 +125,10 @@ impl Held {
     /// The local binding changes first: a re-entry of the old owner cannot
     /// slip in between (see [`Hold::begin_rebind`]). If the script surely
     /// did not run, it is bound back; if its outcome is unknown, the new id
-    /// stays, and a renewal that finds nothing under it marks the hold lost
-    /// (never held twice: the old owner's field ends with its lease).
+    /// stays, and a renewal that finds nothing under it marks the hold lost.
+    /// Until the hand-off is known to have run, the hold keeps its old
+    /// owner's turn: that owner's next acquisition waits for the hold to
+    /// end, and never takes over the old field as stale (never held twice).
     pub(crate) async fn hand_off(&mut self) -> Result<()> {
         let hold = self.hold().clone();
         let Some(rebind) = hold.ops.rebind else {
@@ -159,7 +161,12 @@ impl Held {
         };
         let result = rebind(self.client.link(), &hold, &from, &to).await;
         match result {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                // Surely bound to its own id now: the old owner's next flow
+                // may go (while in doubt, it waits for the hold to end).
+                hold.end_owner_turn();
+                Ok(())
+            }
             Ok(false) => {
                 hold.mark_lost("hand-off found it gone");
                 Err(self.not_held())

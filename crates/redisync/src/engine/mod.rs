@@ -231,20 +231,25 @@ impl Named {
 
     /// Runs a force-unlock `script` over `keys` (its arguments: the publish
     /// command and the channel): deletes the name whoever holds it.
-    /// `Ok(true)` if it was held. The script answers the last fencing token
-    /// issued: every local hold up to it was granted before the script ran
-    /// and is lost, including one whose grant's reply is still on its way
-    /// (the slot keeps the bound for holds made after this). A hold granted
-    /// after it (a waiter the force-unlock woke) has a higher token and is
-    /// not touched.
+    /// `Ok(true)` if it was held.
+    ///
+    /// This client's holds of the name are lost from the call on, however
+    /// it ends: once sent, the script may run in Redis (a reply lost, a
+    /// timeout, the call dropped), and lost is the safe reading. The script
+    /// answers the last fencing token issued: every local hold up to it was
+    /// granted before the script ran and is lost, including one whose
+    /// grant's reply is still on its way (the slot keeps the bound for holds
+    /// made after this). A hold granted after it (a waiter the force-unlock
+    /// woke) has a higher token and is not touched. Without the answer, every
+    /// hold won by a command sent before the call ended is lost.
     pub(crate) async fn force_unlock(&self, script: &LuaScript, keys: Vec<Key>) -> Result<bool> {
         self.check_usable("lock")?;
         let client = self.client_inner();
-        let before = client
-            .hub
-            .existing_slot(&self.key)
-            .map(|slot| slot.holders())
-            .unwrap_or_default();
+        let slot = client.hub.existing_slot(&self.key);
+        for hold in slot.iter().flat_map(|slot| slot.holders()) {
+            hold.mark_lost("force-unlocked");
+        }
+        let mut in_doubt = ForceInDoubt(slot);
         let (deleted, last): (i64, i64) = script
             .run(
                 client.link(),
@@ -258,13 +263,11 @@ impl Named {
                 ],
             )
             .await?;
+        in_doubt.0 = None;
         // `last` covers every hold granted before the script (the counter or
         // the server time), but for a token advanced past the clock whose
         // counter expired since: the holds alive when it was sent are lost
-        // too, whatever their token.
-        for hold in before {
-            hold.mark_lost("force-unlocked");
-        }
+        // (above), whatever their token.
         if let Some(slot) = client.hub.existing_slot(&self.key) {
             slot.forced_through(u64::try_from(last).unwrap_or(0));
         }
@@ -284,6 +287,18 @@ impl std::fmt::Debug for Named {
             .field("name", &self.name)
             .field("key", &self.key)
             .finish_non_exhaustive()
+    }
+}
+
+/// A force-unlock in flight: dropped before its reply (an error, the call
+/// dropped), its outcome is unknown (see [`Slot::forced_in_doubt`]).
+struct ForceInDoubt(Option<Arc<Slot>>);
+
+impl Drop for ForceInDoubt {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.0 {
+            slot.forced_in_doubt();
+        }
     }
 }
 

@@ -26,6 +26,11 @@ pub(crate) struct Undo<S: Spec> {
     armed: bool,
     /// When whatever it may have left expires anyway.
     expires_at: Instant,
+    /// Taken while an attempt may leave a queue entry: a shutdown waits
+    /// for this undo, even one dropped while the shutdown runs (a task
+    /// aborted just before it), so a release never hands the name to a
+    /// waiter that is gone.
+    shutdown_waits: Option<crate::client::BackgroundTask>,
 }
 
 impl<S: Spec> Undo<S> {
@@ -44,6 +49,15 @@ impl<S: Spec> Undo<S> {
             turn,
             armed: false,
             expires_at: Instant::now(),
+            shutdown_waits: None,
+        }
+    }
+
+    /// The attempts may queue us: a shutdown waits for this undo (see the
+    /// field).
+    pub(crate) fn hold_shutdown(&mut self) {
+        if self.shutdown_waits.is_none() {
+            self.shutdown_waits = self.spec.named().client.inner.start_background();
         }
     }
 
@@ -69,6 +83,7 @@ impl<S: Spec> Drop for Undo<S> {
                 self.keep,
                 self.turn.take(),
                 self.expires_at,
+                self.shutdown_waits.take(),
             );
         }
     }
@@ -89,9 +104,10 @@ fn spawn_undo<S: Spec>(
     keep: Option<u64>,
     mut turn: Option<OwnedSemaphorePermit>,
     expires_at: Instant,
+    shutdown_waits: Option<crate::client::BackgroundTask>,
 ) {
     let client = spec.named().client.inner.clone();
-    let Some(task) = client.start_background() else {
+    let Some(task) = shutdown_waits.or_else(|| client.start_background()) else {
         return; // shut down: like a crash, the leases clean up
     };
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
