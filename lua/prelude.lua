@@ -89,49 +89,32 @@ local function leave_queue(queue, entries, suffix)
   return left
 end
 
--- How far ahead of the server clock (us) a token floor is honoured
--- (next_token, hand_to_next): no token is ever further ahead of the clock
--- of its grant.
-local FLOOR_LEAD_US = 1000000
-
 -- At least the last fencing token issued on `fence`, for a force-unlock's
 -- answer (every acquisition with a token up to it ran before the script):
--- the counter, or when the counter is gone the server time in us plus the
--- floor lead (a token is never further ahead of the time of its grant).
--- nil and an error reply naming the counter when it holds something else.
+-- the counter, or the server time in us when the counter expired (a token
+-- is never below the time of its grant). nil and an error reply naming the
+-- counter when it holds something else.
 local function last_issued(fence)
   local counter, err = read_fence(fence)
   if err then
     return nil, err
   end
   local _, now_us = server_time()
-  if counter == 0 then
-    return now_us + FLOOR_LEAD_US, nil
-  end
   return math.max(counter, now_us), nil
 end
 
--- The fencing token after `last` (0: the counter is gone): max(last + 1,
--- server time in microseconds); see next_token. Once the counter is gone
--- (FLUSHALL, a restart that lost it, its expiry) the tokens issued before
--- may have been up to FLOOR_LEAD_US ahead of the clock (a floor): the
--- first one after starts past them.
+-- The fencing token after `last`: max(last + 1, server time in
+-- microseconds); see next_token.
 local function token_after(last, now_us)
-  if last == 0 then
-    return now_us + FLOOR_LEAD_US + 1
-  end
   return math.max(last + 1, now_us)
 end
 
 -- Issues a fencing token: max(counter + 1, server time in microseconds),
--- kept by the counter for ttl_ms (a counter that is gone: see token_after).
--- Tokens so never go back when the counter is lost or behind (restart from
--- an older snapshot, failover to a replica that missed increments, expiry),
--- as long as the server clock does not step back, around the loss, by more
--- than the time between the last token before it and the first after; a
--- counter brought back behind (an older snapshot) after a floor ahead of
--- the clock also needs the first token after the restart to come more than
--- FLOOR_LEAD_US after that floor's grant (the restart guard waits longer). Microsecond times stay exact in Lua
+-- kept by the counter for ttl_ms. Tokens so never go back when the counter
+-- is lost or behind (restart from an older snapshot, failover to a replica
+-- that missed increments, expiry), as long as the server clock does not
+-- step back, around the loss, by more than the time between the last token
+-- before it and the first after. Microsecond times stay exact in Lua
 -- numbers (below 2^53) until the year 2255. `current` is the counter as
 -- read_fence returned it (scripts read it first, before any write).
 --
@@ -149,7 +132,7 @@ local function next_token(fence, ttl_ms, current, floor, now_us)
   end
   local n = token_after(current, now_us)
   local wanted = tonumber(floor)
-  if wanted and wanted > n and wanted <= now_us + FLOOR_LEAD_US then
+  if wanted and wanted > n and wanted <= now_us + 1000000 then
     n = wanted
   end
   redis.call('set', fence, string.format('%.0f', n), 'PX', ttl_ms)
@@ -226,7 +209,7 @@ local function hand_to_next(lock, queue, fence, fence_ttl, token, floor, publish
     if lease and not (deadline and tonumber(deadline) < now) then
       local next = token_after(math.max(token, tonumber(floor) or 0), now_us)
       wanted = tonumber(wanted)
-      if wanted > next and wanted <= now_us + FLOOR_LEAD_US then
+      if wanted > next and wanted <= now_us + 1000000 then
         next = wanted
       end
       -- SET .. GET refuses a counter of another type before writing: the

@@ -15,10 +15,9 @@ if err then
   return err
 end
 local _, now_us = server_time()
--- At least the last token issued: '~t', or without it the server time in
--- us plus the floor lead (see token_after in prelude.lua).
-local used, last = h[1], tonumber(h[2] or '0') or 0
-last = last == 0 and now_us + FLOOR_LEAD_US or math.max(last, now_us)
+-- At least the last token issued: '~t', or the server time in us (a token
+-- is never below the time of its grant).
+local used, last = h[1], math.max(tonumber(h[2] or '0') or 0, now_us)
 local held = redis.pcall('zcard', leases)
 err = read_error(held, leases, 'semaphore lease zset')
 if err then

@@ -967,14 +967,7 @@ async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot(kind: Kind)
     let t1 = once(a.clone()).await;
     let marker = "conformance:snapshot-marker";
     let () = env.admin.set(marker, "1", None, None, false).await.unwrap();
-    let _: String = env
-        .admin
-        .custom(
-            CustomCommand::new_static("SAVE", ClusterHash::FirstKey, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .expect("SAVE");
+    common::save(&env.admin).await;
     let mut last = t1;
     for _ in 0..5 {
         let t = once(a.clone()).await;

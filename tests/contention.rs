@@ -564,18 +564,7 @@ async fn a_hand_off_after_a_restart_from_an_older_snapshot_never_issues_a_lower_
     // ... and parked: its look after subscribing (the queued one, LPOS)
     // is done, so it does not take the lock when it is free below.
     assert!(common::queued_waiter_looked(&env).await);
-    let _: String = env
-        .admin
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "SAVE",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            Vec::<String>::new(),
-        )
-        .await
-        .expect("SAVE");
+    common::save(&env.admin).await;
     // After the snapshot: the hold is gone (as if it expired) and a later
     // acquisition takes a newer token.
     let _: i64 = env.admin.del(lock_key("snap")).await.unwrap();

@@ -183,11 +183,6 @@ DEFECTS = [
         "edits": [("crates/redisync/src/engine/undo.rs", "shutdown_waits.or_else(|| client.start_background())", "client.start_background()")],
     },
     {
-        "name": "token-floor-ahead-after-loss",
-        "class": "a token floor ahead of the clock, then a lost counter: tokens go back; tests/lock.rs a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost",
-        "edits": [("lua/prelude.lua", "  if last == 0 then\n    return now_us + FLOOR_LEAD_US + 1\n", "  if false then\n    return now_us + FLOOR_LEAD_US + 1\n")],
-    },
-    {
         "name": "semaphore-one-permit-too-many",
         "class": "(synthetic) a semaphore grants one permit too many",
         "edits": [("lua/semaphore_acquire.lua", "total - state.used >= wanted then", "total - state.used + 1 >= wanted then")],

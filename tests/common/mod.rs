@@ -491,3 +491,18 @@ pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
         seed
     }
 }
+
+/// `SAVE`: a snapshot the server loads when it restarts.
+pub async fn save(admin: &fred::clients::Client) {
+    let _: String = admin
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "SAVE",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("SAVE");
+}

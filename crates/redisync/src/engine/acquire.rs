@@ -623,6 +623,10 @@ fn new_wait_number() -> u64 {
 /// to it starts with at least (1 - 1/this) of its lease left by our clock.
 const HANDED_LEASE_LOOKS: u32 = 4;
 
+/// How often a wait for a local turn looks for a holder whose lease bounds
+/// it, while none is known (its grant may be in flight).
+const TURN_LOOK: Duration = Duration::from_millis(100);
+
 /// Pause before an attempt the cluster refused is sent again.
 const REFUSED_PAUSE: Duration = Duration::from_millis(100);
 
@@ -656,7 +660,7 @@ impl<S: Spec> Grant<'_, S> {
                 holder,
                 token,
                 sent_at,
-                sent_at + self.lease,
+                self.lease,
                 self.watchdog,
             )
             .metered(&named.labels),
@@ -744,21 +748,16 @@ async fn reenter<S: Spec>(
             Ok(Some(guard))
         }
         Reply::Granted { token, .. } => {
-            // Our earlier acquisition had expired; this is a new one, and
-            // keeps the local turn if the old one did.
-            let kept_turn = hold.keeps_turn();
-            // The owner's turn goes on to the new hold, not to the owner's
-            // next flow (which would take it over in Redis as stale).
-            let owner_turn = hold.owner_turn();
+            // Our earlier acquisition had expired, and the script granted
+            // afresh: outside the owner's turn (another re-entry of the same
+            // hold, or the owner's next flow, could take it over as stale),
+            // so it is given back (token-checked) and the caller acquires
+            // anew, in turn.
             hold.mark_lost("re-entry found it expired");
-            let permit = kept_turn
-                .then(|| slot.gate.clone().try_acquire_owned().ok())
-                .flatten();
-            let fresh = grant.new_held(holder.clone(), token, sent_at, permit);
-            if owner_turn.is_some() {
-                fresh.hold().keep_owner_turn(owner_turn);
-            }
-            grant.synced(fresh).await.map(Some)
+            let fresh = grant.new_held(holder.clone(), token, sent_at, None);
+            fresh.hold().mark_lost("granted outside the owner's turn");
+            let _ = fresh.release_in_order().await;
+            Ok(None)
         }
         Reply::Busy { .. } => {
             hold.mark_lost("re-entry found it held by another owner");
@@ -836,10 +835,12 @@ async fn wait_for_turn(
     let acquire = turn.clone().acquire_owned();
     tokio::pin!(acquire);
     loop {
-        let wake = match (deadline, slot.earliest_holder_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        // A holder that comes later (its grant was in flight) is looked
+        // for again after TURN_LOOK: its lease end bounds the wait.
+        let holders = slot
+            .earliest_holder_deadline()
+            .unwrap_or_else(|| Instant::now() + TURN_LOOK);
+        let wake = Some(deadline.map_or(holders, |d| d.min(holders)));
         let sleep = async {
             match wake {
                 Some(wake) => tokio::time::sleep_until(wake).await,

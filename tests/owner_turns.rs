@@ -1,0 +1,355 @@
+//! Flows of one owner on a `FairLock` or an `RwLock` side (turns of one
+//! owner, see the engine's `OwnerLines`): never two holders under stress
+//! (re-entries, cancellations, hand-offs, a rival client), and a flow waiting
+//! for its turn behind a hold whose lease ran out gets in within about a
+//! lease. Found by an adversarial review against real Redis.
+#![allow(clippy::pedantic)] // a stress harness, kept as the review wrote it
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::Env;
+
+use tokio::time::{sleep, timeout, Instant};
+
+const LEASE: Duration = Duration::from_millis(500);
+
+/// Two flows of one owner (`join!`): the first wins a hold with a fixed
+/// short lease (no watchdog) and keeps its guard (the work overran the
+/// lease); the second waits for the owner's turn. Once the first hold's
+/// lease ran out it is lost (Redis frees the name: another client takes it
+/// at once), so the second flow's wait must end within about a lease, not
+/// last as long as the first flow keeps its (lost) guard.
+async fn owner_turn_wait_ends_with_the_lease(kind: &str) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let other = env.client().await;
+    let name = "turn-lease";
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let first = async {
+        let g: Box<dyn Fn() -> bool + Send + Sync> = match kind {
+            "fair" => {
+                let g = a.fair_lock(name).lock_with_lease(LEASE).await.unwrap();
+                Box::new(move || g.is_lost())
+            }
+            "read" => {
+                let g = a.rw_lock(name).read().lock_with_lease(LEASE).await.unwrap();
+                Box::new(move || g.is_lost())
+            }
+            "write" => {
+                let g = a
+                    .rw_lock(name)
+                    .write()
+                    .lock_with_lease(LEASE)
+                    .await
+                    .unwrap();
+                Box::new(move || g.is_lost())
+            }
+            _ => unreachable!(),
+        };
+        // Keep the (soon lost) guard until the second flow got in, 8 s at most.
+        let until = Instant::now() + Duration::from_secs(8);
+        while !done.load(SeqCst) && Instant::now() < until {
+            sleep(Duration::from_millis(20)).await;
+        }
+        g()
+    };
+    let second = async {
+        let got = match kind {
+            "fair" => a.fair_lock(name).lock_with_lease(LEASE).await.map(|_| ()),
+            "read" => a
+                .rw_lock(name)
+                .read()
+                .lock_with_lease(LEASE)
+                .await
+                .map(|_| ()),
+            "write" => a
+                .rw_lock(name)
+                .write()
+                .lock_with_lease(LEASE)
+                .await
+                .map(|_| ()),
+            _ => unreachable!(),
+        };
+        got.unwrap();
+        done.store(true, SeqCst);
+        start.elapsed()
+    };
+    let probe = async {
+        // Redis frees the name once the lease ran out: another client gets it.
+        sleep(LEASE * 2).await;
+        let free = match kind {
+            "fair" => other
+                .fair_lock(name)
+                .try_lock(Duration::from_secs(5), Some(Duration::from_millis(50)))
+                .await
+                .unwrap()
+                .is_some(),
+            _ => other
+                .rw_lock(name)
+                .write()
+                .try_lock(Duration::from_secs(5), Some(Duration::from_millis(50)))
+                .await
+                .unwrap()
+                .is_some(),
+        };
+        free
+    };
+    let (first_lost, waited, free) = tokio::join!(first, second, probe);
+    assert!(
+        free,
+        "{kind}: another client could not take the name after the lease"
+    );
+    assert!(first_lost, "{kind}: the first guard still says held");
+    assert!(
+        waited < Duration::from_secs(4),
+        "{kind}: the second flow of the owner waited {waited:?} for the turn of a hold whose {LEASE:?} lease ran out long before (Redis gave the name to another client meanwhile)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_turn_wait_ends_with_the_lease_fair() {
+    owner_turn_wait_ends_with_the_lease("fair").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_turn_wait_ends_with_the_lease_read() {
+    owner_turn_wait_ends_with_the_lease("read").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_turn_wait_ends_with_the_lease_write() {
+    owner_turn_wait_ends_with_the_lease("write").await;
+}
+
+/// Registry of live guards: (id, token, lost signal, owner-scoped).
+type Registry = std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, redisync::LostSignal, String)>>>;
+
+fn enter(
+    reg: &Registry,
+    id: u64,
+    token: u64,
+    sig: redisync::LostSignal,
+    what: &str,
+) -> Option<String> {
+    let mut r = reg.lock().unwrap();
+    for (oid, ot, os, ow) in r.iter() {
+        if *ot != token && !os.is_lost() && !sig.is_lost() {
+            return Some(format!("two guards say held with different tokens: {ot} (guard {oid}, {ow}, registered first) and {token} (guard {id}, {what})"));
+        }
+    }
+    r.push((id, token, sig, what.to_owned()));
+    None
+}
+
+fn leave(reg: &Registry, id: u64) {
+    reg.lock().unwrap().retain(|(i, _, _, _)| *i != id);
+}
+
+/// Many flows of one owner (spawned tasks in one `Owner` scope, on two
+/// worker threads) lock, cancel mid-flight, re-enter, hand off; another
+/// client competes. Never two guards that say held with different tokens
+/// (fair, write: any owner; read: one owner's reads).
+async fn flows_of_one_owner_stress(
+    kind: &'static str,
+    default_ops: &'static [u64],
+    default_rival: bool,
+    default_iters: u32,
+) {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let b = env.client().await;
+    let owner = redisync::Owner::new();
+    let reg: Registry = Default::default();
+    let ids = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let name = "stress";
+    let mut tasks = Vec::new();
+    for t in 0..4u64 {
+        let (a, reg, ids, owner) = (a.clone(), reg.clone(), ids.clone(), owner.clone());
+        tasks.push(tokio::spawn(owner.scope(async move {
+            let seed: u64 = std::env::var("SEED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let mut rng = common::xorshift(0x9e37_79b9 + t * 7919 + seed * 104_729);
+            for _ in 0..std::env::var("ITERS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default_iters)
+            {
+                let ops: Vec<u64> = std::env::var("OPS")
+                    .ok()
+                    .map(|v| v.split(',').map(|x| x.parse().unwrap()).collect())
+                    .unwrap_or_else(|| default_ops.to_vec());
+                let op = ops[(rng() % ops.len() as u64) as usize];
+                let id = ids.fetch_add(1, SeqCst);
+                match kind {
+                    "fair" => {
+                        let lock = a.fair_lock(name);
+                        let got = match op {
+                            0 | 1 => Some(lock.lock().await.unwrap()),
+                            2 => {
+                                let ms = rng() % 4;
+                                timeout(Duration::from_millis(ms), lock.lock())
+                                    .await
+                                    .ok()
+                                    .map(Result::unwrap)
+                            }
+                            3 => lock.try_lock(Duration::ZERO, None).await.unwrap(),
+                            _ => lock
+                                .try_lock(Duration::from_millis(rng() % 20), None)
+                                .await
+                                .unwrap(),
+                        };
+                        let Some(mut g) = got else { continue };
+                        if let Some(v) = enter(
+                            &reg,
+                            id,
+                            g.fencing_token(),
+                            g.lost_signal(),
+                            &format!("{kind} op {op} task {t}"),
+                        ) {
+                            let seen = a.fair_lock(name).inspect().await.unwrap();
+                            panic!("{v}; both still say held; Redis has: {:?}", seen.holders);
+                        }
+                        if op == 1 && g.hand_off().await.is_ok() {
+                            // Handed off: it lives on a while, as another owner's.
+                            let reg = reg.clone();
+                            tokio::spawn(async move {
+                                sleep(Duration::from_millis(3)).await;
+                                leave(&reg, id);
+                                let _ = g.unlock().await;
+                            });
+                            continue;
+                        }
+                        tokio::task::yield_now().await;
+                        leave(&reg, id);
+                        let _ = g.unlock().await;
+                    }
+                    _ => {
+                        let rw = a.rw_lock(name);
+                        macro_rules! get {
+                            ($side:expr) => {{
+                                let side = $side;
+                                match op {
+                                    0 | 1 => Some(side.lock().await.unwrap()),
+                                    2 => {
+                                        let ms = rng() % 4;
+                                        timeout(Duration::from_millis(ms), side.lock())
+                                            .await
+                                            .ok()
+                                            .map(Result::unwrap)
+                                    }
+                                    3 => side.try_lock(Duration::ZERO, None).await.unwrap(),
+                                    _ => side
+                                        .try_lock(Duration::from_millis(rng() % 20), None)
+                                        .await
+                                        .unwrap(),
+                                }
+                            }};
+                        }
+                        let got = if kind == "read" {
+                            get!(rw.read())
+                        } else {
+                            get!(rw.write())
+                        };
+                        let Some(g) = got else { continue };
+                        if let Some(v) = enter(
+                            &reg,
+                            id,
+                            g.fencing_token(),
+                            g.lost_signal(),
+                            &format!("{kind} op {op} task {t}"),
+                        ) {
+                            let seen = a.rw_lock(name).inspect().await.unwrap();
+                            panic!("{v}; both still say held; Redis has: {:?}", seen.holders);
+                        }
+                        tokio::task::yield_now().await;
+                        leave(&reg, id);
+                        let _ = g.unlock().await;
+                    }
+                }
+            }
+        })));
+    }
+    // Another client competes (writer for rw, so the owner's flows queue).
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let rival = {
+        let (b, stop, reg, ids) = (b.clone(), stop.clone(), reg.clone(), ids.clone());
+        tokio::spawn(async move {
+            while !stop.load(SeqCst) && std::env::var("RIVAL").map_or(default_rival, |v| v != "0") {
+                let id = ids.fetch_add(1, SeqCst);
+                if kind == "fair" {
+                    if let Some(g) = b
+                        .fair_lock(name)
+                        .try_lock(Duration::from_millis(30), None)
+                        .await
+                        .unwrap()
+                    {
+                        assert!(
+                            enter(&reg, id, g.fencing_token(), g.lost_signal(), "fair rival")
+                                .is_none(),
+                            "two holders (rival)"
+                        );
+                        sleep(Duration::from_millis(2)).await;
+                        leave(&reg, id);
+                        let _ = g.unlock().await;
+                    }
+                } else if let Some(g) = b
+                    .rw_lock(name)
+                    .write()
+                    .try_lock(Duration::from_millis(30), None)
+                    .await
+                    .unwrap()
+                {
+                    sleep(Duration::from_millis(2)).await;
+                    drop(g);
+                }
+                sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    for t in tasks {
+        timeout(Duration::from_secs(120), t)
+            .await
+            .expect("a flow hung")
+            .unwrap();
+    }
+    stop.store(true, SeqCst);
+    rival.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_of_one_owner_stress_fair() {
+    flows_of_one_owner_stress("fair", &[0, 1, 2, 3, 4, 5], true, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_of_one_owner_stress_read() {
+    flows_of_one_owner_stress("read", &[0, 1, 2, 3, 4, 5], true, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_of_one_owner_stress_write() {
+    flows_of_one_owner_stress("write", &[0, 1, 2, 3, 4, 5], true, 500).await;
+}
+
+/// The smallest form: flows of one owner only `lock()` then `unlock()`
+/// (no cancellation, no hand-off, no other client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_write() {
+    flows_of_one_owner_stress("write", &[0], false, 2000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_read() {
+    flows_of_one_owner_stress("read", &[0], false, 2000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_fair() {
+    flows_of_one_owner_stress("fair", &[0], false, 2000).await;
+}
