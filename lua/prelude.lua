@@ -47,6 +47,21 @@ local function server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The restart guard of a guarded client's acquisition, before anything is
+-- read or written. Its last three arguments: '~restart-guard', the bound in
+-- seconds (max_lease plus a second of INFO's rounding), and the LASTSAVE
+-- the client read on this server when it proved it old (or ''). LASTSAVE
+-- is the server's start time or its last save: one that is neither that
+-- value nor older than the bound belongs to a server that may have
+-- restarted, even behind a proxy that kept the client's connection. The
+-- script then does nothing, and the client reads the uptime (INFO) first.
+if #ARGV >= 3 and ARGV[#ARGV - 2] == '~restart-guard' then
+  local saved = redis.call('lastsave')
+  if tostring(saved) ~= ARGV[#ARGV] and tonumber(redis.call('time')[1]) - saved <= tonumber(ARGV[#ARGV - 1]) then
+    return redis.error_reply('REDISYNC-RESTARTED the server may have restarted (LASTSAVE ' .. saved .. ')')
+  end
+end
+
 -- A lock hash's view for an acquisition by `owner` (the lock layout: owner
 -- id -> hold count, '~t' the token, '~w' somebody waits): {count, token,
 -- waits} (false when missing), the lock's PTTL when it is free or the

@@ -29,7 +29,10 @@ for i = 1, #KEYS / 2 do
     if ok == 1 then
       for _, k in ipairs({h, readers}) do
         local pttl = redis.call('pttl', k)
-        if pttl ~= -2 and pttl < lease then
+        -- '<=': a renewal in the millisecond of a hand-off (PTTL = lease)
+        -- still writes, so a WAIT after it covers the hand-off (replica
+        -- sync), as lock_renew.lua does.
+        if pttl ~= -2 and pttl <= lease then
           redis.call('pexpire', k, lease)
         end
       end

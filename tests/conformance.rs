@@ -1437,6 +1437,66 @@ async fn an_aborted_waiter_leaves_the_queue_at_shutdown(kind: Kind) {
     }
 }
 
+/// 22. The restart guard sees a restart behind a proxy that keeps the
+///     client's connection (the connection generation never changes): a
+///     guarded client takes nothing from the restarted server until every
+///     lease granted before the restart could have ended.
+async fn restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection(kind: Kind) {
+    let mut env = Env::start().await;
+    let max_lease = Duration::from_secs(2);
+    let proxy = common::StickyProxy::start(env.server.port()).await;
+    let guarded = |url: String| {
+        Client::builder(&url)
+            .restart_guard(max_lease)
+            .watchdog_timeout(max_lease)
+            .connect()
+    };
+    let a = guarded(proxy.url())
+        .await
+        .expect("connect through the proxy");
+    let b = guarded(env.server.url()).await.expect("connect");
+    let name = "behind-a-proxy";
+    kind.prepare(&a, name).await;
+    kind.prepare(&a, "warm-up").await;
+    // `a` proves the server old (and remembers it for its connection).
+    let g = kind
+        .exclusive()
+        .acquire(&a, "warm-up", FOREVER, Some(max_lease))
+        .await
+        .expect("warm-up")
+        .expect("granted");
+    g.unlock().await.expect("unlock");
+    let held = kind
+        .acquire(&b, name, FOREVER, Some(max_lease))
+        .await
+        .expect("acquire")
+        .expect("granted");
+    let granted_at = Instant::now();
+    env.server.remove_snapshot().expect("no snapshot");
+    env.server.kill().await;
+    env.server.restart().await;
+    prepare_retrying(kind, &a, name).await;
+    let second = loop {
+        match kind
+            .exclusive()
+            .acquire(&a, name, ZERO, Some(max_lease))
+            .await
+        {
+            Ok(Some(g)) => break g,
+            Ok(None) => sleep(Duration::from_millis(20)).await,
+            Err(e) if e.is_retryable() => sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("{kind:?}: acquire behind the proxy: {e}"),
+        }
+    };
+    assert!(
+        granted_at.elapsed() >= max_lease,
+        "{kind:?}: granted {:?} after another client's grant, within its {max_lease:?} lease, by a server restarted behind a proxy",
+        granted_at.elapsed()
+    );
+    drop(second);
+    drop(held);
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1488,6 +1548,7 @@ conformance! {
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     fair: Fair {
@@ -1511,6 +1572,7 @@ conformance! {
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     read: Read {
@@ -1534,6 +1596,7 @@ conformance! {
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     write: Write {
@@ -1557,6 +1620,7 @@ conformance! {
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     semaphore: Semaphore {
@@ -1585,6 +1649,7 @@ conformance! {
         restart_guard_grants_nothing_until_old_leases_could_have_ended: ok,
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
+        restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
         // Permits are not re-entrant.
         two_flows_of_one_owner_never_both_hold: na,
     }

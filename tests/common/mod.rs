@@ -506,3 +506,67 @@ pub async fn save(admin: &fred::clients::Client) {
         .await
         .expect("SAVE");
 }
+
+/// A TCP proxy that keeps its clients' connections when the server goes
+/// away: it dials the server again and goes on (as proxies in front of
+/// managed Redis do), so a client never sees its connection close. Bytes in
+/// flight when the server went away are lost; use it while the client is
+/// idle.
+pub struct StickyProxy {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StickyProxy {
+    pub async fn start(upstream_port: u16) -> StickyProxy {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(sticky_serve(client, upstream_port));
+            }
+        });
+        StickyProxy { port, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for StickyProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn sticky_serve(mut client: tokio::net::TcpStream, upstream_port: u16) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut from_client, mut from_server) = (vec![0_u8; 16 * 1024], vec![0_u8; 16 * 1024]);
+    loop {
+        // (Re)dial the server for up to 10 s.
+        let mut server = None;
+        for _ in 0..500 {
+            if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await {
+                server = Some(s);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let Some(mut server) = server else { return };
+        loop {
+            tokio::select! {
+                n = client.read(&mut from_client) => match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => if server.write_all(&from_client[..n]).await.is_err() { break },
+                },
+                n = server.read(&mut from_server) => match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => if client.write_all(&from_server[..n]).await.is_err() { return },
+                },
+            }
+        }
+    }
+}

@@ -161,6 +161,8 @@ pub(crate) struct Db {
     entries: BTreeMap<Vec<u8>, Entry>,
     pub(crate) now_us: i64,
     pub(crate) published: Vec<Message>,
+    /// `LASTSAVE`: the server's start or its last save, in seconds.
+    pub(crate) lastsave: i64,
 }
 
 type CmdResult = Result<Reply, Reply>;
@@ -245,7 +247,7 @@ impl ScoreRange {
 /// n, the name included), or `None` for a command the simulator lacks.
 pub(crate) fn arity(name: &str) -> Option<i32> {
     Some(match name {
-        "time" | "flushall" | "dbsize" => 1,
+        "time" | "flushall" | "dbsize" | "lastsave" => 1,
         "get" | "hgetall" | "llen" | "pttl" | "type" | "zcard" | "keys" | "hlen" => 2,
         "hexists" | "hget" | "lindex" | "zscore" | "publish" | "spublish" => 3,
         "hincrby" | "hsetnx" | "lrange" | "lrem" | "lset" | "ltrim" | "zremrangebyscore" => 4,
@@ -262,6 +264,7 @@ impl Db {
             entries: BTreeMap::new(),
             now_us,
             published: Vec::new(),
+            lastsave: now_us.div_euclid(1_000_000),
         }
     }
 
@@ -388,6 +391,7 @@ impl Db {
             "pexpire" => self.pexpire(argv),
             "pttl" => Ok(Reply::Integer(self.pttl(&argv[1]))),
             "time" => Ok(self.time()),
+            "lastsave" => Ok(Reply::Integer(self.lastsave)),
             "type" => Ok(Reply::Status(
                 self.value(&argv[1])
                     .map_or("none", |v| v.type_name())

@@ -96,6 +96,11 @@ impl SimRedis {
         }
     }
 
+    /// `LASTSAVE`: the server's start or its last save, in seconds.
+    pub fn lastsave(&self) -> i64 {
+        self.db.lastsave
+    }
+
     /// The virtual clock, microseconds since the Unix epoch.
     pub fn time_us(&self) -> i64 {
         self.db.now_us
@@ -280,8 +285,10 @@ impl SimRedis {
         self.db.execute("flushall", &[b"flushall".to_vec()]);
     }
 
-    /// The keyspace as a snapshot (an RDB save) would keep it.
-    pub fn snapshot(&self) -> Snapshot {
+    /// The keyspace as a snapshot (an RDB save) would keep it; `LASTSAVE`
+    /// becomes now.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.db.lastsave = self.db.now_us.div_euclid(1_000_000);
         let mut db = self.db.clone();
         db.published.clear();
         Snapshot(db)
@@ -294,6 +301,8 @@ impl SimRedis {
         let now_us = self.db.now_us;
         self.db = from.map_or_else(|| db::Db::new(now_us), |s| s.0.clone());
         self.db.now_us = now_us;
+        // A new process: its start is its last save.
+        self.db.lastsave = now_us.div_euclid(1_000_000);
         self.db.published.clear();
         self.db.purge_expired();
         self.engine.flush();

@@ -618,8 +618,9 @@ impl Link for SimLink {
                 .send(|redis| match command.name.to_ascii_lowercase().as_str() {
                     "info" => {
                         let up = (Instant::now() - started).as_secs();
+                        let saved = redis.lastsave();
                         Reply::Bulk(
-                            format!("# Server\r\nredis_version:{SIM_VERSION}\r\nuptime_in_seconds:{up}\r\n")
+                            format!("# Server\r\nredis_version:{SIM_VERSION}\r\nuptime_in_seconds:{up}\r\n# Persistence\r\nrdb_last_save_time:{saved}\r\n")
                                 .into_bytes(),
                         )
                     }

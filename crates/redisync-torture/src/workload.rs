@@ -412,6 +412,19 @@ struct Rec {
 }
 
 impl Ctx {
+    /// A second flow of this task (same owner), recorded as a client of its
+    /// own (`<client>~`), so the checker holds the two flows to exclusion.
+    fn twin(&mut self) -> Ctx {
+        Ctx {
+            client: format!("{}~", self.client),
+            settings: self.settings,
+            stats: self.stats.clone(),
+            sink: self.sink.clone(),
+            state: self.state.clone(),
+            rng: Rng::new(self.rng.next_u64()),
+        }
+    }
+
     /// Opens a section; its first look sets its start.
     fn open(
         &self,
@@ -799,6 +812,17 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
             reentrant(ctx, Kind::Lock, h.names[i], &t, Again::Reenter).await;
+        }
+        Family::Fair if ctx.chance(10) => {
+            // Two flows of one owner (`join!` in one task): they take turns,
+            // never holding at once (the checker sees them as two clients).
+            let t = Target::Fair(h.fair[i].clone());
+            let mut twin = ctx.twin();
+            let (name, kind) = (h.names[i], Kind::FairLock);
+            tokio::join!(
+                reentrant(ctx, kind, name, &t, Again::Reenter),
+                reentrant(&mut twin, kind, name, &t, Again::Reenter),
+            );
         }
         Family::Fair => {
             let t = Target::Fair(h.fair[i].clone());

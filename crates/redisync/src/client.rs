@@ -871,25 +871,49 @@ impl Client {
 impl ClientInner {
     /// See [`Client::server_uptime`].
     pub(crate) async fn server_uptime(&self) -> Result<Duration> {
+        self.server_age().await.map(|(uptime, _)| uptime)
+    }
+
+    /// The server's uptime and its `LASTSAVE` (`rdb_last_save_time`, when
+    /// `INFO` tells it), from one `INFO` of the default sections (one
+    /// server answered both).
+    pub(crate) async fn server_age(&self) -> Result<(Duration, Option<i64>)> {
         self.check_open()?;
         let info: String = self
             .link()
             .call(crate::link::Command {
                 name: "INFO",
                 route: None,
-                args: vec!["server".into()],
+                args: Vec::new(),
             })
             .await?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs)
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let saved = field("rdb_last_save_time").and_then(|v| v.parse::<i64>().ok());
+        field("uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|up| (Duration::from_secs(up), saved))
             .ok_or_else(|| {
                 Error::Redis(fred::error::Error::new(
                     fred::error::ErrorKind::Parse,
-                    "INFO server has no uptime_in_seconds",
+                    "INFO has no uptime_in_seconds",
                 ))
             })
+    }
+
+    /// Appends the restart guard's arguments to a guarded acquisition's
+    /// script arguments, after padding them to `fixed` (a script's optional
+    /// trailing arguments stay empty): see `lua/prelude.lua`.
+    pub(crate) fn push_restart_guard(&self, args: &mut Vec<fred::types::Value>, fixed: usize) {
+        if let Some(guard) = &self.restart_guard {
+            if args.len() < fixed {
+                args.resize(fixed, fred::types::Value::String("".into()));
+            }
+            args.extend(guard.script_args());
+        }
     }
 
     /// See [`Client::connection_generation`].

@@ -262,6 +262,13 @@ impl Error {
         }
     }
 
+    /// Whether a guarded acquisition's script refused to run because the
+    /// server may have restarted (see `RestartGuard::script_args`): nothing
+    /// was written; the uptime decides.
+    pub(crate) fn is_restart_suspected(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.details().starts_with(RESTART_SUSPECTED))
+    }
+
     /// Whether the cluster refused the command, unrun, while its slot moved
     /// (see [`refused_unrun`]): safe to send again.
     pub(crate) fn is_refused(&self) -> bool {
@@ -278,7 +285,11 @@ impl Error {
         let Error::Redis(e) = self else { return false };
         match e.kind() {
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
-            ErrorKind::Unknown => !(e.details().contains("Failed to route") || refused_unrun(e)),
+            ErrorKind::Unknown => {
+                !(e.details().contains("Failed to route")
+                    || refused_unrun(e)
+                    || e.details().starts_with(RESTART_SUSPECTED))
+            }
             _ => false,
         }
     }
@@ -307,6 +318,10 @@ impl Error {
         Error::Redis(e)
     }
 }
+
+/// How a guarded acquisition's script says the server may have restarted
+/// (`lua/prelude.lua`).
+const RESTART_SUSPECTED: &str = "REDISYNC-RESTARTED";
 
 /// Whether the cluster refused the command before running it because its
 /// slot is moving:

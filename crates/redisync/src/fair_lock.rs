@@ -465,25 +465,27 @@ impl Spec for FairLock {
     /// hand-off wakes us before.
     async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
         let client = self.named().client_inner();
+        let mut args = vec![
+            Value::String(t.holder.into()),
+            Value::Integer(t.lease_ms),
+            token_arg(t.keep),
+            Value::Integer(client.settings.fence_ttl_ms()),
+            Value::Integer(self.queue_lease_ms()?),
+            t.wait_mode(),
+            Value::String(t.number.to_string().into()),
+            Value::String(t.next_number.to_string().into()),
+            self.publish_command(),
+            self.channel_arg(),
+            Value::String(if t.expect_busy { "1" } else { "" }.into()),
+            Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
+        ];
+        client.push_restart_guard(&mut args, 12);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),
                 &self.inner.named.key,
                 self.script_keys(),
-                vec![
-                    Value::String(t.holder.into()),
-                    Value::Integer(t.lease_ms),
-                    token_arg(t.keep),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                    Value::Integer(self.queue_lease_ms()?),
-                    t.wait_mode(),
-                    Value::String(t.number.to_string().into()),
-                    Value::String(t.next_number.to_string().into()),
-                    self.publish_command(),
-                    self.channel_arg(),
-                    Value::String(if t.expect_busy { "1" } else { "" }.into()),
-                    Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
-                ],
+                args,
             )
             .await?;
         match reply[..] {

@@ -451,6 +451,7 @@ impl Spec for Lock {
                 Value::from(hold.channel.clone()),
             ]);
         }
+        client.push_restart_guard(&mut args, 13);
         let mut reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 client.link(),

@@ -7,7 +7,7 @@
 //! then grants nothing while young) and for each node of a Redlock (whose
 //! grants then do not count while young).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -29,6 +29,11 @@ pub struct RestartGuard {
     /// The connection generation + 1 on which the server was seen up for
     /// at least `max_lease`; 0: not seen yet.
     old_on: AtomicU64,
+    /// The server's `LASTSAVE` when it was last proven old (-1: none): a
+    /// guarded acquisition's script runs only on a server whose `LASTSAVE`
+    /// is this one or older than the bound (see `script_args`), so a
+    /// restart is seen even when the connection survives it (a proxy).
+    saved: AtomicI64,
 }
 
 impl RestartGuard {
@@ -37,6 +42,7 @@ impl RestartGuard {
         RestartGuard {
             max_lease,
             old_on: AtomicU64::new(0),
+            saved: AtomicI64::new(-1),
         }
     }
 
@@ -87,6 +93,33 @@ impl RestartGuard {
     /// Forgets that the server was seen old (a grant of it did not count).
     pub fn forget(&self) {
         self.old_on.store(0, Ordering::Release);
+    }
+
+    /// The server proven old had `LASTSAVE` `saved` (read in the same
+    /// `INFO` as the uptime that proved it).
+    pub(crate) fn accept_save(&self, saved: i64) {
+        self.saved.store(saved, Ordering::Release);
+    }
+
+    /// The last three arguments of a guarded acquisition's script (see the
+    /// restart guard in `lua/prelude.lua`): the marker, the bound in whole
+    /// seconds (`max_lease` plus the slack of INFO's rounding) and the
+    /// accepted `LASTSAVE`.
+    pub(crate) fn script_args(&self) -> [fred::types::Value; 3] {
+        let bound = (self.max_lease + UPTIME_SLACK).as_millis().div_ceil(1000);
+        let saved = self.saved.load(Ordering::Acquire);
+        [
+            fred::types::Value::String("~restart-guard".into()),
+            fred::types::Value::Integer(i64::try_from(bound).unwrap_or(i64::MAX)),
+            fred::types::Value::String(
+                if saved < 0 {
+                    String::new()
+                } else {
+                    saved.to_string()
+                }
+                .into(),
+            ),
+        ]
     }
 }
 

@@ -389,6 +389,21 @@ impl Spec for RwLock {
     async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
         let client = self.named().client_inner();
         // Sent once: a repeat could queue a second entry.
+        let mut args = vec![
+            Value::String(raw_owner(t.holder).into()),
+            Value::Integer(t.lease_ms),
+            Value::String(t.ask.tag().into()),
+            token_arg(t.keep),
+            Value::Integer(client.settings.fence_ttl_ms()),
+            t.wait_mode(),
+            Value::Integer(queue_lease_ms()),
+            Value::String(t.number.to_string().into()),
+            Value::String(t.next_number.to_string().into()),
+            Value::String(client.hub.publish_command().into()),
+            Value::from(self.inner.named.channel.clone()),
+            Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
+        ];
+        client.push_restart_guard(&mut args, 12);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),
@@ -399,20 +414,7 @@ impl Spec for RwLock {
                     self.inner.named.fence.clone(),
                     self.inner.queue.clone(),
                 ],
-                vec![
-                    Value::String(raw_owner(t.holder).into()),
-                    Value::Integer(t.lease_ms),
-                    Value::String(t.ask.tag().into()),
-                    token_arg(t.keep),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                    t.wait_mode(),
-                    Value::Integer(queue_lease_ms()),
-                    Value::String(t.number.to_string().into()),
-                    Value::String(t.next_number.to_string().into()),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                    Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
-                ],
+                args,
             )
             .await?;
         match reply[..] {

@@ -491,6 +491,19 @@ impl Spec for Semaphore {
         let client = self.named().client_inner();
         let named = self.named();
         let permits = t.ask;
+        let mut args = vec![
+            Value::String(t.holder.into()),
+            Value::Integer(t.lease_ms),
+            self.inner
+                .declared
+                .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
+            t.wait_mode(),
+            Value::String(t.number.to_string().into()),
+            Value::String(t.next_number.to_string().into()),
+            Value::String(client.hub.publish_command().into()),
+            Value::from(named.channel.clone()),
+        ];
+        client.push_restart_guard(&mut args, 8);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),
@@ -500,18 +513,7 @@ impl Spec for Semaphore {
                     self.inner.leases.clone(),
                     named.role(Role::Queue),
                 ],
-                vec![
-                    Value::String(t.holder.into()),
-                    Value::Integer(t.lease_ms),
-                    self.inner
-                        .declared
-                        .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
-                    t.wait_mode(),
-                    Value::String(t.number.to_string().into()),
-                    Value::String(t.next_number.to_string().into()),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(named.channel.clone()),
-                ],
+                args,
             )
             .await?;
         match reply[..] {

@@ -150,16 +150,29 @@ async fn reenter_held<S: Spec>(
     // re-entered, and the acquisition waits like a new one. So does a
     // re-entry that came over a newer connection from a young server (it
     // may be a fresh grant there): what it took is given back.
-    let generation = guarded_generation(client);
-    if restart_young(client).await?.is_some() {
-        hold.mark_lost("the server restarted");
-    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms).await? {
-        if restart_young_since(client, generation).await?.is_none() {
-            return Ok(Some(held));
+    // A script refusal (the server may have restarted) is judged by the
+    // uptime, then the re-entry is tried once more.
+    for _ in 0..2 {
+        let generation = guarded_generation(client);
+        if restart_young(client).await?.is_some() {
+            hold.mark_lost("the server restarted");
+            return Ok(None);
         }
-        hold.mark_lost("the server restarted");
-        let _ = held.release().await;
+        match reenter(grant, holder, &hold, lease_ms).await {
+            Err(e) if e.is_restart_suspected() => drop(restart_suspected(client)),
+            Err(e) => return Err(e),
+            Ok(None) => return Ok(None),
+            Ok(Some(guard)) => {
+                if restart_young_since(client, generation).await?.is_none() {
+                    return Ok(Some(guard));
+                }
+                hold.mark_lost("the server restarted");
+                let _ = guard.release().await;
+                return Ok(None);
+            }
+        }
     }
+    hold.mark_lost("the server may have restarted");
     Ok(None)
 }
 
@@ -224,10 +237,7 @@ async fn contend<S: Spec>(
         // subscription another slot of the name keeps costs nothing.
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
-        undo.arm(sent_at + spec.linger(lease));
-        if enqueue {
-            undo.hold_shutdown();
-        }
+        undo.arm(sent_at + spec.linger(lease), enqueue);
         let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
         let reply = attempt_carrying(spec, slot, attempt).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
@@ -239,6 +249,8 @@ async fn contend<S: Spec>(
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
                 Instant::now() + REFUSED_PAUSE
             }
+            // Nothing ran: the uptime decides before the next attempt.
+            Err(e) if e.is_restart_suspected() => restart_suspected(client),
             // The attempt in flight may have queued us.
             Err(e) => return Err(failed(grant, holder, (queued, enqueue), &mut undo, e).await),
             Ok(Reply::Granted { token, exhausted }) => {
@@ -475,9 +487,13 @@ async fn handed<S: Spec>(
     token: u64,
     at: (Instant, u64),
 ) -> Result<Option<Held>> {
-    let (sent_at, generation) = at;
+    let (sent_at, _) = at;
     let client = grant.spec.named().client_inner();
-    if restart_young_since(client, generation).await?.is_some() {
+    // The release that handed it ran on the server as it is now, or on one
+    // that has restarted since (a proxy may have kept the connection): a
+    // guarded client reads the uptime again.
+    restart_suspected(client);
+    if restart_young(client).await?.is_some() {
         grant.spec.undo(grant.slot, holder, None).await?;
         undo.disarm();
         return Ok(None);
@@ -558,14 +574,32 @@ async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Dur
     let Some(guard) = &client.restart_guard else {
         return Ok(None);
     };
-    // Seen old on this connection: it has not restarted since (a restart
-    // closes the connection). Else one INFO, remembered for the connection.
+    // Seen old on this connection: it has not restarted since, unless a
+    // proxy kept the connection; then the acquisition's script sees the
+    // server's new LASTSAVE and refuses (see `restart_suspected`). Else one
+    // INFO, remembered for the connection.
     let generation = client.connection_generation();
     if guard.is_proven_old_on(generation) {
         return Ok(None);
     }
-    let uptime = client.server_uptime().await?;
-    Ok(guard.judge(generation, client.connection_generation(), uptime))
+    let (uptime, saved) = client.server_age().await?;
+    let left = guard.judge(generation, client.connection_generation(), uptime);
+    if let (None, Some(saved)) = (left, saved) {
+        guard.accept_save(saved);
+    }
+    Ok(left)
+}
+
+/// A guarded acquisition's script refused to run: the server's LASTSAVE
+/// is new (a restart, maybe behind a proxy that kept the connection, or
+/// just a save). What the client knew of the server is forgotten: the
+/// uptime decides before the next attempt, which may follow at once (the
+/// instant returned).
+fn restart_suspected(client: &crate::client::ClientInner) -> Instant {
+    if let Some(guard) = &client.restart_guard {
+        guard.forget();
+    }
+    Instant::now()
 }
 
 /// Parks until woken (a release was heard) or `until` (the server's bound),
@@ -715,7 +749,7 @@ async fn reenter<S: Spec>(
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
-    undo.arm(sent_at + spec.linger(grant.lease));
+    undo.arm(sent_at + spec.linger(grant.lease), false);
     let reply = spec
         .named()
         .client_inner()

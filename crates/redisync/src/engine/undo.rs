@@ -53,19 +53,15 @@ impl<S: Spec> Undo<S> {
         }
     }
 
-    /// The attempts may queue us: a shutdown waits for this undo (see the
-    /// field).
-    pub(crate) fn hold_shutdown(&mut self) {
-        if self.shutdown_waits.is_none() {
-            self.shutdown_waits = self.spec.named().client.inner.start_background();
-        }
-    }
-
     /// Armed until what may be left expires at `expires_at` (the latest of
-    /// every arming).
-    pub(crate) fn arm(&mut self, expires_at: Instant) {
+    /// every arming); `may_queue`: the attempt may leave a queue entry, so
+    /// a shutdown waits for this undo (see the field).
+    pub(crate) fn arm(&mut self, expires_at: Instant, may_queue: bool) {
         self.armed = true;
         self.expires_at = self.expires_at.max(expires_at);
+        if may_queue && self.shutdown_waits.is_none() {
+            self.shutdown_waits = self.spec.named().client.inner.start_background();
+        }
     }
 
     pub(crate) fn disarm(&mut self) {
