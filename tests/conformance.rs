@@ -1497,6 +1497,38 @@ async fn restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection(k
     drop(held);
 }
 
+/// 23. A save moves the server's LASTSAVE, which a guarded acquisition's
+///     script takes for a possible restart: the client reads the uptime and
+///     tries again at once, so a zero wait on a free name of an old server
+///     is still granted (it answered `None`).
+async fn a_save_never_makes_a_guarded_zero_wait_miss_a_free_name(kind: Kind) {
+    let env = Env::start().await;
+    let max_lease = Duration::from_secs(1);
+    let a = Client::builder(&env.server.url())
+        .restart_guard(max_lease)
+        .watchdog_timeout(max_lease)
+        .connect()
+        .await
+        .expect("connect");
+    for name in ["warm-up", "after-a-save"] {
+        kind.prepare(&a, name).await;
+    }
+    // Waits until the server is old enough, and proves it so.
+    let g = kind.acquire(&a, "warm-up", FOREVER, None).await;
+    g.expect("warm-up")
+        .expect("granted")
+        .unlock()
+        .await
+        .expect("unlock");
+    common::save(&env.admin).await;
+    let got = kind.acquire(&a, "after-a-save", ZERO, None).await;
+    let got = got.expect("try");
+    assert!(
+        got.is_some(),
+        "{kind:?}: a zero wait on a free name of an old server right after a save answered None"
+    );
+}
+
 macro_rules! cell {
     ($kind:ident, $scenario:ident, ok) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1549,6 +1581,7 @@ conformance! {
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
         restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
+        a_save_never_makes_a_guarded_zero_wait_miss_a_free_name: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     fair: Fair {
@@ -1573,6 +1606,7 @@ conformance! {
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
         restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
+        a_save_never_makes_a_guarded_zero_wait_miss_a_free_name: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     read: Read {
@@ -1597,6 +1631,7 @@ conformance! {
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
         restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
+        a_save_never_makes_a_guarded_zero_wait_miss_a_free_name: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     write: Write {
@@ -1621,6 +1656,7 @@ conformance! {
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
         restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
+        a_save_never_makes_a_guarded_zero_wait_miss_a_free_name: ok,
         two_flows_of_one_owner_never_both_hold: ok,
     }
     semaphore: Semaphore {
@@ -1650,6 +1686,7 @@ conformance! {
         a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost: ok,
         an_aborted_waiter_leaves_the_queue_at_shutdown: ok,
         restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection: ok,
+        a_save_never_makes_a_guarded_zero_wait_miss_a_free_name: ok,
         // Permits are not re-entrant.
         two_flows_of_one_owner_never_both_hold: na,
     }

@@ -503,8 +503,9 @@ pub fn check(history: &History) -> Report {
         kills: Kills::new(history),
         forces: Forces::new(history),
     };
+    let sections = merge_sibling_reentries(history.sections.iter().chain(&leaderships));
     let mut by_lock: BTreeMap<&str, Vec<&Section>> = BTreeMap::new();
-    for s in history.sections.iter().chain(&leaderships) {
+    for s in &sections {
         by_lock.entry(&s.lock).or_default().push(s);
         report.grants += usize::from(s.valid_at_start());
         report.lost += usize::from(s.lost_at_us.is_some());
@@ -527,6 +528,43 @@ pub fn check(history: &History) -> Report {
         check_probe(p, history, &mut report);
     }
     report
+}
+
+/// The workload's second flow of a task is recorded as `<client>~`: when it
+/// asks while the first flow holds, it re-enters that hold (one owner, one
+/// acquisition, one token). Sections of the two flows with one token are
+/// merged into one (the first flow's label, the union of their times and
+/// leases); flows that took turns keep sections of their own, held to
+/// exclusion like two clients.
+fn merge_sibling_reentries<'a>(sections: impl Iterator<Item = &'a Section>) -> Vec<Section> {
+    let mut out: Vec<Section> = Vec::new();
+    let mut seen: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
+    for s in sections {
+        let owner = s.client.trim_end_matches('~');
+        match seen.get(&(s.lock.as_str(), owner, s.token)) {
+            Some(&i) if out[i].client != s.client => {
+                let m = &mut out[i];
+                owner.clone_into(&mut m.client);
+                m.guards += s.guards;
+                m.lease_us = m.lease_us.max(s.lease_us);
+                m.requested_us = m.requested_us.min(s.requested_us);
+                m.start_us = m.start_us.min(s.start_us);
+                m.valid_at_end = if s.end_us > m.end_us {
+                    s.valid_at_end
+                } else {
+                    m.valid_at_end
+                };
+                m.end_us = m.end_us.max(s.end_us);
+                m.valid_until_us = m.valid_until_us.max(s.valid_until_us);
+                m.lost_at_us = m.lost_at_us.max(s.lost_at_us);
+            }
+            _ => {
+                seen.insert((s.lock.as_str(), owner, s.token), out.len());
+                out.push(s.clone());
+            }
+        }
+    }
+    out
 }
 
 /// How long after a fault a `try_lock(ZERO)` may still be slow: clients

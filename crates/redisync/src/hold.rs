@@ -202,8 +202,9 @@ pub(crate) struct Hold {
     lost_notify: Notify,
     /// Set once the last guard is gone: no renewal, no loss warnings.
     released: AtomicBool,
-    /// The local gate permit: the next local waiter goes when the hold ends.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The local gate permit: the next local waiter goes when the hold ends
+    /// (and no re-entry of it is in flight: see [`Hold::turns`]).
+    permit: Mutex<Option<Arc<OwnedSemaphorePermit>>>,
     /// Its owner's turn (see [`OwnerLines`]): the owner's next flow goes
     /// when the hold ends, or once it is surely handed off.
     owner_turn: Mutex<Option<Arc<OwnerTurn>>>,
@@ -331,7 +332,20 @@ impl Hold {
     /// The hold keeps its slot's local turn `permit` while it lives (an
     /// exclusive lock): the next local waiter goes when it ends.
     pub(crate) fn keep_turn(&self, permit: Option<OwnedSemaphorePermit>) {
-        *lock_unpoisoned(&self.permit) = permit;
+        *lock_unpoisoned(&self.permit) = permit.map(Arc::new);
+    }
+
+    /// The local turns the hold keeps (the slot's gate, its owner's turn),
+    /// shared by a re-entry in flight: a hold lost meanwhile lets the
+    /// owner's next flow go only once the re-entry is done, or its undo is
+    /// pending (which that flow then settles first). Otherwise the undo of
+    /// a re-entry whose reply was lost could land after that flow's grant
+    /// and delete it (it keeps only the hold's own token).
+    pub(crate) fn turns(&self) -> (Option<Arc<OwnedSemaphorePermit>>, Option<Arc<OwnerTurn>>) {
+        (
+            lock_unpoisoned(&self.permit).clone(),
+            lock_unpoisoned(&self.owner_turn).clone(),
+        )
     }
 
     /// The hold keeps its owner's turn while it lives (see [`OwnerLines`]).

@@ -150,29 +150,16 @@ async fn reenter_held<S: Spec>(
     // re-entered, and the acquisition waits like a new one. So does a
     // re-entry that came over a newer connection from a young server (it
     // may be a fresh grant there): what it took is given back.
-    // A script refusal (the server may have restarted) is judged by the
-    // uptime, then the re-entry is tried once more.
-    for _ in 0..2 {
-        let generation = guarded_generation(client);
-        if restart_young(client).await?.is_some() {
-            hold.mark_lost("the server restarted");
-            return Ok(None);
+    let generation = guarded_generation(client);
+    if restart_young(client).await?.is_some() {
+        hold.mark_lost("the server restarted");
+    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms).await? {
+        if restart_young_since(client, generation).await?.is_none() {
+            return Ok(Some(held));
         }
-        match reenter(grant, holder, &hold, lease_ms).await {
-            Err(e) if e.is_restart_suspected() => drop(restart_suspected(client)),
-            Err(e) => return Err(e),
-            Ok(None) => return Ok(None),
-            Ok(Some(guard)) => {
-                if restart_young_since(client, generation).await?.is_none() {
-                    return Ok(Some(guard));
-                }
-                hold.mark_lost("the server restarted");
-                let _ = guard.release().await;
-                return Ok(None);
-            }
-        }
+        hold.mark_lost("the server restarted");
+        let _ = held.release().await;
     }
-    hold.mark_lost("the server may have restarted");
     Ok(None)
 }
 
@@ -249,8 +236,6 @@ async fn contend<S: Spec>(
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
                 Instant::now() + REFUSED_PAUSE
             }
-            // Nothing ran: the uptime decides before the next attempt.
-            Err(e) if e.is_restart_suspected() => restart_suspected(client),
             // The attempt in flight may have queued us.
             Err(e) => return Err(failed(grant, holder, (queued, enqueue), &mut undo, e).await),
             Ok(Reply::Granted { token, exhausted }) => {
@@ -323,7 +308,7 @@ async fn attempt_carrying<S: Spec>(
         .flatten();
     let released = AtomicI64::new(-1);
     attempt.release = folded.as_ref().map(|f| (f.hold(), &released));
-    let reply = client.hub.unless_closing(spec.attempt(attempt)).await;
+    let reply = run_attempt(spec, attempt).await;
     if let Some(folded) = folded {
         match released.load(Ordering::Acquire) {
             // No answer (an error, no reply): sent again in the background.
@@ -492,7 +477,9 @@ async fn handed<S: Spec>(
     // The release that handed it ran on the server as it is now, or on one
     // that has restarted since (a proxy may have kept the connection): a
     // guarded client reads the uptime again.
-    restart_suspected(client);
+    if let Some(guard) = &client.restart_guard {
+        guard.forget();
+    }
     if restart_young(client).await?.is_some() {
         grant.spec.undo(grant.slot, holder, None).await?;
         undo.disarm();
@@ -576,7 +563,7 @@ async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Dur
     };
     // Seen old on this connection: it has not restarted since, unless a
     // proxy kept the connection; then the acquisition's script sees the
-    // server's new LASTSAVE and refuses (see `restart_suspected`). Else one
+    // server's new LASTSAVE and refuses (see `run_attempt`). Else one
     // INFO, remembered for the connection.
     let generation = client.connection_generation();
     if guard.is_proven_old_on(generation) {
@@ -590,16 +577,38 @@ async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Dur
     Ok(left)
 }
 
-/// A guarded acquisition's script refused to run: the server's LASTSAVE
-/// is new (a restart, maybe behind a proxy that kept the connection, or
-/// just a save). What the client knew of the server is forgotten: the
-/// uptime decides before the next attempt, which may follow at once (the
-/// instant returned).
-fn restart_suspected(client: &crate::client::ClientInner) -> Instant {
-    if let Some(guard) = &client.restart_guard {
-        guard.forget();
+/// Runs `attempt` (unless the client shuts down first). A guarded client's
+/// script refuses to run when the server's LASTSAVE is new (a restart, maybe
+/// behind a proxy that kept the connection, or just a save): the uptime
+/// then decides. Young, the answer is busy until the server is old enough;
+/// old, the attempt is sent again, once (refused again, a save came in
+/// between: busy for a moment).
+async fn run_attempt<S: Spec>(spec: &S, attempt: Try<'_, S::Ask>) -> Result<Reply> {
+    let client = spec.named().client_inner();
+    let again = Try {
+        release: None,
+        ..attempt
+    };
+    let busy = |left: Duration| Reply::Busy {
+        until: Instant::now() + left,
+        queued: again.queued,
+        renumbered: false,
+    };
+    match client.hub.unless_closing(spec.attempt(attempt)).await {
+        Err(e) if e.is_restart_suspected() => {
+            if let Some(guard) = &client.restart_guard {
+                guard.forget();
+            }
+            if let Some(left) = restart_young(client).await? {
+                return Ok(busy(left));
+            }
+            match client.hub.unless_closing(spec.attempt(again)).await {
+                Err(e) if e.is_restart_suspected() => Ok(busy(REFUSED_PAUSE)),
+                other => other,
+            }
+        }
+        other => other,
     }
-    Instant::now()
 }
 
 /// Parks until woken (a release was heard) or `until` (the server's bound),
@@ -746,15 +755,15 @@ async fn reenter<S: Spec>(
     };
     let (spec, slot) = (grant.spec, grant.slot);
     let sent_at = Instant::now();
+    // Dropped after the undo (declared before it): see `Hold::turns`.
+    let _turns = hold.turns();
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
     undo.arm(sent_at + spec.linger(grant.lease), false);
-    let reply = spec
-        .named()
-        .client_inner()
-        .hub
-        .unless_closing(spec.attempt(Try {
+    let reply = run_attempt(
+        spec,
+        Try {
             holder,
             lease_ms,
             keep: Some(hold.token),
@@ -765,8 +774,9 @@ async fn reenter<S: Spec>(
             expect_busy: false,
             ask: grant.ask,
             release: None,
-        }))
-        .await;
+        },
+    )
+    .await;
     if !matches!(&reply, Err(e) if e.outcome_unknown()) {
         undo.disarm();
     }

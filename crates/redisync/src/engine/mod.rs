@@ -51,6 +51,7 @@ pub(crate) enum Gate {
 }
 
 /// One acquisition attempt, as the engine asks a primitive to run it.
+#[derive(Clone, Copy)]
 pub(crate) struct Try<'a, A> {
     /// The local hold id (the owner id, or a per-acquisition id).
     pub(crate) holder: &'a str,
