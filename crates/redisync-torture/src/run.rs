@@ -150,7 +150,7 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "per kind: grants (sections valid at their start), acquisitions, busy (wait ran out), cancelled, errors, failed releases, re-entries, extends, guards moved to another task (run-locked: stalls of the runtime thread in the work), downgrades (rw-read) / upgrades refused (rw-write) / holds force-unlocked (lock) / works cancelled or lost at end (run-locked) / job runs (leader):"
+            "per kind: grants (sections valid at their start), acquisitions, busy (wait ran out), cancelled, errors, failed releases, re-entries, extends, guards moved to another task (run-locked: stalls of the runtime thread in the work), downgrades (rw-read) / upgrades refused (rw-write) / holds force-unlocked, hand-offs (lock) / hand-offs (fair-lock) / works cancelled or lost at end (run-locked) / job runs (leader):"
         )?;
         for kind in Kind::ALL {
             let n = self.counts.get(&kind).copied().unwrap_or_default();
@@ -170,7 +170,8 @@ impl fmt::Display for Summary {
                 match kind {
                     Kind::RwRead => format!("{} downgrades", n.special),
                     Kind::RwWrite => format!("{} upgrades refused", n.special),
-                    Kind::Lock => format!("{} holds force-unlocked", n.special),
+                    Kind::Lock => format!("{} holds force-unlocked, {} handed off", n.special, n.handed_off),
+                    Kind::FairLock => format!("{} handed off", n.handed_off),
                     Kind::RunLocked => format!("{} cancelled or lost at end", n.special),
                     Kind::Leader => format!("{} job runs", n.special),
                     _ => String::new(),

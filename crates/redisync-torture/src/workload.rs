@@ -197,10 +197,12 @@ pub struct Counts {
     /// Downgrades (read side taken while writing), counted on `rw-read`;
     /// upgrades refused, counted on `rw-write`.
     pub special: u64,
+    /// `hand_off()` calls that answered (`Lock`, `FairLock`).
+    pub handed_off: u64,
 }
 
 /// The counter fields, in line order.
-const COUNT_FIELDS: usize = 9;
+const COUNT_FIELDS: usize = 10;
 
 impl Counts {
     fn fields(&self) -> [u64; COUNT_FIELDS] {
@@ -214,6 +216,7 @@ impl Counts {
             self.extended,
             self.moved,
             self.special,
+            self.handed_off,
         ]
     }
 
@@ -228,6 +231,7 @@ impl Counts {
             extended: f[6],
             moved: f[7],
             special: f[8],
+            handed_off: f[9],
         }
     }
 
@@ -284,6 +288,7 @@ pub(crate) enum Count {
     Extended,
     Moved,
     Special,
+    HandedOff,
 }
 
 /// Error messages kept per kind for the summary.
@@ -598,6 +603,16 @@ impl Guard {
             Guard::Multi(g) => g.is_lost(),
             Guard::Redlock(g) => g.is_lost(),
         }
+    }
+
+    /// `hand_off()`; `None` for kinds without one.
+    async fn hand_off(&mut self) -> Option<Result<(), String>> {
+        let r = match self {
+            Guard::Lock(g) => g.hand_off().await,
+            Guard::Fair(g) => g.hand_off().await,
+            _ => return None,
+        };
+        Some(r.map_err(|e| e.to_string()))
     }
 
     /// `None` when the kind has no `extend`.
@@ -997,6 +1012,67 @@ async fn refused_while_held(ctx: &mut Ctx, kind: Kind, name: &str, twin: &Target
     }
 }
 
+/// Now and then, before a section of `reentrant` lets go: the only guard
+/// is handed off and the task asks again, or a lock holder force-unlocks
+/// its own lock.
+async fn before_release(
+    ctx: &mut Ctx,
+    kind: Kind,
+    name: &str,
+    target: &Target,
+    guards: &mut [Vec<Guard>],
+) {
+    let only = guards.len() == 1 && guards[0].len() == 1;
+    if matches!(kind, Kind::Lock | Kind::FairLock) && only && ctx.chance(10) {
+        hand_off_then_ask(ctx, kind, name, target, &mut guards[0][0]).await;
+    }
+    if let (Target::Lock(lock), true) = (target, kind == Kind::Lock && ctx.chance(4)) {
+        force_own(ctx, name, lock, guards).await;
+    }
+}
+
+/// Hands `g` (the only guard of the task's hold of `name`) off, awaited,
+/// under a tiny `timeout` or dropped after a few polls, then asks `name`
+/// again at once from the task that took it. A new token while `g` still
+/// says held is two holders, whatever the hand-off's outcome: done, the
+/// task waits for `g` like any contender; undone, it re-enters (the same
+/// token); unknown, it waits for `g` to end.
+async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, g: &mut Guard) {
+    let roll = ctx.rng.below(100);
+    let ended = if roll < 15 {
+        let budget = Duration::from_millis(ctx.rng.below(30));
+        tokio::time::timeout(budget, g.hand_off())
+            .await
+            .ok()
+            .flatten()
+    } else if roll < 30 {
+        let polls = 1 + ctx.rng.below(6);
+        poll_then_drop(g.hand_off(), polls, &mut ctx.rng)
+            .await
+            .flatten()
+    } else {
+        g.hand_off().await
+    };
+    match ended {
+        Some(Ok(())) => ctx.stats.bump(kind, Count::HandedOff),
+        Some(Err(e)) => ctx.stats.error(kind, &e),
+        None => ctx.stats.bump(kind, Count::Cancelled),
+    }
+    let token = g.token();
+    if let Ok(Some(again)) = target.acquire(Duration::ZERO, ctx.lease()).await {
+        if again.token() != token && !g.is_lost() {
+            ctx.stats.violation(&format!(
+                "{}: {kind:?} {name:?} granted again (token {}) to the task that handed its hold (token {token}) off, which still says held",
+                ctx.client,
+                again.token(),
+            ));
+        }
+        if again.release().await.is_err() {
+            ctx.stats.bump(kind, Count::ReleaseFailed);
+        }
+    }
+}
+
 /// A section of a re-entrant kind (and Redlock, without re-entry): hold,
 /// maybe ask again (see [`Again`]) and extend at random moments, release
 /// the nested guards in a random order, the last one as [`let_go_how`]
@@ -1083,10 +1159,7 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
             }
         }
     }
-    // Now and then a lock holder force-unlocks its own lock.
-    if let (Target::Lock(lock), true) = (target, kind == Kind::Lock && ctx.chance(4)) {
-        force_own(ctx, name, lock, &guards).await;
-    }
+    before_release(ctx, kind, name, target, &mut guards).await;
     // Release the nested guards in a random order; each section goes on
     // while one of its guards is left.
     loop {
