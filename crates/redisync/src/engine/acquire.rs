@@ -266,7 +266,7 @@ async fn contend<S: Spec>(
                 if !queued {
                     undo.disarm();
                 }
-                let at = (sent_at, generation);
+                let at = sent_at;
                 let entry = (queued, renumbered.then_some(wakeup));
                 place.busy::<S>(&named.client.inner, entry, at, until, lease)
             }
@@ -323,10 +323,10 @@ async fn attempt_carrying<S: Spec>(
 struct Place {
     /// An attempt left a queue entry.
     queued: bool,
-    /// When the last busy attempt was sent, and the connection generation
-    /// then: a hold handed to us while we wait was granted after that
-    /// attempt ran, so its lease counts from its sending.
-    busy_at: (Instant, u64),
+    /// When the last busy attempt was sent: a hold handed to us while we
+    /// wait was granted after that attempt ran, so its lease counts from
+    /// its sending.
+    busy_at: Instant,
     /// Held while in a hand-off queue: a shutdown waits for us to leave it.
     in_queue: Option<crate::client::BackgroundTask>,
     /// The number of this acquisition's queue entry (see [`Try::number`]),
@@ -342,7 +342,7 @@ impl Place {
         wakeup.expect_entries(number, next_number);
         Place {
             queued: false,
-            busy_at: (Instant::now(), 0),
+            busy_at: Instant::now(),
             in_queue: None,
             number,
             next_number,
@@ -386,7 +386,7 @@ impl Place {
         &mut self,
         client: &Arc<crate::client::ClientInner>,
         entry: (bool, Option<&Wakeup>),
-        at: (Instant, u64),
+        at: Instant,
         until: Instant,
         lease: Duration,
     ) -> Instant {
@@ -408,7 +408,7 @@ impl Place {
         }
         // A hold handed to us counts its lease from this attempt: look
         // again before too much of it is gone.
-        until.min(at.0 + lease / HANDED_LEASE_LOOKS)
+        until.min(at + lease / HANDED_LEASE_LOOKS)
     }
 
     /// Out of the queue (granted, or given back).
@@ -459,20 +459,19 @@ async fn leave_at_shutdown<S: Spec>(
 }
 
 /// Takes a hold a release handed to `holder` while it waited in the queue
-/// (see the hand-off in [`crate::engine`]), with `token`. `at`: when the last busy attempt
-/// was sent, and the connection generation then; the hold was granted after
-/// that attempt ran, so its lease counts from its sending. A server that
-/// restarted since and is too young under the client's restart guard gets
-/// the hold back (`Ok(None)`: the caller tries again).
+/// (see the hand-off in [`crate::engine`]), with `token`. `sent_at`: when
+/// the last busy attempt was sent; the hold was granted after that attempt
+/// ran, so its lease counts from its sending. A server too young under the
+/// client's restart guard gets the hold back (`Ok(None)`: the caller tries
+/// again).
 async fn handed<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     gate: Gate,
     undo: &mut Undo<S>,
     token: u64,
-    at: (Instant, u64),
+    sent_at: Instant,
 ) -> Result<Option<Held>> {
-    let (sent_at, _) = at;
     let client = grant.spec.named().client_inner();
     // The release that handed it ran on the server as it is now, or on one
     // that has restarted since (a proxy may have kept the connection): a
