@@ -953,15 +953,17 @@ async fn a_guard_dropped_frees_the_lock_for_an_attempt_right_after() {
     }
 }
 
-/// Tokens never go back once a token floor put the counter ahead of the
-/// server clock (`try_lock_with_min_token`, as Redlock does) and the counter
-/// is then lost, with no clock step: after `FLUSHALL` (any client), and
-/// after a restart from a snapshot taken before the floored grant (here a
-/// client with the restart guard, which takes nothing from a server up for
-/// less than its `max_lease` + 1 s).
+/// Issue 39 #4: tokens never go back when the counter is lost, with no
+/// clock step: after `FLUSHALL` (any client), and after a restart from a
+/// snapshot taken before the last grant (here a client with the restart
+/// guard, which takes nothing from a server up for less than its
+/// `max_lease` + 1 s). The last token before the loss is issued by a
+/// hand-off to a queued waiter (`hand_to_next`), the one after it by a
+/// fresh grant. A token floor ahead of the server clock
+/// (`try_lock_with_min_token`) made both fail; it is now Redlock's alone,
+/// hidden from the documented API and outside this guarantee (README).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 39 #4, open: after FLUSHALL the first token is the server time, below a floor honoured up to 1 s ahead of it; a counter restarted past the floor lead puts every token ahead of the clock, which a restart from an older snapshot then takes back (conformance tokens_never_go_back_after_a_restart_from_an_older_snapshot)"]
-async fn a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost() {
+async fn tokens_never_go_back_after_the_counter_is_lost() {
     let mut env = Env::start().await;
     let plain = env.client().await;
     let guarded = redisync::Client::builder(&env.server.url())
@@ -970,22 +972,26 @@ async fn a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost() {
         .connect()
         .await
         .unwrap();
-    let floored = |lock: redisync::Lock, admin: fred::clients::Client| async move {
-        // 0.9 s ahead of the server clock: honoured.
-        let floor = common::server_us(&admin).await + 900_000;
-        let g = loop {
-            let lease = Some(Duration::from_millis(200));
-            if let Some(g) = lock
-                .try_lock_with_min_token(Duration::from_secs(5), lease, floor)
-                .await
-                .unwrap()
-            {
+    // The last token before the loss: a waiter queued behind a holder is
+    // handed the lock by its release.
+    let handed = |lock: redisync::Lock, waiter: redisync::Lock| async move {
+        let lease = Some(Duration::from_millis(200));
+        let holder = loop {
+            if let Some(g) = lock.try_lock(Duration::from_secs(5), lease).await.unwrap() {
                 break g;
             }
         };
-        assert_eq!(g.fencing_token(), floor, "the floor is honoured");
+        let waiting =
+            tokio::spawn(async move { waiter.try_lock(Duration::from_secs(5), lease).await });
+        let queued = common::eventually(Duration::from_secs(5), || async {
+            lock.inspect().await.unwrap().waiters.len() == 1
+        });
+        assert!(queued.await, "the other client queues");
+        holder.unlock().await.unwrap();
+        let g = waiting.await.unwrap().unwrap().expect("handed the lock");
+        let token = g.fencing_token();
         g.unlock().await.unwrap();
-        floor
+        token
     };
     let retrying = |lock: redisync::Lock| async move {
         loop {
@@ -1001,7 +1007,8 @@ async fn a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost() {
         }
     };
 
-    let before = floored(plain.lock("flushed"), env.admin.clone()).await;
+    let other = env.client().await;
+    let before = handed(plain.lock("flushed"), other.lock("flushed")).await;
     let () = env.admin.flushall(false).await.unwrap();
     let after = retrying(plain.lock("flushed")).await;
     assert!(
@@ -1014,7 +1021,13 @@ async fn a_token_floor_never_makes_tokens_go_back_after_the_counter_is_lost() {
     let lock = guarded.lock("restarted");
     retrying(lock.clone()).await.unlock().await.unwrap();
     common::save(&env.admin).await;
-    let before = floored(lock.clone(), env.admin.clone()).await;
+    let other_guarded = redisync::Client::builder(&env.server.url())
+        .restart_guard(Duration::from_millis(200))
+        .watchdog_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let before = handed(lock.clone(), other_guarded.lock("restarted")).await;
     env.server.kill().await;
     env.server.restart().await;
     let after = retrying(lock.clone()).await;

@@ -250,14 +250,21 @@ impl Lock {
     /// the server clock or the counter + 1, whichever is larger; a larger
     /// bound is ignored). A re-entry keeps the token it has.
     ///
-    /// Used by `redisync-redlock`: the same bound on every node makes the
-    /// nodes' tokens agree, so no round trip writes the largest back.
+    /// Support for `redisync-redlock`, hidden from the documented API: the
+    /// same bound on every node makes the nodes' tokens agree, so no round
+    /// trip writes the largest back. A token above the server's clock is
+    /// outside a single server's fencing guarantee (README, "Guarantees and
+    /// their limits"): once the counter is lost (`FLUSHALL`, a restart from
+    /// an older snapshot) the next tokens follow the clock and can be below
+    /// it. Redlock covers that with its majority and its per-node restart
+    /// guard, within the limits its README section states.
     ///
     /// # Errors
     /// As [`Lock::try_lock`].
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Lock::lock`].
+    #[doc(hidden)]
     pub async fn try_lock_with_min_token(
         &self,
         wait: Duration,
@@ -350,9 +357,13 @@ impl Lock {
 
     /// Raises the lock's fencing counter on this server to at least `token`
     /// (at most 2^52, so tokens stay below 2^53) and returns the counter's
-    /// value afterwards. Later acquisitions get
-    /// larger tokens. Redlock uses it to carry the highest token of a
-    /// majority to the other nodes; tokens of single-node locks never need it.
+    /// value afterwards. Later acquisitions get larger tokens.
+    ///
+    /// Support for `redisync-redlock` (it carries the highest token of a
+    /// majority to the other nodes), hidden from the documented API: a
+    /// counter raised above the server's clock is outside a single
+    /// server's fencing guarantee, as for
+    /// [`Lock::try_lock_with_min_token`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a token above 2^52 (nothing written);
@@ -361,6 +372,7 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
+    #[doc(hidden)]
     pub async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
         self.named().check_usable(Self::WHAT)?;
         if token > MAX_ADVANCE {
