@@ -220,7 +220,7 @@ fn history_of(records: Vec<Record>, schedule: &[(u64, Scheduled)], lease: Durati
     let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     for (at, fault) in schedule {
         let end = match fault {
-            Scheduled::Restart(server, _) => {
+            Scheduled::Restart(server, ..) => {
                 history.kills.push(Kill {
                     server: if *server == 0 {
                         Server::Main

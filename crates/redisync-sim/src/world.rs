@@ -95,8 +95,11 @@ pub enum Scheduled {
     Stall(usize, Duration),
     /// Server `0` answered nothing for this long.
     Pause(usize, Duration),
-    /// Server `0` restarted empty (`false`) or from its last snapshot.
-    Restart(usize, bool),
+    /// Server `0` restarted empty (`false`) or from its last snapshot; the
+    /// third field: behind a proxy that keeps the clients' connections
+    /// open (it redials the server and subscribes again: the clients see
+    /// the replies in flight lost, and no new connection).
+    Restart(usize, bool, bool),
     /// Server `0` saved a snapshot.
     Save(usize),
     /// Server `0`'s clock stepped by this many microseconds (back).
@@ -282,7 +285,11 @@ impl World {
                         stall,
                     ),
                     3 | 4 => Scheduled::Pause(server, stall / 2),
-                    5 => Scheduled::Restart(server, state.rng.below(2) == 0),
+                    5 => {
+                        // One draw (its low bit as before: which snapshot).
+                        let how = state.rng.below(4);
+                        Scheduled::Restart(server, how % 2 == 0, how >= 2)
+                    }
                     6 | 7 => Scheduled::Save(server),
                     _ if step_max > 0 => {
                         // Back only: a lease's end is read off the server's clock, and
@@ -329,7 +336,7 @@ impl World {
                 let s = &mut state.servers[*server];
                 s.paused_until = s.paused_until.max(now + *d);
             }
-            Scheduled::Restart(server, from_snapshot) => {
+            Scheduled::Restart(server, from_snapshot, proxied) => {
                 let time = self.server_time_us(&state.servers[*server], now);
                 let s = &mut state.servers[*server];
                 let snapshot = if *from_snapshot {
@@ -342,10 +349,16 @@ impl World {
                 s.life += 1;
                 s.started = now;
                 let life = s.life;
-                // Every connection to it closes: subscriptions are gone,
-                // and each client reconnects (a new generation).
                 for link in state.links.iter_mut().filter(|l| l.server == *server) {
-                    link.reconnect(life);
+                    if *proxied {
+                        // The proxy keeps the connection: same generation,
+                        // same subscriptions; a reply in flight is lost.
+                        link.life = life;
+                    } else {
+                        // Every connection closes: subscriptions are gone,
+                        // and each client reconnects (a new generation).
+                        link.reconnect(life);
+                    }
                 }
             }
             Scheduled::Save(server) => {

@@ -10,6 +10,31 @@
 //! that can take it and its message carries the token, so only those
 //! waiters wake, holding it (O(1) commands per acquisition however many
 //! clients wait).
+//!
+//! # Unknown outcomes
+//!
+//! A call that changes who holds something ends one of four ways: a reply,
+//! an error reply (the script wrote nothing), never sent (dropped before
+//! its first send, or refused locally), or an outcome that is unknown (the
+//! command timeout, a reset connection, the future dropped after the send,
+//! a NOSCRIPT fallback cut between its two sends). An unknown outcome is
+//! read as **ran** where that is the safe reading (nobody's hold is assumed
+//! and no guard of ours says held on the strength of it) and as **not ran**
+//! where that is the live reading (what may be left in Redis is undone or
+//! sent again), one rule per call:
+//!
+//! | call | unknown outcome read as | so |
+//! |---|---|---|
+//! | acquire (every kind; a re-entry) | ran | the guard is never returned; an undo ([`undo`]) releases the grant or queue entry that may exist, before this owner's next attempt on the name |
+//! | release, unlock, `resign`, a dropped guard | ran locally, not ran in Redis | the hold leaves the slot at once (no local waiter can re-enter it); the release is sent again in the background while the lease lasts |
+//! | extend, a watchdog renewal | not ran | the local lease estimate keeps its old end (a longer lease left in Redis only outlives our belief) |
+//! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until a renewal or release tells which owner id Redis has ([`held::Held::hand_off`]) |
+//! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
+//! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
+//! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
+//!
+//! Every kind runs these paths; `tests/conformance.rs` runs each ending
+//! for each kind.
 
 use std::future::Future;
 use std::sync::atomic::AtomicI64;
