@@ -453,6 +453,48 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
     drop(held);
 }
 
+/// Issue 39 #5, for Redlock's per-node guard: B reaches node 1 through a
+/// proxy that redials the server and keeps B's connection, so B's client
+/// never reconnects. Node 1, seen old by B, restarts empty: B must not
+/// count its grant while A's lease (nodes 0 and 1) may still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_again() {
+    let mut nodes = RedisNodes::start(3).await;
+    let max_lease = Duration::from_secs(1);
+    let name = "behind-a-proxy";
+    let a = redlock_with(&clients(&nodes).await, name, max_lease);
+    let proxy = common::StickyProxy::start(nodes[1].port()).await;
+    let mut b_clients = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let url = if i == 1 { proxy.url() } else { node.url() };
+        b_clients.push(Client::connect(&url).await.expect("connect"));
+    }
+    let b = redlock_timed(&b_clients, name, max_lease, Duration::from_secs(2));
+    // B sees every node old on its connections.
+    let seen = held_on_all(&b, 3, Duration::from_secs(3), Some(max_lease)).await;
+    seen.unlock().await.expect("unlock");
+    let generation = b_clients[1].connection_generation();
+    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
+    nodes[2].pause();
+    let held = a
+        .try_lock(Duration::from_secs(3), Some(max_lease))
+        .await
+        .expect("try_lock")
+        .expect("nodes 0 and 1");
+    let a_valid_until = Instant::now() + held.validity();
+    assert_eq!(held.nodes(), [0, 1]);
+    nodes[2].resume();
+    // Node 1 restarts empty: it forgets A's grant; B's connection stays.
+    nodes[1].restart().await;
+    wins_only_after(&b, max_lease, a_valid_until).await;
+    assert_eq!(
+        b_clients[1].connection_generation(),
+        generation,
+        "the proxy kept B's connection"
+    );
+    drop(held);
+}
+
 /// Calls of `command` so far, summed over the nodes (an `INFO` count does
 /// not include its own call; the next one does).
 async fn calls(nodes: &RedisNodes, command: &str) -> u64 {

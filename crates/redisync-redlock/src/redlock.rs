@@ -177,13 +177,22 @@ impl RedlockBuilder {
         let nodes: Vec<Node> = self
             .locks
             .into_iter()
-            .map(|lock| Node {
+            .map(|lock| {
+                let restart = Arc::new(RestartGuard::new(max_lease));
                 // Every acquisition its own owner: a Redlock never re-enters
                 // a hold of the same task (another `Redlock` value over these
                 // locks, or a plain `Lock` held on a node).
-                lock: lock.non_reentrant(),
-                health: AtomicU8::new(HEALTHY),
-                restart: RestartGuard::new(max_lease),
+                let mut lock = lock.non_reentrant();
+                if !max_lease.is_zero() {
+                    // The node's scripts check its LASTSAVE: a restart
+                    // behind a proxy that keeps the connection is seen.
+                    lock = lock.with_restart_guard(restart.clone());
+                }
+                Node {
+                    lock,
+                    health: AtomicU8::new(HEALTHY),
+                    restart,
+                }
             })
             .collect();
         Ok(Redlock {
@@ -219,7 +228,9 @@ impl RedlockBuilder {
 ///    each bounded by the node timeout, and read the uptime of every node
 ///    not yet seen old on its current connection in the same round trip (a
 ///    restart closes the connection: see
-///    [`Client::connection_generation`](redisync::Client::connection_generation)).
+///    [`Client::connection_generation`](redisync::Client::connection_generation);
+///    behind a proxy that keeps it, the node's script sees the new
+///    `LASTSAVE` and the uptime is read again).
 /// 2. Acquired when at least N/2+1 nodes that have been up for at least
 ///    `max_lease` granted it **and** `lease - elapsed - drift > 0`, where
 ///    `elapsed` runs from the start of this attempt and `drift` is
@@ -311,8 +322,10 @@ struct Node {
     /// Whether the node was seen up for at least `max_lease` on its
     /// client's current connection: a restart closes the connection, so
     /// while it lasts the node has not restarted since and its grants count
-    /// without reading its uptime.
-    restart: RestartGuard,
+    /// without reading its uptime. Shared with `lock`, whose scripts check
+    /// the node's `LASTSAVE` for a restart behind a proxy that kept the
+    /// connection (the node then answers busy while young).
+    restart: Arc<RestartGuard>,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -331,9 +344,9 @@ impl std::fmt::Debug for Redlock {
 /// One node's answer to one attempt.
 enum Vote {
     Granted(LockGuard),
-    /// Granted, but the node has been up for less than `max_lease`: the
-    /// grant does not count and is given back.
-    Restarted(LockGuard),
+    /// The node has been up for less than `max_lease`: its grant (if its
+    /// script did not refuse already) does not count and is given back.
+    Restarted(Option<LockGuard>),
     /// Somebody else holds it. `answered`: the node itself answered in
     /// time (always assumed for a healthy node).
     Refused {
@@ -597,7 +610,7 @@ impl Inner {
                 Vote::Restarted(g) => {
                     node.health.store(HEALTHY, Ordering::Relaxed);
                     v.restarted += 1;
-                    round.extra.push(g);
+                    round.extra.extend(g);
                 }
                 Vote::Refused { answered: true } => {
                     node.health.store(HEALTHY, Ordering::Relaxed);
@@ -666,6 +679,17 @@ impl Inner {
         .await
         {
             Err(_) => Vote::TimedOut,
+            // Refused by a young node's script (a restart behind a proxy
+            // that kept the connection), as its uptime says.
+            Ok((Ok(None), Ok(up)))
+                if guarded
+                    && node
+                        .restart
+                        .judge(generation, client.connection_generation(), up)
+                        .is_some() =>
+            {
+                Vote::Restarted(None)
+            }
             Ok((Ok(None), up)) => Vote::Refused {
                 answered: healthy || up.is_ok(),
             },
@@ -716,7 +740,7 @@ impl Inner {
             }
             Ok(up) => {
                 tracing::debug!(lock.key = %self.name, redis.node = ?node.lock.client(), ?up, "node restarted less than max_lease ago: its grant does not count");
-                Vote::Restarted(g)
+                Vote::Restarted(Some(g))
             }
             Err(e) => Vote::Failed(e, Some(g)),
         }

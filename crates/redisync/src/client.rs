@@ -904,18 +904,6 @@ impl ClientInner {
             })
     }
 
-    /// Appends the restart guard's arguments to a guarded acquisition's
-    /// script arguments, after padding them to `fixed` (a script's optional
-    /// trailing arguments stay empty): see `lua/prelude.lua`.
-    pub(crate) fn push_restart_guard(&self, args: &mut Vec<fred::types::Value>, fixed: usize) {
-        if let Some(guard) = &self.restart_guard {
-            if args.len() < fixed {
-                args.resize(fixed, fred::types::Value::String("".into()));
-            }
-            args.extend(guard.script_args());
-        }
-    }
-
     /// See [`Client::connection_generation`].
     pub(crate) fn connection_generation(&self) -> u64 {
         self.link.connection_generation()

@@ -479,7 +479,7 @@ impl Spec for FairLock {
             Value::String(if t.expect_busy { "1" } else { "" }.into()),
             Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
         ];
-        client.push_restart_guard(&mut args, 12);
+        self.named().push_restart_guard(&mut args, 12);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

@@ -166,6 +166,20 @@ impl Lock {
         }
     }
 
+    /// The same lock through a handle whose acquisitions' scripts check
+    /// `guard` in place of the client's restart guard: they refuse to run
+    /// on a server whose `LASTSAVE` is newer than the one `guard` accepted,
+    /// and the server's uptime is then read again. Support for
+    /// `redisync-redlock` (each node's guard sees a restart behind a proxy
+    /// that keeps the connection), hidden from the documented API.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_restart_guard(&self, guard: Arc<crate::RestartGuard>) -> Lock {
+        Lock {
+            inner: Arc::new(self.inner.with_restart_guard(guard)),
+        }
+    }
+
     /// Whether acquisitions through this handle re-enter holds of the same
     /// owner (false for a [`non_reentrant`](Lock::non_reentrant) handle).
     pub fn is_reentrant(&self) -> bool {
@@ -463,7 +477,7 @@ impl Spec for Lock {
                 Value::from(hold.channel.clone()),
             ]);
         }
-        client.push_restart_guard(&mut args, 13);
+        self.named().push_restart_guard(&mut args, 13);
         let mut reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 client.link(),

@@ -403,7 +403,7 @@ impl Spec for RwLock {
             Value::from(self.inner.named.channel.clone()),
             Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
         ];
-        client.push_restart_guard(&mut args, 12);
+        self.named().push_restart_guard(&mut args, 12);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

@@ -503,7 +503,7 @@ impl Spec for Semaphore {
             Value::String(client.hub.publish_command().into()),
             Value::from(named.channel.clone()),
         ];
-        client.push_restart_guard(&mut args, 8);
+        self.named().push_restart_guard(&mut args, 8);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

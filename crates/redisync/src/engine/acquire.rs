@@ -557,7 +557,16 @@ async fn restart_young_since(
 /// guard (see [`crate::restart`]); `None` without a guard or when it is old
 /// enough.
 async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Duration>> {
-    let Some(guard) = &client.restart_guard else {
+    restart_young_by(client, client.restart_guard.as_ref()).await
+}
+
+/// [`restart_young`] under `guard` (a handle's own: see
+/// [`Named::restart_guard`](super::Named::restart_guard)).
+async fn restart_young_by(
+    client: &crate::client::ClientInner,
+    guard: Option<&crate::restart::RestartGuard>,
+) -> Result<Option<Duration>> {
+    let Some(guard) = guard else {
         return Ok(None);
     };
     // Seen old on this connection: it has not restarted since, unless a
@@ -595,10 +604,11 @@ async fn run_attempt<S: Spec>(spec: &S, attempt: Try<'_, S::Ask>) -> Result<Repl
     };
     match client.hub.unless_closing(spec.attempt(attempt)).await {
         Err(e) if e.is_restart_suspected() => {
-            if let Some(guard) = &client.restart_guard {
+            let guard = spec.named().restart_guard();
+            if let Some(guard) = guard {
                 guard.forget();
             }
-            if let Some(left) = restart_young(client).await? {
+            if let Some(left) = restart_young_by(client, guard).await? {
                 return Ok(busy(left));
             }
             match client.hub.unless_closing(spec.attempt(again)).await {

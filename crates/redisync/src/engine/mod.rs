@@ -51,6 +51,7 @@ use crate::hub::Slot;
 use crate::inspect::Inspection;
 use crate::keys::{self, Kind, Role};
 use crate::metrics::Labels;
+use crate::restart::RestartGuard;
 use crate::script::LuaScript;
 
 pub(crate) mod acquire;
@@ -191,6 +192,10 @@ pub(crate) struct Named {
     pub(crate) channel: Key,
     /// The labels of this name's metrics.
     pub(crate) labels: Labels,
+    /// A restart guard of this handle's own (a Redlock node's), checked by
+    /// its acquisitions' scripts in place of the client's (see
+    /// [`Named::restart_guard`]).
+    pub(crate) own_restart_guard: Option<Arc<RestartGuard>>,
 }
 
 impl Named {
@@ -210,6 +215,7 @@ impl Named {
             channel: Key::from(keys::key(kind, Role::Channel, name)),
             key: Arc::from(key),
             name: Arc::from(name),
+            own_restart_guard: None,
         }
     }
 
@@ -225,6 +231,40 @@ impl Named {
             fence: self.fence.clone(),
             channel: self.channel.clone(),
             labels: self.labels.clone(),
+            own_restart_guard: self.own_restart_guard.clone(),
+        }
+    }
+
+    /// The same name, for a handle whose acquisitions' scripts check
+    /// `guard` (a Redlock node's; see [`Named::restart_guard`]).
+    pub(crate) fn with_restart_guard(&self, guard: Arc<RestartGuard>) -> Named {
+        let mut named = self.non_reentrant();
+        named.reentrant = self.reentrant;
+        named.own_restart_guard = Some(guard);
+        named
+    }
+
+    /// The restart guard an acquisition's script checks (the server's
+    /// `LASTSAVE`, see `lua/prelude.lua`) and that judges the server again
+    /// when the script refuses: the handle's own (a Redlock node's, whose
+    /// uptime the Redlock reads itself on each new connection), else the
+    /// client's (which the engine also consults before each attempt on a
+    /// new connection and for a handed hold).
+    pub(crate) fn restart_guard(&self) -> Option<&RestartGuard> {
+        self.own_restart_guard
+            .as_deref()
+            .or(self.client.inner.restart_guard.as_ref())
+    }
+
+    /// Appends the restart guard's arguments (see [`Named::restart_guard`])
+    /// to a guarded acquisition's script arguments, after padding them to
+    /// `fixed` (a script's optional trailing arguments stay empty).
+    pub(crate) fn push_restart_guard(&self, args: &mut Vec<Value>, fixed: usize) {
+        if let Some(guard) = self.restart_guard() {
+            if args.len() < fixed {
+                args.resize(fixed, Value::String("".into()));
+            }
+            args.extend(guard.script_args());
         }
     }
 
