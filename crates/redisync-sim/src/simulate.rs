@@ -18,9 +18,9 @@ use crate::world::{Faults, Scheduled, World};
 use crate::Reply;
 
 /// The client sets of a run, one simulated process each: two plain ones
-/// and one with the restart guard on (its own names; a restart that loses
-/// data needs no excuse between its clients).
-pub const SETS: [&str; 3] = ["c0.direct", "c1.direct", "c2.guarded"];
+/// and two with the restart guard on (names of their own, which they
+/// contend for; a restart that loses data needs no excuse between them).
+pub const SETS: [&str; 4] = ["c0.direct", "c1.direct", "c2.guarded", "c3.guarded"];
 
 /// Servers: the main one, then three Redlock nodes.
 const SERVERS: usize = 4;
