@@ -120,7 +120,7 @@ DEFECTS = [
     {
         "name": "redlock-reentrant-across-values",
         "class": "Redlock re-entrant across Redlock values in one task (issue 26 #5)",
-        "edits": [("crates/redisync-redlock/src/redlock.rs", "lock: lock.non_reentrant(),", "lock,")],
+        "edits": [("crates/redisync-redlock/src/redlock.rs", "let mut lock = lock.non_reentrant();", "let mut lock = lock;")],
     },
     {
         "name": "try-zero-waits-for-queued-undo",
@@ -187,6 +187,11 @@ DEFECTS = [
         "name": "restart-guard-per-connection-only",
         "class": "a restart behind a proxy that keeps the connection is not seen by the restart guard; tests/conformance.rs restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection (the simulation's restarts close every connection)",
         "edits": [("lua/prelude.lua", "if #ARGV >= 3 and ARGV[#ARGV - 2] == '~restart-guard' then", "if false then")],
+    },
+    {
+        "name": "redlock-node-guard-per-connection-only",
+        "class": "a Redlock node restarted behind a proxy that keeps the connection is not seen by its node's restart guard; tests/redlock.rs a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_again",
+        "edits": [("crates/redisync-redlock/src/redlock.rs", "                if !max_lease.is_zero() {\n                    // The node's scripts", "                if false {\n                    // The node's scripts")],
     },
     {
         "name": "reentry-undo-after-next-flow",
