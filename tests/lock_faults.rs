@@ -822,3 +822,97 @@ async fn with_redis_down_the_error_has_no_internal_words() {
     }
     client.shutdown().await.unwrap();
 }
+
+/// The lease of the force-unlock test below (it must outlast the test).
+const FORCE_LEASE: Duration = Duration::from_secs(30);
+
+/// Review 3 of issue 39. A force-unlock whose outcome is unknown (its future dropped after its
+/// second send: the NOSCRIPT fallback's EVAL), called while this client
+/// had no slot for the name, and an acquisition of the same client sent
+/// during the call (after the force's EVALSHA, before its EVAL). The
+/// engine's table ("Unknown outcomes"): force-unlock read as ran, "this
+/// client's holds of the name are lost from the call's start, and so is
+/// every hold won by a command sent before the call ended". Here the grant
+/// runs in Redis before the force's EVAL, which deletes it: its guard must
+/// report lost, or another client takes the name while it says held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot() {
+    use futures::FutureExt;
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let name = "forced-in-doubt";
+    let mut proven = 0;
+    for round in 0..20 {
+        let name = &format!("{name}-{round}");
+        env.admin.script_flush(false).await.expect("SCRIPT FLUSH");
+        // The acquire and release scripts are cached again, the force's not.
+        let warm = a
+            .lock("warm-up")
+            .try_lock(Duration::ZERO, Some(FORCE_LEASE))
+            .await;
+        warm.expect("warm-up")
+            .expect("free")
+            .unlock()
+            .await
+            .expect("unlock");
+        env.server.pause();
+        let lock = a.lock(name);
+        let mut force = Box::pin(lock.force_unlock());
+        let mut acquire = Box::pin(lock.try_lock(Duration::ZERO, Some(FORCE_LEASE)));
+        // Sent in this order on the one command connection: the force's
+        // EVALSHA, then the acquisition's.
+        for _ in 0..3 {
+            assert!((&mut force).now_or_never().is_none());
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..3 {
+            assert!((&mut acquire).now_or_never().is_none());
+            tokio::task::yield_now().await;
+        }
+        env.server.resume();
+        // The force polled first: its NOSCRIPT reply makes it send EVAL;
+        // then the acquisition's reply ends the call, dropping the force.
+        let got = tokio::select! {
+            biased;
+            // Its outcome is known: not this case.
+            _ = &mut force => None,
+            g = &mut acquire => Some(g),
+        };
+        drop(force);
+        let Some(got) = got else { continue };
+        let Some(guard) = got.expect("acquire") else {
+            continue;
+        };
+        // Give the force's EVAL time to run in Redis (it was sent).
+        let gone = common::eventually(Duration::from_secs(2), || async {
+            let n: i64 = env
+                .admin
+                .exists(common::lock_key(name))
+                .await
+                .expect("EXISTS");
+            n == 0
+        })
+        .await;
+        if !gone {
+            let _ = guard.unlock().await;
+            continue; // the EVAL was never sent: nothing deleted
+        }
+        proven += 1;
+        let other = b
+            .lock(name)
+            .try_lock(Duration::ZERO, Some(FORCE_LEASE))
+            .await
+            .expect("b");
+        assert!(
+            other.is_none() || guard.is_lost(),
+            "round {round}: a's guard (token {}) says held while b holds the name (token {:?}): the force-unlock in doubt deleted a grant sent during its call",
+            guard.fencing_token(),
+            other.as_ref().map(redisync::LockGuard::fencing_token)
+        );
+        break;
+    }
+    assert!(
+        proven > 0,
+        "the force's EVAL never ran after the grant: scenario not reached"
+    );
+}

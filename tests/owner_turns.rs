@@ -7,10 +7,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use common::Env;
+use fred::interfaces::ClientLike;
 
 use tokio::time::{sleep, timeout, Instant};
 
@@ -352,4 +354,123 @@ async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_fair() {
     flows_of_one_owner_stress("fair", &[0], false, 2000).await;
+}
+
+/// How long the two-sided flows below wait, and their leases.
+const SIDES_WAIT: Duration = Duration::from_secs(10);
+const SIDES_LEASE: Duration = Duration::from_secs(30);
+
+/// Review 3 of issue 39: two flows of one owner (`tokio::join!` in one task) ask for the write
+/// side and the read side of one `RwLock` at the same instant (optionally
+/// both queued behind another client's write). README "Who re-enters":
+/// "Two flows of one owner that ask at the same instant, or wait together,
+/// do not re-enter: the second waits in this client until the first's
+/// hold ends (for every kind)". A write hold of one flow and a read hold
+/// of its sibling at once are two flows inside the lock together.
+async fn rw_sides_of_two_flows(queued: bool, write_first: bool) -> (u32, Vec<String>) {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let name = "rw-two-sides";
+    let blocker = if queued {
+        Some(b.rw_lock(name).write().lock().await.expect("blocker"))
+    } else {
+        None
+    };
+    let (inside, peak, asked) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+    // Flows whose acquisition has ended (granted, refused or failed).
+    let resolved = AtomicU32::new(0);
+    let errors = Mutex::new(Vec::new());
+    let flow = |write: bool| {
+        let (inside, peak, asked, errors, a, admin, resolved) =
+            (&inside, &peak, &asked, &errors, &a, &env.admin, &resolved);
+        async move {
+            asked.fetch_add(1, SeqCst);
+            let rw = a.rw_lock(name);
+            let got = if write {
+                rw.write().try_lock(SIDES_WAIT, Some(SIDES_LEASE)).await
+            } else {
+                rw.read().try_lock(SIDES_WAIT, Some(SIDES_LEASE)).await
+            };
+            resolved.fetch_add(1, SeqCst);
+            let g = match got {
+                Ok(Some(g)) => g,
+                Ok(None) => {
+                    errors
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(format!("write={write}: timed out"));
+                    return;
+                }
+                Err(e) => {
+                    errors
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(format!("write={write}: {e}"));
+                    return;
+                }
+            };
+            peak.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+            // Inside until the sibling's acquisition ended too, or 2 s (it
+            // should wait for this hold to end, README "Who re-enters").
+            common::eventually(Duration::from_secs(2), || async {
+                resolved.load(SeqCst) == 2
+            })
+            .await;
+            admin.ping::<()>(None).await.expect("PING");
+            peak.fetch_max(inside.load(SeqCst), SeqCst);
+            inside.fetch_sub(1, SeqCst);
+            let _ = g.unlock().await;
+        }
+    };
+    let release = async {
+        if let Some(g) = blocker {
+            assert!(common::eventually(SIDES_WAIT, || async { asked.load(SeqCst) == 2 }).await);
+            for _ in 0..2 {
+                env.admin.ping::<()>(None).await.expect("PING");
+            }
+            g.unlock().await.expect("blocker unlock");
+        }
+    };
+    if write_first {
+        tokio::join!(flow(true), flow(false), release);
+    } else {
+        tokio::join!(flow(false), flow(true), release);
+    }
+    let errs = errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    (peak.load(SeqCst), errs)
+}
+
+async fn check_rw_sides(queued: bool, write_first: bool) {
+    let (peak, errs) = rw_sides_of_two_flows(queued, write_first).await;
+    assert_eq!(
+        peak, 1,
+        "two flows of one owner (join!, asked together; queued behind another client: {queued}; write asked first: {write_first}) held the write and the read side at once (errors: {errs:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold() {
+    check_rw_sides(false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_write_and_read_flows_of_one_owner_waiting_together_never_both_hold() {
+    check_rw_sides(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_read_and_write_flows_of_one_owner_waiting_together_never_both_hold() {
+    check_rw_sides(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_read_then_write_flows_of_one_owner_asking_together_neither_errs_nor_both_hold() {
+    let (peak, errs) = rw_sides_of_two_flows(false, false).await;
+    assert!(
+        peak == 1 && errs.is_empty(),
+        "read flow then write flow of one owner asked together: peak {peak}, errors {errs:?} (README: the second waits until the first's hold ends)"
+    );
 }

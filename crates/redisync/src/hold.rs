@@ -117,14 +117,17 @@ impl Released {
 /// surely handed off), so a second flow never sends a fresh attempt while
 /// the first one's field is in Redis (a script would take it over as a
 /// stale field of the owner): it waits, then asks anew (README "Who
-/// re-enters"). Kinds whose local gate is kept while held need none.
+/// re-enters"). One line per owner, whatever it asks: the write and the
+/// read side of an `RwLock` take turns too (a downgrade, the read side
+/// asked by the flow that holds the write side, needs no turn). Kinds
+/// whose local gate is kept while held need none.
 #[derive(Default)]
 pub(crate) struct OwnerLines(Arc<Mutex<OwnerLineMap>>);
 
 type OwnerLineMap = std::collections::HashMap<Arc<str>, (Arc<Semaphore>, usize)>;
 
 impl OwnerLines {
-    /// A place in `holder`'s line (the line goes when its last place does).
+    /// A place in `owner`'s line (the line goes when its last place does).
     pub(crate) fn join(&self, holder: &Arc<str>) -> OwnerLine {
         let mut lines = lock_unpoisoned(&self.0);
         let (turn, users) = lines

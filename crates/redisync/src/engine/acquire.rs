@@ -80,15 +80,19 @@ async fn acquire_unboxed<S: Spec>(
         return Ok(Some(held));
     }
 
-    let gate = spec.gate(&slot, &owner, ask)?;
-    // Flows of one owner take turns (see `OwnerLines`); a gate kept while
-    // held orders them already.
-    if spec.reentrant() && gate != Gate::WhileHeld {
-        let line = slot.owner_lines.join(&holder);
+    let mut gate = spec.gate(&slot, &owner, ask)?;
+    // Flows of one owner take turns, one line per owner whatever side it
+    // asks for (see `OwnerLines`); a gate kept while held orders them
+    // already, and a downgrade (`Bypass`) is the holding flow's own.
+    if spec.reentrant() && !matches!(gate, Gate::WhileHeld | Gate::Bypass) {
+        let line = slot.owner_lines.join(&owner);
         let Some(permit) = wait_for_turn(&client.hub, &slot, &line.turn, deadline).await? else {
             return Ok(None);
         };
         grant.owner_turn = Some(Arc::new(OwnerTurn::new(permit, line)));
+        // What this owner holds now decides (a sibling's hold on the other
+        // side ended, or lives on as a downgrade's read hold).
+        gate = spec.gate(&slot, &owner, ask)?;
     }
     // Our own earlier attempt's undo may keep the turn: not "held by
     // another". Its try in flight (one command) decides, so the turn is

@@ -311,11 +311,14 @@ impl Named {
     pub(crate) async fn force_unlock(&self, script: &LuaScript, keys: Vec<Key>) -> Result<bool> {
         self.check_usable("lock")?;
         let client = self.client_inner();
-        let slot = client.hub.existing_slot(&self.key);
-        for hold in slot.iter().flat_map(|slot| slot.holders()) {
+        // The slot is this call's from its start (made if no task used the
+        // name yet): an acquisition sent during the call joins it, and an
+        // unknown outcome then reaches its hold too.
+        let slot = client.hub.slot(&self.key, &self.channel);
+        for hold in slot.holders() {
             hold.mark_lost("force-unlocked");
         }
-        let mut in_doubt = ForceInDoubt(slot);
+        let mut in_doubt = ForceInDoubt(Some(slot));
         let (deleted, last): (i64, i64) = script
             .run(
                 client.link(),
@@ -329,12 +332,11 @@ impl Named {
                 ],
             )
             .await?;
-        in_doubt.0 = None;
         // `last` covers every hold granted before the script (the counter or
         // the server time), but for a token advanced past the clock whose
         // counter expired since: the holds alive when it was sent are lost
         // (above), whatever their token.
-        if let Some(slot) = client.hub.existing_slot(&self.key) {
+        if let Some(slot) = in_doubt.0.take() {
             slot.forced_through(u64::try_from(last).unwrap_or(0));
         }
         Ok(deleted == 1)
@@ -358,7 +360,7 @@ impl std::fmt::Debug for Named {
 
 /// A force-unlock in flight: dropped before its reply (an error, the call
 /// dropped), its outcome is unknown (see [`Slot::forced_in_doubt`]).
-struct ForceInDoubt(Option<Arc<Slot>>);
+struct ForceInDoubt(Option<crate::hub::SlotRef>);
 
 impl Drop for ForceInDoubt {
     fn drop(&mut self) {
