@@ -165,7 +165,7 @@ DEFECTS = [
     {
         "name": "owner-flows-without-turns",
         "class": "two flows of one owner on a FairLock or RwLock side both hold (a fresh attempt takes the first one's field over as stale); tests/conformance.rs two_flows_of_one_owner_never_both_hold",
-        "edits": [("crates/redisync/src/engine/acquire.rs", "if spec.reentrant() && gate != Gate::WhileHeld {", "if false {")],
+        "edits": [("crates/redisync/src/engine/acquire.rs", "if spec.reentrant() && !matches!(gate, Gate::WhileHeld | Gate::Bypass) {", "if false {")],
     },
     {
         "name": "hand-off-in-doubt-frees-owner",
@@ -197,6 +197,16 @@ DEFECTS = [
         "name": "reentry-undo-after-next-flow",
         "class": "a re-entry in flight when its hold is lost lets the owner's next flow in, and its undo deletes that flow's grant (found by the simulation with the two-flow step, seeds 30211 and 30033)",
         "edits": [("crates/redisync/src/engine/acquire.rs", "    let _turns = hold.turns();\n", "    let _turns = ();\n")],
+    },
+    {
+        "name": "rw-sides-in-separate-owner-lines",
+        "class": "two flows of one owner asking an RwLock's write and read sides together both hold (review 3 of issue 39); tests/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
+        "edits": [("crates/redisync/src/engine/acquire.rs", "let line = slot.owner_lines.join(&owner);", "let line = slot.owner_lines.join(&holder);")],
+    },
+    {
+        "name": "force-in-doubt-without-a-slot",
+        "class": "a force-unlock in doubt, called while no task used the name, misses a grant sent during the call (review 3 of issue 39); tests/lock_faults.rs force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot",
+        "edits": [("crates/redisync/src/engine/mod.rs", "        let mut in_doubt = ForceInDoubt(Some(slot));\n", "        drop(slot);\n        let mut in_doubt = ForceInDoubt(client.hub.existing_slot(&self.key).map(|_| client.hub.slot(&self.key, &self.channel)));\n")],
     },
     {
         "name": "semaphore-one-permit-too-many",
