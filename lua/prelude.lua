@@ -15,9 +15,13 @@ end
 
 -- The error reply naming `key` when `reply` (of a redis.pcall read of it)
 -- is an error (a key of another type), or nil: one read both reads and
--- validates, with no TYPE call on the hot path.
+-- validates, with no TYPE call on the hot path. Any other error (OOM on a
+-- write) is the server's own, passed on as it is.
 local function read_error(reply, key, want)
   if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 9) ~= 'WRONGTYPE' then
+      return redis.error_reply(reply.err)
+    end
     return redis.error_reply('WRONGTYPE ' .. key .. ' is not a redisync ' .. want)
   end
   return nil
