@@ -60,6 +60,9 @@ async fn owner_turn_wait_ends_with_the_lease(kind: &str) {
         g()
     };
     let second = async {
+        // Both flows asked (the first's attempt waits in the paused server):
+        // the first is granted now, and this one waits for its turn.
+        env.server.resume();
         let got = match kind {
             "fair" => a.fair_lock(name).lock_with_lease(LEASE).await.map(|_| ()),
             "read" => a
@@ -100,6 +103,9 @@ async fn owner_turn_wait_ends_with_the_lease(kind: &str) {
         };
         free
     };
+    // Paused until the second flow asked: a grant that came back before
+    // would make its ask a re-entry (the owner holds already).
+    env.server.pause();
     let (first_lost, waited, free) = tokio::join!(first, second, probe);
     assert!(
         free,
@@ -422,13 +428,21 @@ async fn rw_sides_of_two_flows(queued: bool, write_first: bool) -> (u32, Vec<Str
             let _ = g.unlock().await;
         }
     };
+    // Not queued: the server is paused until both flows asked, so neither
+    // is granted before the other asked (a grant that comes first makes
+    // the second ask a re-entry: a downgrade, or a refused upgrade).
+    if !queued {
+        env.server.pause();
+    }
     let release = async {
+        assert!(common::eventually(SIDES_WAIT, || async { asked.load(SeqCst) == 2 }).await);
         if let Some(g) = blocker {
-            assert!(common::eventually(SIDES_WAIT, || async { asked.load(SeqCst) == 2 }).await);
             for _ in 0..2 {
                 env.admin.ping::<()>(None).await.expect("PING");
             }
             g.unlock().await.expect("blocker unlock");
+        } else {
+            env.server.resume();
         }
     };
     if write_first {

@@ -190,6 +190,10 @@ pub(crate) struct Hold {
     /// is in flight): a renewal built under another epoch than the one its
     /// reply comes back in cannot tell that the hold is gone.
     owner_epoch: AtomicU64,
+    /// The id a hand-off whose outcome is unknown moved the hold from: its
+    /// field may still be under that id in Redis. The final release moves
+    /// it first (see [`Hold::rebind_in_doubt`]).
+    rebound_from: Mutex<Option<Arc<str>>>,
     pub(crate) token: u64,
     /// The hold key (its local slot's key) and the release channel.
     pub(crate) key: Arc<str>,
@@ -246,6 +250,7 @@ impl Hold {
             ops,
             owner: Mutex::new(owner),
             owner_epoch: AtomicU64::new(0),
+            rebound_from: Mutex::new(None),
             token,
             key,
             channel,
@@ -296,6 +301,18 @@ impl Hold {
         }
         self.owner_epoch.fetch_add(1, Ordering::AcqRel);
         Ok(std::mem::replace(&mut *owner, to))
+    }
+
+    /// Marks a hand-off from `from` as in doubt (`Some`: sent, its outcome
+    /// not known yet) or settled (`None`).
+    pub(crate) fn set_rebind_in_doubt(&self, from: Option<Arc<str>>) {
+        *lock_unpoisoned(&self.rebound_from) = from;
+    }
+
+    /// The id a hand-off whose outcome stayed unknown moved the hold from
+    /// (see the field).
+    pub(crate) fn rebind_in_doubt(&self) -> Option<Arc<str>> {
+        lock_unpoisoned(&self.rebound_from).clone()
     }
 
     /// Ends a hand-off; `revert`: the id to bind back to (the script

@@ -352,6 +352,10 @@ impl RwLock {
 /// (holder `"<side>|<owner>"`), the local turn given up at the grant, a
 /// downgrade past the local queue, a waiting client queued in Redis and
 /// handed the lock by a release (one writer, or the readers at the head).
+/// How soon a write attempt that found a read field of its owner which
+/// this client no longer holds (a release in flight) asks again.
+const READ_FIELD_LAPSE_POLL: Duration = Duration::from_millis(10);
+
 impl Spec for RwLock {
     type Ask = Side;
     const WHAT: &'static str = "lock";
@@ -427,7 +431,22 @@ impl Spec for RwLock {
                 renumbered: queued == 2,
             }),
             [0, wait_ms, _] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
-            [-3, _] => Err(self.upgrade_refused()),
+            // A read field of this owner in Redis. Held here: an upgrade,
+            // refused. Not held here: its release is on its way (a sibling
+            // flow's, whose turn passed as it was sent) or a lost hold's
+            // field lapses: busy, for a moment.
+            [-3, _] => {
+                let reader = format!("{}|{}", Side::Read.tag(), raw_owner(t.holder));
+                let reads_here = client
+                    .hub
+                    .existing_slot(&self.inner.named.key)
+                    .is_some_and(|slot| slot.holder(&reader).is_some());
+                if reads_here {
+                    Err(self.upgrade_refused())
+                } else {
+                    Ok(Reply::busy_for(-1, READ_FIELD_LAPSE_POLL))
+                }
+            }
             _ => Err(Error::Script {
                 name: "rw_lock_acquire.lua",
                 message: format!("unexpected reply {reply:?}"),

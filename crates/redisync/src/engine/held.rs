@@ -125,7 +125,9 @@ impl Held {
     /// The local binding changes first: a re-entry of the old owner cannot
     /// slip in between (see [`Hold::begin_rebind`]). If the script surely
     /// did not run, it is bound back; if its outcome is unknown, the new id
-    /// stays, and a renewal that finds nothing under it marks the hold lost.
+    /// stays, a renewal that finds nothing under it marks the hold lost,
+    /// and the final release sends the hand-off again before it (so a field
+    /// the hand-off never moved is freed by the release, not its lease).
     /// Until the hand-off is known to have run, the hold keeps its old
     /// owner's turn: that owner's next acquisition waits for the hold to
     /// end, and never takes over the old field as stale (never held twice).
@@ -159,7 +161,11 @@ impl Held {
             hold: &hold,
             revert: None,
         };
+        hold.set_rebind_in_doubt(Some(from.clone()));
         let result = rebind(self.client.link(), &hold, &from, &to).await;
+        if !matches!(&result, Err(e) if e.outcome_unknown()) {
+            hold.set_rebind_in_doubt(None);
+        }
         match result {
             Ok(true) => {
                 // Surely bound to its own id now: the old owner's next flow
@@ -292,6 +298,9 @@ async fn release_hold(
     } else if *order {
         return Ok(Released::default());
     }
+    if last {
+        finish_rebind(client, hold).await?;
+    }
     let release = (hold.ops.release)(
         client.link(),
         client.hub.publish_command(),
@@ -323,6 +332,19 @@ async fn release_hold(
         hold.open_gate();
     }
     result
+}
+
+/// Before the final release of a hold whose hand-off stayed in doubt:
+/// sends that hand-off again (idempotent, token-checked), so a field left
+/// under the old owner id (the hand-off never ran) moves to the hold's id
+/// and the release frees the name, rather than its lease.
+async fn finish_rebind(client: &ClientInner, hold: &Hold) -> Result<()> {
+    let (Some(from), Some(rebind)) = (hold.rebind_in_doubt(), hold.ops.rebind) else {
+        return Ok(());
+    };
+    rebind(client.link(), hold, &from, &hold.owner_str()).await?;
+    hold.set_rebind_in_doubt(None);
+    Ok(())
 }
 
 /// What a release that came back tells the slot (`hands_off`: the hold

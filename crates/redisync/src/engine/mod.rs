@@ -28,7 +28,7 @@
 //! | acquire (every kind; a re-entry) | ran | the guard is never returned; an undo ([`undo`]) releases the grant or queue entry that may exist, before this owner's next attempt on the name |
 //! | release, unlock, `resign`, a dropped guard | ran locally, not ran in Redis | the hold leaves the slot at once (no local waiter can re-enter it); the release is sent again in the background while the lease lasts |
 //! | extend, a watchdog renewal | not ran | the local lease estimate keeps its old end (a longer lease left in Redis only outlives our belief) |
-//! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until a renewal or release tells which owner id Redis has ([`held::Held::hand_off`]) |
+//! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until its end, and its final release sends the hand-off again first (idempotent), so a field left under the old id is freed with it ([`held::Held::hand_off`]) |
 //! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
 //! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
 //! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
