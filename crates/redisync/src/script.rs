@@ -48,16 +48,18 @@ impl LuaScript {
     /// and token-checked releases, renewals, reads, an acquisition that a
     /// repeat only re-enters), with up to 3 sends.
     ///
-    /// What the attempts change, as fred 10.1 behaves (shown through the fault
-    /// proxy by `tests/lock_faults.rs::a_force_unlock_whose_reply_is_lost_never_runs_twice`):
-    /// a typed `evalsha`/`eval` in flight when the connection drops is **not**
-    /// sent again after the reconnect, whatever the attempts; it fails with
-    /// an IO error (outcome unknown, compensated by the caller). Plain
-    /// commands and `custom("EVALSHA", ..)` with more than one attempt *are*
-    /// re-sent and can run twice: scripts here always go through the typed
-    /// calls. The attempts only matter for fred's own re-send after a cluster
-    /// redirection. Scripts that must never run twice (force-unlock deletes
-    /// whoever holds the lock) use [`LuaScript::run`] all the same.
+    /// What the attempts change, as fred 10.1 behaves: with one attempt
+    /// ([`LuaScript::run`]) a script in flight when the connection drops is
+    /// **not** sent again after the reconnect; it fails with an IO error
+    /// (outcome unknown, compensated by the caller; shown through the fault
+    /// proxy by `tests/lock_faults.rs::a_force_unlock_whose_reply_is_lost_never_runs_twice`).
+    /// With more attempts it **may** be sent again and run twice (the
+    /// conformance matrix's endings saw an acquisition reset after it ran
+    /// come back granted), and fred re-sends after a cluster redirection.
+    /// So only scripts whose second run changes nothing that matters come
+    /// here; scripts that must never run twice (force-unlock deletes whoever
+    /// holds the lock, a semaphore acquisition counts permits) use
+    /// [`LuaScript::run`].
     pub(crate) async fn run_idempotent<R: FromValue>(
         &self,
         link: &dyn Link,
