@@ -405,3 +405,23 @@ async fn run_status_reports_election_loss_and_stop() {
     assert!(job.await.unwrap_err().is_cancelled());
     seen(|s| *s == LeaderStatus::Idle).await;
 }
+
+/// A leadership's calls after its client's shutdown answer `Shutdown` and
+/// send nothing (the shutdown released the lead): `set_identity` published
+/// the identity anyway (found by the torture workload's after-shutdown
+/// step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leadership_after_its_clients_shutdown_sends_nothing() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let lead = client.leader("after-shutdown").campaign().await.unwrap();
+    client.shutdown().await.unwrap();
+    let err = lead.set_identity("late").await.unwrap_err();
+    assert!(matches!(err, redisync::Error::Shutdown), "{err}");
+    let watcher = env.client().await;
+    let current = watcher.leader("after-shutdown").current().await.unwrap();
+    assert!(
+        current.is_none(),
+        "the shutdown released the lead: {current:?}"
+    );
+}

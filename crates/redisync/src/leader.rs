@@ -529,7 +529,8 @@ impl Leadership {
     /// this candidate leads; watchers see it at once.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the lead was lost; [`Error::Redis`].
+    /// [`Error::NotHeld`] when the lead was lost; [`Error::Redis`];
+    /// [`Error::Shutdown`] after [`Client::shutdown`] (nothing is sent).
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.

@@ -677,6 +677,8 @@ impl LockGuard {
     pub(crate) async fn publish_identity(&self, identity: &str) -> Result<bool> {
         let hold = self.held.hold();
         let client = self.lock.named().client_inner();
+        // After a shutdown nothing is sent (it released the lead).
+        client.check_connected()?;
         let done: i64 = PUBLISH_IDENTITY
             .run_idempotent(
                 client.link(),
