@@ -143,6 +143,9 @@ impl Held {
         if hold.is_lost() {
             return Err(self.not_held());
         }
+        // An earlier hand-off still in doubt first: the field may be under
+        // an older id than the local one.
+        finish_rebind(&self.client, &hold).await?;
         let to = self.client.acquisition_owner_id();
         let from = match hold.begin_rebind(to.clone()) {
             Ok(from) => from,
@@ -381,14 +384,16 @@ impl Drop for Held {
 /// one script. A task sends it after one yield of the runtime if no attempt
 /// took it by then. Only for kinds whose acquire script can carry it
 /// ([`HoldOps::folds_release`](crate::hold::HoldOps)), without replica sync
-/// (a release then waits for replicas), and not when the turn goes to other
-/// clients first. `false`: release it the ordinary way.
+/// (a release then waits for replicas), not when the turn goes to other
+/// clients first, and not while a hand-off is in flight or in doubt (the
+/// final release finishes it first). `false`: release it the ordinary way.
 fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> bool {
     if !hold.ops.folds_release
         || client.settings.replica_sync.is_some()
         || !hold.keeps_turn()
         || slot.should_yield(LOCAL_STREAK_CAP)
         || hold.owner_epoch() % 2 == 1
+        || hold.rebind_in_doubt().is_some()
         || !client.routers_running()
     {
         return false;
