@@ -488,3 +488,44 @@ async fn rw_read_then_write_flows_of_one_owner_asking_together_neither_errs_nor_
         "read flow then write flow of one owner asked together: peak {peak}, errors {errs:?} (README: the second waits until the first's hold ends)"
     );
 }
+
+/// A flow that holds the write side downgrades (takes the read side), then
+/// releases the write side and reads on; a sibling flow of the same owner
+/// that asked for the write side together with it waits until the first
+/// flow's holds have all ended, rather than getting `UpgradeNotSupported`
+/// for a read it never took (README "Who re-enters": the second waits
+/// until the first's hold ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sibling_waits_while_a_downgraded_flow_reads_on() {
+    let env = Env::start().await;
+    let a = env.client().await;
+    let rw = a.rw_lock("downgrade-sibling");
+    let reading = AtomicBool::new(true);
+    // Paused until both flows asked (see `rw_sides_of_two_flows`).
+    env.server.pause();
+    let first = async {
+        let w = rw.write().try_lock(SIDES_WAIT, Some(SIDES_LEASE)).await;
+        let w = w.expect("write").expect("granted");
+        let r = rw.read().try_lock(SIDES_WAIT, Some(SIDES_LEASE)).await;
+        let r = r.expect("downgrade").expect("granted");
+        w.unlock().await.expect("unlock the write side");
+        // Reading on, then done.
+        env.admin.ping::<()>(None).await.expect("PING");
+        sleep(Duration::from_millis(300)).await;
+        reading.store(false, SeqCst);
+        r.unlock().await.expect("unlock the read side");
+    };
+    let second = async {
+        env.server.resume();
+        let got = rw.write().try_lock(SIDES_WAIT, Some(SIDES_LEASE)).await;
+        let g = got
+            .expect("the sibling waits for the first flow, not an error")
+            .expect("granted");
+        assert!(
+            !reading.load(SeqCst),
+            "granted the write side while the sibling flow still read"
+        );
+        g.unlock().await.expect("unlock");
+    };
+    tokio::join!(first, second);
+}

@@ -390,6 +390,10 @@ impl Spec for RwLock {
         }
     }
 
+    fn bypassing_holder(&self, owner: &str, side: Side) -> Option<String> {
+        Some(format!("{}|{owner}", side.other().tag()))
+    }
+
     async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
         let client = self.named().client_inner();
         // Sent once: a repeat could queue a second entry.

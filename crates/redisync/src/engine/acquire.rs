@@ -94,6 +94,14 @@ async fn acquire_unboxed<S: Spec>(
         // side ended, or lives on as a downgrade's read hold).
         gate = spec.gate(&slot, &owner, ask)?;
     }
+    if gate == Gate::Bypass {
+        // A downgrade shares the owner's turn with the hold it stems from:
+        // a sibling flow waits until both have ended.
+        grant.owner_turn = spec
+            .bypassing_holder(&owner, ask)
+            .and_then(|holder| slot.holder(&holder))
+            .and_then(|hold| hold.turns().1);
+    }
     // Our own earlier attempt's undo may keep the turn: not "held by
     // another". Its try in flight (one command) decides, so the turn is
     // waited for that long at least; once the try has ended, the turn went

@@ -402,6 +402,12 @@ pub(crate) trait Spec: Clone + Send + Sync + 'static {
     /// The local queue's policy for `owner` asking `ask`, decided before
     /// the queue (an error refuses the acquisition at once).
     fn gate(&self, _slot: &Slot, _owner: &str, _ask: Self::Ask) -> Result<Gate>;
+    /// For an ask the gate lets through as [`Gate::Bypass`]: the local hold
+    /// id of the owner's hold that lets it (an `RwLock` downgrade's write
+    /// hold). The new hold shares that hold's owner turn.
+    fn bypassing_holder(&self, _owner: &str, _ask: Self::Ask) -> Option<String> {
+        None
+    }
     /// How long what an attempt with lease `lease` may leave lives at most.
     fn linger(&self, lease: Duration) -> Duration {
         lease
