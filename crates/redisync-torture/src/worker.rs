@@ -332,6 +332,8 @@ pub struct WorkloadRun {
     pub violations: Vec<String>,
     /// Per kind: acquisitions, busy, errors, ...
     pub counts: std::collections::BTreeMap<Kind, Counts>,
+    /// Calls per operation and ending.
+    pub coverage: crate::Coverage,
 }
 
 /// Runs the torture workload on client sets made elsewhere (a simulated
@@ -367,5 +369,6 @@ pub async fn run_workload(
         run.counts.insert(kind, workers.stats.counts(kind));
     }
     run.violations = workers.stats.violations();
+    run.coverage = workers.stats.coverage.snapshot();
     Ok((run, std::mem::take(&mut workers.sets)))
 }

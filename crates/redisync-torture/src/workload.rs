@@ -35,6 +35,7 @@ use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::coverage::{Ended, Ending, Recorded, Recorder};
 use crate::history::{now_us, Access, Force, Kind, Pause, Probe, Record, Section, Step, Work};
 use crate::rng::Rng;
 
@@ -274,6 +275,8 @@ pub(crate) struct Stats {
     violations: Mutex<Vec<String>>,
     /// When a task last stalled its runtime thread (µs).
     last_stall_us: AtomicU64,
+    /// Calls per operation and ending.
+    pub(crate) coverage: Arc<Recorder>,
 }
 
 /// Which counter of [`Counts`].
@@ -566,6 +569,65 @@ impl Ctx {
         };
         d.min(cap)
     }
+
+    /// How a call is made: awaited (`100 - cancel_percent` %), cut by a
+    /// `timeout` of 0-30 ms (half the rest) or dropped after 1-6 polls.
+    fn how(&mut self, cancel_percent: u64) -> How {
+        let roll = self.rng.below(100);
+        self.how_of(roll, cancel_percent)
+    }
+
+    /// [`Ctx::how`] for a `roll` drawn already.
+    fn how_of(&mut self, roll: u64, cancel_percent: u64) -> How {
+        if roll >= cancel_percent {
+            How::Await
+        } else if roll < cancel_percent / 2 {
+            How::Timeout(Duration::from_millis(self.rng.below(30)))
+        } else {
+            How::Drop(1 + self.rng.below(6))
+        }
+    }
+
+    /// Calls `op` (its future `fut`) as `how` says, counting how it ended
+    /// (every call of the workload goes through here or [`Ctx::recorded`]);
+    /// `None` when it was cut.
+    async fn call<F>(&mut self, op: &'static str, how: How, fut: F) -> Option<F::Output>
+    where
+        F: Future,
+        F::Output: Ended,
+    {
+        match how {
+            How::Await => Some(self.recorded(op, fut).await),
+            How::Timeout(budget) => {
+                let cut = Recorded::new(&self.stats.coverage, op, fut, Ending::Timeout);
+                tokio::time::timeout(budget, cut).await.ok()
+            }
+            How::Drop(polls) => {
+                let cut = Recorded::new(&self.stats.coverage, op, fut, Ending::Dropped);
+                poll_then_drop(cut, polls, &mut self.rng).await
+            }
+        }
+    }
+
+    /// An awaited call of `op`, counted; dropped by whoever holds it, it
+    /// counts as dropped.
+    fn recorded<F>(&self, op: &'static str, fut: F) -> Recorded<F>
+    where
+        F: Future,
+        F::Output: Ended,
+    {
+        Recorded::new(&self.stats.coverage, op, fut, Ending::Dropped)
+    }
+}
+
+/// How a call is made (see [`Ctx::call`]).
+#[derive(Debug, Clone, Copy)]
+enum How {
+    Await,
+    /// Cut by a `timeout` of this budget.
+    Timeout(Duration),
+    /// Dropped after at most this many polls.
+    Drop(u64),
 }
 
 fn micros(d: Duration) -> u64 {
@@ -605,26 +667,59 @@ impl Guard {
         }
     }
 
-    /// `hand_off()`; `None` for kinds without one.
-    async fn hand_off(&mut self) -> Option<Result<(), String>> {
+    /// `hand_off()` (of a `Lock` or `FairLock` guard: others do nothing).
+    async fn hand_off(&mut self) -> Result<(), String> {
         let r = match self {
             Guard::Lock(g) => g.hand_off().await,
             Guard::Fair(g) => g.hand_off().await,
-            _ => return None,
+            _ => return Ok(()),
         };
-        Some(r.map_err(|e| e.to_string()))
+        r.map_err(|e| e.to_string())
     }
 
-    /// `None` when the kind has no `extend`.
-    async fn extend(&self, lease: Duration) -> Option<Result<(), String>> {
-        let r = match self {
+    /// The operation of [`Guard::hand_off`]; `None` for kinds without one.
+    fn hand_off_op(&self) -> Option<&'static str> {
+        match self {
+            Guard::Lock(_) => Some("LockGuard::hand_off"),
+            Guard::Fair(_) => Some("FairLockGuard::hand_off"),
+            _ => None,
+        }
+    }
+
+    /// `extend` (of a kind that has one, see [`Guard::extend_op`]).
+    async fn extend(&self, lease: Duration) -> Result<(), String> {
+        match self {
             Guard::Lock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Fair(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Rw(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Redlock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
-            Guard::Semaphore(_) | Guard::Multi(_) => return None,
-        };
-        Some(r)
+            Guard::Semaphore(p) => p.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Multi(_) => Ok(()),
+        }
+    }
+
+    /// The operation of [`Guard::extend`]; `None` for kinds without one.
+    fn extend_op(&self) -> Option<&'static str> {
+        Some(match self {
+            Guard::Lock(_) => "LockGuard::extend",
+            Guard::Fair(_) => "FairLockGuard::extend",
+            Guard::Rw(_) => "RwLockGuard::extend",
+            Guard::Redlock(_) => "RedlockGuard::extend",
+            Guard::Semaphore(_) => "SemaphorePermit::extend",
+            Guard::Multi(_) => return None,
+        })
+    }
+
+    /// The operation of [`Guard::release`].
+    fn release_op(&self) -> &'static str {
+        match self {
+            Guard::Lock(_) => "LockGuard::unlock",
+            Guard::Fair(_) => "FairLockGuard::unlock",
+            Guard::Rw(_) => "RwLockGuard::unlock",
+            Guard::Semaphore(_) => "SemaphorePermit::release",
+            Guard::Multi(_) => "MultiLockGuard::unlock",
+            Guard::Redlock(_) => "RedlockGuard::unlock",
+        }
     }
 
     async fn release(self) -> Result<(), String> {
@@ -677,6 +772,30 @@ impl Failed {
 }
 
 impl Target {
+    /// The operation of [`Target::acquire`].
+    fn op(&self) -> &'static str {
+        match self {
+            Target::Lock(_) => "Lock::try_lock",
+            Target::Fair(_) => "FairLock::try_lock",
+            Target::Read(_) => "ReadLock::try_lock",
+            Target::Write(_) => "WriteLock::try_lock",
+            Target::Semaphore(..) => "Semaphore::try_acquire",
+            Target::Multi(_) => "MultiLock::try_lock",
+            Target::Redlock(_) => "Redlock::try_lock",
+        }
+    }
+
+    /// Acquires through [`Ctx::call`].
+    async fn call(
+        &self,
+        ctx: &mut Ctx,
+        how: How,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Option<Result<Option<Guard>, Failed>> {
+        ctx.call(self.op(), how, self.acquire(wait, lease)).await
+    }
+
     async fn acquire(
         &self,
         wait: Duration,
@@ -887,7 +1006,7 @@ async fn acquire_within(
     let outcome = if roll >= cancel_percent && ctx.chance(10) {
         // Zero wait: one attempt, answered within about a round trip.
         let asked_us = now_us();
-        let got = target.acquire(Duration::ZERO, lease).await;
+        let got = target.call(ctx, How::Await, Duration::ZERO, lease).await;
         let _ = ctx.sink.send(Record::Probe(Probe {
             what: "try-zero".into(),
             client: ctx.client.clone(),
@@ -895,17 +1014,10 @@ async fn acquire_within(
             done_us: now_us(),
             bound_us: try_zero_bound_us(),
         }));
-        Some(got)
-    } else if roll >= cancel_percent {
-        Some(target.acquire(wait, lease).await)
-    } else if roll < cancel_percent / 2 {
-        let budget = Duration::from_millis(ctx.rng.below(30));
-        tokio::time::timeout(budget, target.acquire(wait, lease))
-            .await
-            .ok()
+        got
     } else {
-        let polls = 1 + ctx.rng.below(6);
-        poll_then_drop(target.acquire(wait, lease), polls, &mut ctx.rng).await
+        let how = ctx.how_of(roll, cancel_percent);
+        target.call(ctx, how, wait, lease).await
     };
     match outcome {
         None => {
@@ -938,17 +1050,20 @@ async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
         LetGo::Drop => drop(guards),
         LetGo::Unlock => {
             for g in guards {
-                if g.release().await.is_err() {
+                if release(ctx, g).await.is_err() {
                     ctx.stats.bump(kind, Count::ReleaseFailed);
                 }
             }
         }
         LetGo::Move => {
             ctx.stats.bump(kind, Count::Moved);
+            let coverage = ctx.stats.coverage.clone();
             let other = tokio::spawn(async move {
                 let mut failed = 0;
                 for g in guards {
-                    failed += u64::from(g.release().await.is_err());
+                    let op = g.release_op();
+                    let released = Recorded::new(&coverage, op, g.release(), Ending::Dropped);
+                    failed += u64::from(released.await.is_err());
                 }
                 failed
             });
@@ -965,6 +1080,11 @@ async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
             }
         }
     }
+}
+
+/// Releases `g`, awaited.
+async fn release(ctx: &Ctx, g: Guard) -> Result<(), String> {
+    ctx.recorded(g.release_op(), g.release()).await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1000,7 +1120,8 @@ async fn refused_while_held(ctx: &mut Ctx, kind: Kind, name: &str, twin: &Target
     if !ctx.chance(20) {
         return;
     }
-    if let Ok(Some(g)) = twin.acquire(Duration::ZERO, ctx.lease()).await {
+    let lease = ctx.lease();
+    if let Some(Ok(Some(g))) = twin.call(ctx, How::Await, Duration::ZERO, lease).await {
         if g.token() != token {
             return;
         }
@@ -1038,28 +1159,18 @@ async fn before_release(
 /// task waits for `g` like any contender; undone, it re-enters (the same
 /// token); unknown, it waits for `g` to end.
 async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, g: &mut Guard) {
-    let roll = ctx.rng.below(100);
-    let ended = if roll < 15 {
-        let budget = Duration::from_millis(ctx.rng.below(30));
-        tokio::time::timeout(budget, g.hand_off())
-            .await
-            .ok()
-            .flatten()
-    } else if roll < 30 {
-        let polls = 1 + ctx.rng.below(6);
-        poll_then_drop(g.hand_off(), polls, &mut ctx.rng)
-            .await
-            .flatten()
-    } else {
-        g.hand_off().await
+    let how = ctx.how(30);
+    let Some(op) = g.hand_off_op() else {
+        return;
     };
-    match ended {
+    match ctx.call(op, how, g.hand_off()).await {
         Some(Ok(())) => ctx.stats.bump(kind, Count::HandedOff),
         Some(Err(e)) => ctx.stats.error(kind, &e),
         None => ctx.stats.bump(kind, Count::Cancelled),
     }
     let token = g.token();
-    if let Ok(Some(again)) = target.acquire(Duration::ZERO, ctx.lease()).await {
+    let lease = ctx.lease();
+    if let Some(Ok(Some(again))) = target.call(ctx, How::Await, Duration::ZERO, lease).await {
         if again.token() != token && !g.is_lost() {
             ctx.stats.violation(&format!(
                 "{}: {kind:?} {name:?} granted again (token {}) to the task that handed its hold (token {token}) off, which still says held",
@@ -1067,7 +1178,7 @@ async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Targe
                 again.token(),
             ));
         }
-        if again.release().await.is_err() {
+        if release(ctx, again).await.is_err() {
             ctx.stats.bump(kind, Count::ReleaseFailed);
         }
     }
@@ -1110,8 +1221,9 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
         if matches!(again, Again::Reenter) && ctx.chance(30) {
             let lease2 = ctx.lease();
             let requested = now_us();
-            match target.acquire(WAIT, lease2).await {
-                Ok(Some(g)) => {
+            match target.call(ctx, How::Await, WAIT, lease2).await {
+                None => {}
+                Some(Ok(Some(g))) => {
                     let t = g.token();
                     if let Some(k) = tokens.iter().position(|&x| x == t) {
                         ctx.stats.bump(kind, Count::Reentered);
@@ -1139,10 +1251,10 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
                 // else has the lock (after a lost lease, or a restart that
                 // lost it); if the outer guard still believes, the checker
                 // sees the two holders.
-                Ok(None) => ctx
+                Some(Ok(None)) => ctx
                     .stats
                     .error(kind, "re-entry busy: the outer hold was gone"),
-                Err(f) => ctx.stats.error(kind, &f.text),
+                Some(Err(f)) => ctx.stats.error(kind, &f.text),
             }
         }
         if ctx.chance(25) {
@@ -1154,7 +1266,7 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
             let ext = ctx.extend_lease(cap);
             let last = recs.len() - 1;
             recs[last].section.lease_us = recs[last].section.lease_us.max(micros(ext));
-            if let Some(Ok(())) = guards[last][0].extend(ext).await {
+            if extend(ctx, &guards[last][0], ext).await {
                 ctx.stats.bump(kind, Count::Extended);
             }
         }
@@ -1170,7 +1282,7 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
         let k = nested[usize::try_from(ctx.rng.below(nested.len() as u64)).unwrap_or(0)];
         let i = usize::try_from(ctx.rng.below(guards[k].len() as u64)).unwrap_or(0);
         let g = guards[k].swap_remove(i);
-        if g.release().await.is_err() {
+        if release(ctx, g).await.is_err() {
             ctx.stats.bump(kind, Count::ReleaseFailed);
         }
         let d = Duration::from_millis(ctx.rng.below(20));
@@ -1184,6 +1296,15 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
             LetGo::Unlock
         };
         let_go(ctx, kind, gs, how).await;
+    }
+}
+
+/// Extends `g` to `lease`, awaited: whether it answered `Ok` (`false` for
+/// a kind without `extend`).
+async fn extend(ctx: &Ctx, g: &Guard, lease: Duration) -> bool {
+    match g.extend_op() {
+        Some(op) => ctx.recorded(op, g.extend(lease)).await.is_ok(),
+        None => false,
     }
 }
 
@@ -1227,7 +1348,9 @@ async fn rw(ctx: &mut Ctx, name: &str, (read, write): &(ReadLock, WriteLock)) {
     ctx.hold(&mut [&mut wrec], d, &|_| !w.is_lost()).await;
     let read_lease = ctx.lease();
     let requested = now_us();
-    let r = read.try_lock(WAIT, read_lease).await;
+    let r = ctx
+        .recorded("ReadLock::try_lock", read.try_lock(WAIT, read_lease))
+        .await;
     ctx.close(wrec, || !w.is_lost());
     let was_lost = w.is_lost();
     let how = let_go_how(ctx);
@@ -1288,7 +1411,10 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     })
     .await;
     if ctx.chance(25) {
-        match read.try_lock(WAIT, lease).await {
+        match ctx
+            .recorded("ReadLock::try_lock", read.try_lock(WAIT, lease))
+            .await
+        {
             Ok(Some(g)) if g.fencing_token() == token => {
                 ctx.stats.bump(kind, Count::Reentered);
                 guards.push(Guard::Rw(g));
@@ -1297,14 +1423,15 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
             // by the same holder; its own section would overlap this one
             // harmlessly. Keep it simple: let it go at once.
             Ok(Some(g)) => {
-                let _ = g.unlock().await;
+                let _ = release(ctx, Guard::Rw(g)).await;
             }
             Ok(None) => {}
             Err(e) => ctx.stats.error(kind, &e.to_string()),
         }
     }
     if ctx.chance(15) {
-        match write.try_lock(Duration::from_millis(50), None).await {
+        let upgrade = write.try_lock(Duration::from_millis(50), None);
+        match ctx.recorded("WriteLock::try_lock", upgrade).await {
             Err(e) if Failed::of(&e).upgrade_refused => {
                 ctx.stats.bump(Kind::RwWrite, Count::Special);
             }
@@ -1313,7 +1440,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
             // then an ordinary acquisition.
             Ok(granted) if guards.iter().any(Guard::is_lost) => {
                 if let Some(g) = granted {
-                    let _ = g.unlock().await;
+                    let _ = release(ctx, Guard::Rw(g)).await;
                 }
             }
             Ok(granted) => {
@@ -1323,7 +1450,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
                     if granted.is_some() { "granted" } else { "busy" }
                 ));
                 if let Some(g) = granted {
-                    let _ = g.unlock().await;
+                    let _ = release(ctx, Guard::Rw(g)).await;
                 }
             }
         }
@@ -1331,7 +1458,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     if ctx.chance(20) {
         let ext = ctx.extend_lease(Duration::MAX);
         rec.section.lease_us = rec.section.lease_us.max(micros(ext));
-        if let Some(Ok(())) = guards[0].extend(ext).await {
+        if extend(ctx, &guards[0], ext).await {
             ctx.stats.bump(kind, Count::Extended);
         }
     }
@@ -1341,7 +1468,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     .await;
     while guards.len() > 1 {
         if let Some(g) = guards.pop() {
-            let _ = g.release().await;
+            let _ = release(ctx, g).await;
         }
     }
     ctx.close(rec, || guards.iter().all(|g| !g.is_lost()));
@@ -1361,7 +1488,8 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
         Got::Failed(f) => {
             if f.not_initialized {
                 // First use, or the server restarted empty.
-                let _ = s.try_set_permits(of).await;
+                let set = s.try_set_permits(of);
+                let _ = ctx.recorded("Semaphore::try_set_permits", set).await;
             }
             return failed(ctx, kind, &f).await;
         }
@@ -1459,8 +1587,9 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
     let stall_after = ctx.rng.below(4);
     let requested_us = now_us();
     let mut busy = false;
+    let asked = ctx.recorded("Lock::try_lock", lock.try_lock(WAIT, lease));
     let acquire = async {
-        match lock.try_lock(WAIT, lease).await {
+        match asked.await {
             Ok(Some(g)) => Ok(g),
             Ok(None) => {
                 busy = true;
@@ -1624,7 +1753,7 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
             }
         }
     });
-    if let Ok(Err(e)) = tokio::time::timeout(run_for, run).await {
+    if let Some(Err(e)) = ctx.call("Leader::run", How::Timeout(run_for), run).await {
         ctx.stats.error(kind, &e.to_string());
     }
     let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
@@ -1674,7 +1803,9 @@ async fn force_own(ctx: &mut Ctx, name: &str, lock: &Lock, guards: &[Vec<Guard>]
 /// Force-unlocks `lock` and records it; whether the call returned `Ok`.
 async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
     let asked_us = now_us();
-    let result = lock.force_unlock().await;
+    let result = ctx
+        .recorded("Lock::force_unlock", lock.force_unlock())
+        .await;
     let done_us = now_us();
     let _ = ctx.sink.send(Record::Force(Force {
         lock: lock_id(Kind::Lock, name),
@@ -1736,13 +1867,14 @@ async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
     let mut guards = Vec::new();
     for k in 0..=ctx.rng.below(3) {
         let lock = client.lock(&format!("torture:shutdown:{}:{k}", ctx.client));
-        if let Ok(Some(g)) = lock.try_lock(Duration::from_millis(300), None).await {
+        let asked = lock.try_lock(Duration::from_millis(300), None);
+        if let Ok(Some(g)) = ctx.recorded("Lock::try_lock", asked).await {
             guards.push(g);
         }
     }
     tokio::time::sleep(Duration::from_millis(ctx.rng.below(50))).await;
     let asked_us = now_us();
-    let _ = client.shutdown().await;
+    let _ = ctx.recorded("Client::shutdown", client.shutdown()).await;
     let done_us = now_us();
     let _ = ctx.sink.send(Record::Probe(Probe {
         what: "shutdown".into(),
