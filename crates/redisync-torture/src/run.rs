@@ -40,7 +40,7 @@ pub fn is_bookkeeping(key: &str) -> bool {
     };
     matches!(
         (kind, role),
-        (_, "fence" | "leases" | "queue" | "readers" | "writers") | ("sem", "hold")
+        (_, "fence" | "leases" | "queue" | "readers" | "writers") | ("sem", "hold") | ("latch", _)
     )
 }
 

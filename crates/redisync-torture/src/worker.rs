@@ -228,7 +228,9 @@ impl Workers {
                         state: task_state,
                         rng: Rng::new(rng.next_u64()),
                     };
-                    let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?;
+                    let process = set.label.split('.').next().unwrap_or("");
+                    let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?
+                        .latch_of(&set.main, process);
                     handles.connect = Some(set.connect.clone());
                     tasks.spawn(run_task(ctx, family, handles, stop.clone()));
                 }

@@ -15,7 +15,14 @@
 //! - `MultiLock` takes 2 or 3 `Lock` names in random order, against the
 //!   `Lock` tasks on the same names;
 //! - a section ends with `unlock`, by dropping the guards (released in the
-//!   background), or by moving them to another task that releases them.
+//!   background), or by moving them to another task that releases them;
+//! - the rest of the public API (module `ops`): the other acquisition
+//!   forms, semaphore administration and force-release, fencing tokens,
+//!   fenced values, latches, leaders' campaigns and watches, the queries,
+//!   and every call after a client's shutdown.
+//!
+//! Every call goes through `Ctx::call` (or `Ctx::recorded`), which
+//! counts how it ended (the coverage table).
 //!
 //! Every section is recorded ([`Section`]) while it runs, so that a task
 //! that hangs or panics still leaves its open sections to the checker.
@@ -39,6 +46,8 @@ use crate::coverage::{Ended, Ending, Recorded, Recorder};
 use crate::history::{now_us, Access, Force, Kind, Pause, Probe, Record, Section, Step, Work};
 use crate::rng::Rng;
 
+mod ops;
+
 /// The names every family takes: a hash tag inside, colons, and a name
 /// spelled like the hold key of the `Lock` named `NAMES[0]`.
 pub(crate) const NAMES: [&str; 3] = [
@@ -58,6 +67,9 @@ pub(crate) const GUARDED_NAMES: [&str; 3] = ["torture:g:a", "torture:{g}:b", "to
 
 /// The names of the replica-synced client sets (likewise).
 pub(crate) const SYNCED_NAMES: [&str; 3] = ["torture:s:a", "torture:{s}:b", "torture:s:c"];
+
+/// The count-down latch of the `Latch` tasks (see [`Handles::latch_of`]).
+const LATCH: &str = "torture:latch";
 
 /// Permits of the semaphore named `NAMES[i]` (and the others' `[i]`).
 pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
@@ -83,10 +95,12 @@ pub(crate) enum Family {
     /// A fresh client takes a few locks and is shut down holding them:
     /// `Client::shutdown` must return within about one command timeout.
     Shutdown,
+    /// Count-down latches: set, counted down, waited for.
+    Latch,
 }
 
 impl Family {
-    pub(crate) const ALL: [Family; 9] = [
+    pub(crate) const ALL: [Family; 10] = [
         Family::Lock,
         Family::Fair,
         Family::Rw,
@@ -96,6 +110,7 @@ impl Family {
         Family::Locked,
         Family::Leader,
         Family::Shutdown,
+        Family::Latch,
     ];
 
     /// The families of the restart-guarded and replica-synced client sets:
@@ -120,6 +135,7 @@ impl Family {
             Family::Locked => "k",
             Family::Leader => "d",
             Family::Shutdown => "x",
+            Family::Latch => "a",
         }
     }
 }
@@ -277,6 +293,10 @@ pub(crate) struct Stats {
     last_stall_us: AtomicU64,
     /// Calls per operation and ending.
     pub(crate) coverage: Arc<Recorder>,
+    /// The newest fencing token a section of this process got.
+    newest_token: AtomicU64,
+    /// Per latch name: count-downs started, and answered `Ok`.
+    count_downs: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 /// Which counter of [`Counts`].
@@ -330,6 +350,38 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(one_line(what));
+    }
+
+    fn newest_token(&self) -> u64 {
+        self.newest_token.load(Ordering::Relaxed)
+    }
+
+    fn count_down_started(&self, latch: &str) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(latch.to_owned())
+            .or_default()
+            .0 += 1;
+    }
+
+    fn count_down_answered(&self, latch: &str) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(latch.to_owned())
+            .or_default()
+            .1 += 1;
+    }
+
+    /// Count-downs of `latch` started, and answered `Ok`, so far.
+    fn count_downs(&self, latch: &str) -> (u64, u64) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(latch)
+            .copied()
+            .unwrap_or_default()
     }
 
     pub(crate) fn counts(&self, kind: Kind) -> Counts {
@@ -444,6 +496,7 @@ impl Ctx {
         lease: Duration,
     ) -> Rec {
         let id = self.state.next_id.fetch_add(1, Ordering::Relaxed);
+        self.stats.newest_token.fetch_max(token, Ordering::Relaxed);
         let now = now_us();
         Rec {
             id,
@@ -582,7 +635,14 @@ impl Ctx {
         if roll >= cancel_percent {
             How::Await
         } else if roll < cancel_percent / 2 {
-            How::Timeout(Duration::from_millis(self.rng.below(30)))
+            // A third cut right after the first poll: a call that answers
+            // within a round trip is cut too.
+            let budget = if self.chance(33) {
+                0
+            } else {
+                self.rng.below(30)
+            };
+            How::Timeout(Duration::from_millis(budget))
         } else {
             How::Drop(1 + self.rng.below(6))
         }
@@ -710,6 +770,29 @@ impl Guard {
         })
     }
 
+    /// Resolves when the guard is known lost (kinds with `lost`, see
+    /// [`Guard::lost_op`]; others at once).
+    async fn lost(&self) {
+        match self {
+            Guard::Lock(g) => g.lost().await,
+            Guard::Fair(g) => g.lost().await,
+            Guard::Rw(g) => g.lost().await,
+            Guard::Semaphore(p) => p.lost().await,
+            Guard::Multi(_) | Guard::Redlock(_) => {}
+        }
+    }
+
+    /// The operation of [`Guard::lost`]; `None` for kinds without one.
+    fn lost_op(&self) -> Option<&'static str> {
+        Some(match self {
+            Guard::Lock(_) => "LockGuard::lost",
+            Guard::Fair(_) => "FairLockGuard::lost",
+            Guard::Rw(_) => "RwLockGuard::lost",
+            Guard::Semaphore(_) => "SemaphorePermit::lost",
+            Guard::Multi(_) | Guard::Redlock(_) => return None,
+        })
+    }
+
     /// The operation of [`Guard::release`].
     fn release_op(&self) -> &'static str {
         match self {
@@ -793,6 +876,9 @@ impl Target {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Option<Result<Option<Guard>, Failed>> {
+        if !wait.is_zero() && ctx.chance(30) {
+            return ops::acquire_form(ctx, self, how, wait, lease).await;
+        }
         ctx.call(self.op(), how, self.acquire(wait, lease)).await
     }
 
@@ -883,6 +969,8 @@ pub(crate) struct Handles {
     /// task that holds the first, it must not re-enter.
     redlock_twins: Vec<Redlock>,
     leaders: Vec<Leader>,
+    /// What the steps of [`ops`] use.
+    more: ops::More,
 }
 
 impl Handles {
@@ -923,7 +1011,19 @@ impl Handles {
             redlocks,
             redlock_twins,
             leaders: LEADER_NAMES.iter().map(|n| main.leader(n)).collect(),
+            more: ops::More::new(main, names, LATCH),
         })
+    }
+
+    /// The latch of the process `process` (the part of a client set's
+    /// label before its dot): the waiters' check counts the count-downs of
+    /// one process, so a process of its own has a latch of its own; the
+    /// simulated processes share one (and one process's counters).
+    pub(crate) fn latch_of(mut self, main: &Client, process: &str) -> Handles {
+        if !crate::is_virtual_clock() {
+            self.more = ops::More::new(main, self.names, &format!("{LATCH}:{process}"));
+        }
+        self
     }
 
     /// Sets every semaphore's permits where none are set (first use, or a
@@ -938,11 +1038,23 @@ impl Handles {
 /// One step of a task of `family`.
 pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
     let i = usize::try_from(ctx.rng.below(NAMES.len() as u64)).unwrap_or(0);
+    if family != Family::Shutdown && ctx.chance(8) {
+        ops::query(ctx, h, i).await;
+    }
     match family {
         Family::Lock if ctx.chance(2) => {
             // Another holder's lock, most likely (or none).
             force(ctx, h.names[i], &h.locks[i]).await;
         }
+        Family::Lock if ctx.chance(3) => ops::advance(ctx, h.names[i], &h.locks[i]).await,
+        Family::Fair if ctx.chance(2) => {
+            ops::force_other(ctx, Kind::FairLock, h.names[i], h, i).await;
+        }
+        Family::Rw if ctx.chance(2) => {
+            ops::force_other(ctx, Kind::RwWrite, h.names[i], h, i).await;
+        }
+        Family::Semaphore if ctx.chance(25) => ops::semaphore_admin(ctx, h).await,
+        Family::Latch => ops::latch(ctx, h).await,
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
             reentrant(ctx, Kind::Lock, h.names[i], &t, Again::Reenter).await;
@@ -978,7 +1090,11 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         }
         Family::Leader => {
             let i = i % LEADER_NAMES.len();
-            leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
+            if ctx.chance(50) {
+                ops::leader_step(ctx, LEADER_NAMES[i], &h.leaders[i], h).await;
+            } else {
+                leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
+            }
         }
     }
 }
@@ -1082,9 +1198,13 @@ async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
     }
 }
 
-/// Releases `g`, awaited.
-async fn release(ctx: &Ctx, g: Guard) -> Result<(), String> {
-    ctx.recorded(g.release_op(), g.release()).await
+/// Releases `g`: awaited, or (15 %) cut by a timeout or dropped after a
+/// few polls (the guard is gone either way: a release not done is done in
+/// the background). A cut release is no failed one.
+async fn release(ctx: &mut Ctx, g: Guard) -> Result<(), String> {
+    let how = ctx.how(15);
+    let op = g.release_op();
+    ctx.call(op, how, g.release()).await.unwrap_or(Ok(()))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1147,8 +1267,25 @@ async fn before_release(
     if matches!(kind, Kind::Lock | Kind::FairLock) && only && ctx.chance(10) {
         hand_off_then_ask(ctx, kind, name, target, &mut guards[0][0]).await;
     }
+    if ctx.chance(10) {
+        ops::query_held(ctx, target).await;
+    }
+    if only && ctx.chance(15) {
+        let client = match target {
+            Target::Lock(l) => Some(l.client()),
+            Target::Fair(l) => Some(l.client()),
+            _ => None,
+        };
+        if let Some(client) = client {
+            let f = client.fenced(&format!("torture:fenced:{name}"));
+            ops::fenced(ctx, &f, &guards[0][0]).await;
+        }
+    }
     if let (Target::Lock(lock), true) = (target, kind == Kind::Lock && ctx.chance(4)) {
         force_own(ctx, name, lock, guards).await;
+    }
+    if ctx.chance(15) {
+        ops::wait_lost(ctx, &guards[0][0]).await;
     }
 }
 
@@ -1301,9 +1438,10 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
 
 /// Extends `g` to `lease`, awaited: whether it answered `Ok` (`false` for
 /// a kind without `extend`).
-async fn extend(ctx: &Ctx, g: &Guard, lease: Duration) -> bool {
+async fn extend(ctx: &mut Ctx, g: &Guard, lease: Duration) -> bool {
+    let how = ctx.how(15);
     match g.extend_op() {
-        Some(op) => ctx.recorded(op, g.extend(lease)).await.is_ok(),
+        Some(op) => matches!(ctx.call(op, how, g.extend(lease)).await, Some(Ok(()))),
         None => false,
     }
 }
@@ -1482,7 +1620,10 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
     let held = u32::try_from(1 + ctx.rng.below(u64::from(of.min(2)))).unwrap_or(1);
     let kind = Kind::Semaphore;
     let requested_us = now_us();
-    let g = match acquire(ctx, kind, &Target::Semaphore(s.clone(), held), None).await {
+    // A fixed lease only for the forms that take one; the section's belief
+    // (the watchdog's lease) bounds it.
+    let lease = ctx.lease();
+    let g = match acquire(ctx, kind, &Target::Semaphore(s.clone(), held), lease).await {
         Got::Guard(g) => g,
         Got::Busy | Got::Cancelled => return,
         Got::Failed(f) => {
@@ -1503,7 +1644,17 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
         ctx.settings.lease,
     );
     let d = ctx.hold_time();
-    ctx.hold(&mut [&mut rec], d, &|_| !g.is_lost()).await;
+    ctx.hold(&mut [&mut rec], d / 2, &|_| !g.is_lost()).await;
+    if ctx.chance(20) {
+        ops::extend_permit(ctx, &mut rec.section.lease_us, &g).await;
+    }
+    if ctx.chance(10) {
+        ops::query_held(ctx, &Target::Semaphore(s.clone(), held)).await;
+    }
+    if ctx.chance(10) {
+        ops::wait_lost(ctx, &g).await;
+    }
+    ctx.hold(&mut [&mut rec], d / 2, &|_| !g.is_lost()).await;
     ctx.close(rec, || !g.is_lost());
     let how = let_go_how(ctx);
     let_go(ctx, kind, vec![g], how).await;
@@ -1753,7 +1904,13 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
             }
         }
     });
-    if let Some(Err(e)) = ctx.call("Leader::run", How::Timeout(run_for), run).await {
+    // Mostly for its time; now and then dropped after a few polls.
+    let how = if ctx.chance(10) {
+        How::Drop(1 + ctx.rng.below(6))
+    } else {
+        How::Timeout(run_for)
+    };
+    if let Some(Err(e)) = ctx.call("Leader::run", how, run).await {
         ctx.stats.error(kind, &e.to_string());
     }
     let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
@@ -1803,8 +1960,9 @@ async fn force_own(ctx: &mut Ctx, name: &str, lock: &Lock, guards: &[Vec<Guard>]
 /// Force-unlocks `lock` and records it; whether the call returned `Ok`.
 async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
     let asked_us = now_us();
+    let how = ctx.how(20);
     let result = ctx
-        .recorded("Lock::force_unlock", lock.force_unlock())
+        .call("Lock::force_unlock", how, lock.force_unlock())
         .await;
     let done_us = now_us();
     let _ = ctx.sink.send(Record::Force(Force {
@@ -1812,19 +1970,21 @@ async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
         client: ctx.client.clone(),
         asked_us,
         done_us,
-        ok: result.is_ok(),
+        ok: matches!(result, Some(Ok(_))),
     }));
     match result {
-        Ok(deleted) => {
+        Some(Ok(deleted)) => {
             if deleted {
                 ctx.stats.bump(Kind::Lock, Count::Special);
             }
             true
         }
-        Err(e) => {
+        Some(Err(e)) => {
             ctx.stats.error(Kind::Lock, &format!("force_unlock: {e}"));
             false
         }
+        // Cut: it may run or not, as a lost reply.
+        None => false,
     }
 }
 
@@ -1872,23 +2032,45 @@ async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
             guards.push(g);
         }
     }
+    // Half of them hold one of every other kind too, and check every call
+    // after the shutdown.
+    let mut held = if ctx.chance(50) {
+        Some(ops::Held::take(ctx, &client).await)
+    } else {
+        None
+    };
     tokio::time::sleep(Duration::from_millis(ctx.rng.below(50))).await;
     let asked_us = now_us();
-    let _ = ctx.recorded("Client::shutdown", client.shutdown()).await;
-    let done_us = now_us();
-    let _ = ctx.sink.send(Record::Probe(Probe {
-        what: "shutdown".into(),
-        client: ctx.client.clone(),
-        asked_us,
-        done_us,
-        bound_us: micros(ctx.settings.command_timeout + shutdown_slack()),
-    }));
-    let held = guards.iter().filter(|g| !g.is_lost()).count();
-    if held > 0 {
+    // Cut or dropped too: its first poll marks every guard lost.
+    let how = ctx.how(20);
+    let done = ctx.call("Client::shutdown", how, client.shutdown()).await;
+    if done.is_some() {
+        let _ = ctx.sink.send(Record::Probe(Probe {
+            what: "shutdown".into(),
+            client: ctx.client.clone(),
+            asked_us,
+            done_us: now_us(),
+            bound_us: micros(ctx.settings.command_timeout + shutdown_slack()),
+        }));
+    }
+    let others = held.as_ref().map_or(0, |h| {
+        h.others.iter().filter(|g| !g.is_lost()).count()
+            + usize::from(h.lead.as_ref().is_some_and(|l| !l.is_lost()))
+    });
+    let still = guards.iter().filter(|g| !g.is_lost()).count() + others;
+    if still > 0 {
         ctx.stats.violation(&format!(
-            "{}: {held} of {} guards still said held after their client's shutdown returned",
+            "{}: {still} guards still said held after their client's shutdown {}",
             ctx.client,
-            guards.len()
+            if done.is_some() {
+                "returned"
+            } else {
+                "was polled"
+            }
         ));
+    }
+    if let Some(mut h) = held.take() {
+        h.lock = guards.pop();
+        ops::after_shutdown(ctx, &client, h).await;
     }
 }
