@@ -293,8 +293,9 @@ pub(crate) struct Stats {
     last_stall_us: AtomicU64,
     /// Calls per operation and ending.
     pub(crate) coverage: Arc<Recorder>,
-    /// The newest fencing token a section of this process got.
-    newest_token: AtomicU64,
+    /// Per lock (see [`Section::lock`]), the newest fencing token a
+    /// section of this process got.
+    newest_tokens: Mutex<BTreeMap<String, u64>>,
     /// Per latch name: count-downs started, and answered `Ok`.
     count_downs: Mutex<BTreeMap<String, (u64, u64)>>,
 }
@@ -352,8 +353,14 @@ impl Stats {
             .push(one_line(what));
     }
 
-    fn newest_token(&self) -> u64 {
-        self.newest_token.load(Ordering::Relaxed)
+    /// The newest token a section of `lock` got (0: none yet).
+    fn newest_token(&self, lock: &str) -> u64 {
+        self.newest_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(lock)
+            .copied()
+            .unwrap_or(0)
     }
 
     fn count_down_started(&self, latch: &str) {
@@ -496,12 +503,21 @@ impl Ctx {
         lease: Duration,
     ) -> Rec {
         let id = self.state.next_id.fetch_add(1, Ordering::Relaxed);
-        self.stats.newest_token.fetch_max(token, Ordering::Relaxed);
+        let lock = lock_id(kind, name);
+        {
+            let mut newest = self
+                .stats
+                .newest_tokens
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let n = newest.entry(lock.clone()).or_default();
+            *n = (*n).max(token);
+        }
         let now = now_us();
         Rec {
             id,
             section: Section {
-                lock: lock_id(kind, name),
+                lock,
                 kind,
                 access,
                 client: self.client.clone(),

@@ -103,7 +103,7 @@ pub(super) async fn acquire_form(
             ctx.call("Lock::lock_with_lease", bounded, asked).await
         }
         (Target::Lock(l), _, _) => {
-            let min = min_token(ctx);
+            let min = min_token(ctx, l.name());
             let asked = async {
                 l.try_lock_with_min_token(wait, lease, min)
                     .await
@@ -173,25 +173,29 @@ async fn guard<G>(
         .map_err(|e| super::Failed::of(&e))
 }
 
-/// A lower bound for a token: none, just above the newest token this
-/// process saw (honoured while that is at most a second ahead of the
-/// server clock), or far ahead (ignored).
-fn min_token(ctx: &mut Ctx) -> u64 {
+/// A lower bound for a token of the `Lock` `name`: none, just above the
+/// newest token this process saw of it (at most a millisecond), or far
+/// ahead (ignored). Not further, nor from another lock (another server's
+/// clock): a bound up to a second ahead of the server's clock is honoured,
+/// and a token ahead of the clock is undercut by the clock's tokens after
+/// a restart that lost the counter (the README's limit of a clock that
+/// steps back around a data loss).
+fn min_token(ctx: &mut Ctx, name: &str) -> u64 {
     match ctx.rng.below(3) {
         0 => 0,
-        1 => ctx.stats.newest_token() + 1 + ctx.rng.below(500_000),
+        1 => ctx.stats.newest_token(&lock_id(Kind::Lock, name)) + 1 + ctx.rng.below(1000),
         _ => FAR_AHEAD,
     }
 }
 
 /// `advance_fencing_token` of a `Lock` name: to just above the newest
-/// token this process saw, or above what it accepts (an error). The
-/// counter it returns is at least what was asked.
+/// token this process saw of it (see [`min_token`]), or above what it
+/// accepts (an error). The counter it returns is at least what was asked.
 pub(super) async fn advance(ctx: &mut Ctx, name: &str, lock: &Lock) {
     let to = if ctx.chance(10) {
         TOO_LARGE
     } else {
-        ctx.stats.newest_token() + 1 + ctx.rng.below(1000)
+        ctx.stats.newest_token(&lock_id(Kind::Lock, name)) + 1 + ctx.rng.below(1000)
     };
     let how = ctx.how(30);
     let advanced = lock.advance_fencing_token(to);
