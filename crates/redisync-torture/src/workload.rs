@@ -296,6 +296,9 @@ pub(crate) struct Stats {
     /// Per lock (see [`Section::lock`]), the newest fencing token a
     /// section of this process got.
     newest_tokens: Mutex<BTreeMap<String, u64>>,
+    /// Per lock, when a task of this process last asked to force it
+    /// (`force_unlock`, `force_release`), µs.
+    forced: Mutex<BTreeMap<String, u64>>,
     /// Per latch name: count-downs started, and answered `Ok`.
     count_downs: Mutex<BTreeMap<String, (u64, u64)>>,
 }
@@ -379,6 +382,24 @@ impl Stats {
             .entry(latch.to_owned())
             .or_default()
             .1 += 1;
+    }
+
+    /// A task is about to force `lock`.
+    fn forcing(&self, lock: &str) {
+        self.forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lock.to_owned(), now_us());
+    }
+
+    /// When a task of this process last asked to force `lock` (0: never).
+    fn forced_at(&self, lock: &str) -> u64 {
+        self.forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(lock)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Count-downs of `latch` started, and answered `Ok`, so far.
@@ -1312,6 +1333,7 @@ async fn before_release(
 /// task waits for `g` like any contender; undone, it re-enters (the same
 /// token); unknown, it waits for `g` to end.
 async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, g: &mut Guard) {
+    let since = now_us();
     let how = ctx.how(30);
     let Some(op) = g.hand_off_op() else {
         return;
@@ -1324,7 +1346,12 @@ async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Targe
     let token = g.token();
     let lease = ctx.lease();
     if let Some(Ok(Some(again))) = target.call(ctx, How::Await, Duration::ZERO, lease).await {
-        if again.token() != token && !g.is_lost() {
+        // Another client's force of the lock (of this process: the other
+        // process's are not seen here) tells `g` only at its next renewal.
+        let forced =
+            ctx.stats.forced_at(&lock_id(kind, name)) + micros(ctx.settings.max_lease()) >= since;
+        // A restart that lost the hold tells `g` within its lease too.
+        if again.token() != token && !g.is_lost() && !forced && !ops::lost_data(ctx, target).await {
             ctx.stats.violation(&format!(
                 "{}: {kind:?} {name:?} granted again (token {}) to the task that handed its hold (token {token}) off, which still says held",
                 ctx.client,
@@ -1591,8 +1618,15 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
             }
             Err(e) => ctx.stats.error(Kind::RwWrite, &e.to_string()),
             // A lost read hold holds nothing: asking for the write side is
-            // then an ordinary acquisition.
-            Ok(granted) if guards.iter().any(Guard::is_lost) => {
+            // then an ordinary acquisition; so is one forced by another
+            // client of this process (the reader learns it at its next
+            // renewal).
+            Ok(granted)
+                if guards.iter().any(Guard::is_lost)
+                    || ctx.stats.forced_at(&lock_id(Kind::RwRead, name))
+                        + micros(ctx.settings.max_lease())
+                        >= requested_us =>
+            {
                 if let Some(g) = granted {
                     let _ = release(ctx, Guard::Rw(g)).await;
                 }
@@ -1975,6 +2009,7 @@ async fn force_own(ctx: &mut Ctx, name: &str, lock: &Lock, guards: &[Vec<Guard>]
 
 /// Force-unlocks `lock` and records it; whether the call returned `Ok`.
 async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
+    ctx.stats.forcing(&lock_id(Kind::Lock, name));
     let asked_us = now_us();
     let how = ctx.how(20);
     let result = ctx

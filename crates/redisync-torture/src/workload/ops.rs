@@ -216,6 +216,7 @@ pub(super) async fn advance(ctx: &mut Ctx, name: &str, lock: &Lock) {
 /// records it as [`Force`] (the checker excuses its holders while they may
 /// not know).
 pub(super) async fn force_other(ctx: &mut Ctx, kind: Kind, name: &str, h: &Handles, i: usize) {
+    ctx.stats.forcing(&lock_id(kind, name));
     let asked_us = now_us();
     let how = ctx.how(50);
     let result = match kind {
@@ -321,7 +322,9 @@ pub(super) async fn query(ctx: &mut Ctx, h: &Handles, i: usize) {
         ),
         20 => {
             let l = &h.leaders[i % h.leaders.len()];
-            drop(ctx.call("Leader::current", how, l.current()).await);
+            if let Some(Ok(info)) = ctx.call("Leader::current", how, l.current()).await {
+                term_existed(ctx, l.name(), info.as_ref());
+            }
         }
         21 => {
             let asked = m.admin.available_permits();
@@ -539,6 +542,7 @@ async fn admin_section(ctx: &mut Ctx, h: &Handles) {
 /// `force_release` of `s`, recorded as [`Force`]; `own`: a permit of this
 /// client, which must say lost once the call returned `Ok`.
 async fn force_release(ctx: &mut Ctx, s: &Semaphore, own: Option<&Guard>) {
+    ctx.stats.forcing(&lock_id(Kind::Semaphore, s.name()));
     let asked_us = now_us();
     let how = ctx.how(30);
     let result = ctx
@@ -697,6 +701,19 @@ async fn uptime(ctx: &mut Ctx, client: &Client) -> Option<(Duration, Instant)> {
     }
 }
 
+/// Whether the server of `target` (a `Lock` or `FairLock`) may have lost
+/// a hold a guard still believes in: it restarted within the longest lease
+/// (or its uptime cannot be read).
+pub(super) async fn lost_data(ctx: &mut Ctx, target: &Target) -> bool {
+    let client = match target {
+        Target::Lock(l) => l.client().clone(),
+        Target::Fair(l) => l.client().clone(),
+        _ => return true,
+    };
+    let up = ctx.call("Client::server_uptime", How::Await, client.server_uptime());
+    !matches!(up.await, Some(Ok(up)) if up > ctx.settings.max_lease() + Duration::from_secs(1))
+}
+
 /// Whether the server restarted since it said `up0` at `t0`: its uptime
 /// now (asked after this moment) is below `up0` plus the time since, less
 /// a second of rounding. `None`: unknown.
@@ -780,7 +797,8 @@ pub(super) async fn leader_step(ctx: &mut Ctx, name: &str, leader: &Leader, h: &
         }
         if ctx.chance(3) {
             let how = ctx.how(30);
-            let identity = format!("{}#{}", ctx.client, work.steps.len());
+            // Names its term: a watch must report it with that token.
+            let identity = format!("{}@{}", ctx.client, work.token);
             let set = lead.set_identity(&identity);
             drop(ctx.call("Leadership::set_identity", how, set).await);
         }
@@ -806,13 +824,16 @@ pub(super) async fn leader_step(ctx: &mut Ctx, name: &str, leader: &Leader, h: &
 
 /// A watch of an election for a while: the terms it reports never go
 /// back (a token below one it reported before), unless the server
-/// restarted meanwhile (an older snapshot brings an older term back).
+/// restarted meanwhile (an older snapshot brings an older term back), and
+/// each is one that existed: an identity set by a leadership (it names
+/// its token, see [`leader_step`]) comes with that token.
 async fn watch(ctx: &mut Ctx, leader: &Leader, client: &Client) {
     let since = uptime(ctx, client).await;
     let how = ctx.how(30);
     let Some(Ok(mut w)) = ctx.call("Leader::watch", how, leader.watch()).await else {
         return;
     };
+    term_existed(ctx, leader.name(), w.current().as_ref());
     let mut newest = w.current().and_then(|i| i.token);
     let mut went_back = None;
     for _ in 0..=ctx.rng.below(4) {
@@ -823,6 +844,7 @@ async fn watch(ctx: &mut Ctx, leader: &Leader, client: &Client) {
         };
         match ctx.call("LeaderWatch::changed", how, w.changed()).await {
             Some(Ok(info)) => {
+                term_existed(ctx, leader.name(), info.as_ref());
                 let token = info.and_then(|i| i.token);
                 if let (Some(before), Some(now)) = (newest, token) {
                     if now < before {
@@ -885,6 +907,28 @@ macro_rules! side_calls {
             ),
         ]
     };
+}
+
+/// A term reported by a watch or `Leader::current`: an identity that
+/// names a token (`<client>@<token>`, set by [`leader_step`]) comes with
+/// that token, or the report mixes two terms.
+fn term_existed(ctx: &Ctx, election: &str, info: Option<&redisync::LeaderInfo>) {
+    let Some(info) = info else {
+        return;
+    };
+    let named = info
+        .identity
+        .as_deref()
+        .and_then(|i| i.rsplit_once('@'))
+        .and_then(|(_, t)| t.parse::<u64>().ok());
+    if let (Some(named), Some(token)) = (named, info.token) {
+        if named != token {
+            ctx.stats.violation(&format!(
+                "{}: {election:?} reported a term that did not exist: identity {:?} (set by the leadership of token {named}) with token {token}",
+                ctx.client, info.identity
+            ));
+        }
+    }
 }
 
 /// Every call on a client after its `shutdown` returns
