@@ -93,16 +93,10 @@ pub(super) async fn acquire_form(
 ) -> Option<Result<Option<Guard>, super::Failed>> {
     let bounded = Ctx::bounded(how, wait);
     let form = ctx.rng.below(3);
+    // The lease asked for decides between `lock` (the watchdog's) and
+    // `lock_with_lease`: the section believes in that lease.
     match (target, form, lease) {
-        (Target::Lock(l), 0, _) | (Target::Lock(l), 1, None) => {
-            ctx.call("Lock::lock", bounded, guard(l.lock(), Guard::Lock))
-                .await
-        }
-        (Target::Lock(l), 1, Some(d)) => {
-            let asked = guard(l.lock_with_lease(d), Guard::Lock);
-            ctx.call("Lock::lock_with_lease", bounded, asked).await
-        }
-        (Target::Lock(l), _, _) => {
+        (Target::Lock(l), 2, _) => {
             let min = min_token(ctx, l.name());
             let asked = async {
                 l.try_lock_with_min_token(wait, lease, min)
@@ -112,27 +106,35 @@ pub(super) async fn acquire_form(
             };
             ctx.call("Lock::try_lock_with_min_token", how, asked).await
         }
-        (Target::Fair(l), _, Some(d)) if form > 0 => {
+        (Target::Lock(l), _, None) => {
+            ctx.call("Lock::lock", bounded, guard(l.lock(), Guard::Lock))
+                .await
+        }
+        (Target::Lock(l), _, Some(d)) => {
+            let asked = guard(l.lock_with_lease(d), Guard::Lock);
+            ctx.call("Lock::lock_with_lease", bounded, asked).await
+        }
+        (Target::Fair(l), _, Some(d)) => {
             let asked = guard(l.lock_with_lease(d), Guard::Fair);
             ctx.call("FairLock::lock_with_lease", bounded, asked).await
         }
-        (Target::Fair(l), _, _) => {
+        (Target::Fair(l), _, None) => {
             ctx.call("FairLock::lock", bounded, guard(l.lock(), Guard::Fair))
                 .await
         }
-        (Target::Read(l), _, Some(d)) if form > 0 => {
+        (Target::Read(l), _, Some(d)) => {
             let asked = guard(l.lock_with_lease(d), Guard::Rw);
             ctx.call("ReadLock::lock_with_lease", bounded, asked).await
         }
-        (Target::Read(l), _, _) => {
+        (Target::Read(l), _, None) => {
             ctx.call("ReadLock::lock", bounded, guard(l.lock(), Guard::Rw))
                 .await
         }
-        (Target::Write(l), _, Some(d)) if form > 0 => {
+        (Target::Write(l), _, Some(d)) => {
             let asked = guard(l.lock_with_lease(d), Guard::Rw);
             ctx.call("WriteLock::lock_with_lease", bounded, asked).await
         }
-        (Target::Write(l), _, _) => {
+        (Target::Write(l), _, None) => {
             ctx.call("WriteLock::lock", bounded, guard(l.lock(), Guard::Rw))
                 .await
         }
@@ -526,7 +528,9 @@ async fn admin_section(ctx: &mut Ctx, h: &Handles) {
         },
         g.token(),
         requested_us,
-        ctx.belief(lease),
+        // The watchdog's lease bounds a fixed one (`acquire` takes the
+        // watchdog's whatever was planned).
+        ctx.settings.lease,
     );
     let d = ctx.hold_time();
     ctx.hold(&mut [&mut rec], d, &|_| !g.is_lost()).await;
