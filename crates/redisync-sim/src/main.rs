@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use redisync_sim::{simulate, SimConfig, SimOutcome};
+use redisync_torture::Coverage;
 
 fn usage() -> ! {
     eprintln!(
@@ -44,6 +45,7 @@ fn main() {
             }
         }
         report(&outcome);
+        print!("operations (calls per ending):\n{}", outcome.coverage);
         println!(
             "seed {seed}: {} violations, {} grants, {} commands, {} faults, history digest {:016x}, {:.1} s",
             outcome.report.violations.len(),
@@ -68,12 +70,14 @@ fn main() {
     let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
     let started = Instant::now();
     let (mut seeds, mut commands, mut grants, mut failed) = (0u64, 0u64, 0usize, Vec::new());
+    let mut coverage = Coverage::default();
     let mut seed = first;
     while Instant::now() < until {
         match simulate(&SimConfig::new(seed)) {
             Ok(outcome) => {
                 commands += outcome.commands;
                 grants += outcome.report.grants;
+                coverage.merge(&outcome.coverage);
                 if !outcome.ok() {
                     report(&outcome);
                     failed.push(seed);
@@ -93,6 +97,7 @@ fn main() {
         seed += 1;
     }
     let secs = started.elapsed().as_secs_f64();
+    print!("operations (calls per ending, every seed):\n{coverage}");
     println!(
         "{seeds} schedules (seeds {first}..{}) in {secs:.1} s, {commands} commands ({:.0} steps/s), {grants} grants ({:.0}/s), {} failing seeds {failed:?}",
         seed.saturating_sub(1),

@@ -11,7 +11,8 @@ use std::time::Duration;
 use redisync::Client;
 use redisync_torture::checker::{check, Report, Violation};
 use redisync_torture::{
-    ClientSet, Connect, Counts, History, Kill, Kind, Pause, Record, Section, Server, Settings,
+    ClientSet, Connect, Counts, Coverage, History, Kill, Kind, Pause, Record, Section, Server,
+    Settings,
 };
 
 use crate::world::{Faults, Scheduled, World};
@@ -66,6 +67,8 @@ pub struct SimOutcome {
     pub commands: u64,
     /// Per kind, what the workload did.
     pub counts: BTreeMap<Kind, Counts>,
+    /// Calls per operation and ending.
+    pub coverage: Coverage,
     /// The faults applied, with their virtual times (µs).
     pub schedule: Vec<(u64, Scheduled)>,
     /// A digest of the history (sections, works, probes): equal for a
@@ -192,6 +195,7 @@ async fn simulate_on(config: &SimConfig) -> Result<SimOutcome, String> {
         report,
         commands: world.commands(),
         counts: run.counts,
+        coverage: run.coverage,
         schedule,
         digest: digest(&lines),
         lines,

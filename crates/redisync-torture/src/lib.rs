@@ -53,6 +53,7 @@
 )]
 
 pub mod checker;
+mod coverage;
 mod faults;
 mod history;
 mod rng;
@@ -60,6 +61,7 @@ mod run;
 mod worker;
 mod workload;
 
+pub use coverage::{Coverage, Ending};
 pub use faults::{FaultKind, FaultRecord};
 pub use history::{
     client_of, is_guarded, is_synced, is_virtual_clock, now_us, stall_runtime, use_virtual_clock,

@@ -40,7 +40,7 @@ pub fn is_bookkeeping(key: &str) -> bool {
     };
     matches!(
         (kind, role),
-        (_, "fence" | "leases" | "queue" | "readers" | "writers") | ("sem", "hold")
+        (_, "fence" | "leases" | "queue" | "readers" | "writers") | ("sem", "hold") | ("latch", _)
     )
 }
 
@@ -109,6 +109,8 @@ pub struct Summary {
     pub faults: Vec<FaultRecord>,
     /// The checker's report; its violations include check (d).
     pub report: Report,
+    /// Calls per operation and ending, both processes together.
+    pub coverage: crate::Coverage,
 }
 
 impl Summary {
@@ -227,6 +229,8 @@ impl fmt::Display for Summary {
                 writeln!(f, "  e.g. {kind} error: {e}")?;
             }
         }
+        writeln!(f, "operations (calls per ending):")?;
+        write!(f, "{}", self.coverage)?;
         write_violations(f, &r.violations)
     }
 }
@@ -336,6 +340,7 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         errors.insert(kind, samples);
     }
     let worker_violations = workers.stats.violations();
+    let coverage = merged(workers.stats.coverage.snapshot(), &child_output.coverage);
     workers.shutdown().await;
 
     let leaderships = crate::checker::leader_sections(&history);
@@ -372,7 +377,14 @@ pub async fn run(config: &Config) -> Result<Summary, String> {
         grants,
         faults: schedule.log,
         report,
+        coverage,
     })
+}
+
+/// `own` with `other` added.
+fn merged(mut own: crate::Coverage, other: &crate::Coverage) -> crate::Coverage {
+    own.merge(other);
+    own
 }
 
 /// Writes the history's records to the file named by
@@ -638,6 +650,8 @@ struct ChildOutput {
     errors: BTreeMap<Kind, Vec<String>>,
     /// What its workers saw go wrong outside the history.
     violations: Vec<String>,
+    /// Its calls per operation and ending.
+    coverage: crate::Coverage,
     /// Lines that were not understood (printed as they come, kept for errors).
     other: Vec<String>,
 }
@@ -803,6 +817,7 @@ async fn read_child(
             }
         } else if let Some((kind, counts)) = Counts::from_line(&line) {
             out.counts.insert(kind, counts);
+        } else if out.coverage.add_line(&line) {
         } else if let Some(rest) = line.strip_prefix("X\t") {
             if let Some((kind, message)) = rest
                 .split_once('\t')
@@ -895,6 +910,9 @@ pub async fn worker_process(args: &[String]) -> Result<(), String> {
     }
     for what in workers.stats.violations() {
         say(&format!("V\t{what}"));
+    }
+    for line in workers.stats.coverage.snapshot().to_lines() {
+        say(&line);
     }
     say("STOPPED");
     while let Ok(Some(line)) = stdin.next_line().await {

@@ -228,7 +228,9 @@ impl Workers {
                         state: task_state,
                         rng: Rng::new(rng.next_u64()),
                     };
-                    let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?;
+                    let process = set.label.split('.').next().unwrap_or("");
+                    let mut handles = Handles::new(&set.main, &set.nodes, settings, names)?
+                        .latch_of(&set.main, process);
                     handles.connect = Some(set.connect.clone());
                     tasks.spawn(run_task(ctx, family, handles, stop.clone()));
                 }
@@ -332,6 +334,8 @@ pub struct WorkloadRun {
     pub violations: Vec<String>,
     /// Per kind: acquisitions, busy, errors, ...
     pub counts: std::collections::BTreeMap<Kind, Counts>,
+    /// Calls per operation and ending.
+    pub coverage: crate::Coverage,
 }
 
 /// Runs the torture workload on client sets made elsewhere (a simulated
@@ -367,5 +371,6 @@ pub async fn run_workload(
         run.counts.insert(kind, workers.stats.counts(kind));
     }
     run.violations = workers.stats.violations();
+    run.coverage = workers.stats.coverage.snapshot();
     Ok((run, std::mem::take(&mut workers.sets)))
 }

@@ -15,7 +15,14 @@
 //! - `MultiLock` takes 2 or 3 `Lock` names in random order, against the
 //!   `Lock` tasks on the same names;
 //! - a section ends with `unlock`, by dropping the guards (released in the
-//!   background), or by moving them to another task that releases them.
+//!   background), or by moving them to another task that releases them;
+//! - the rest of the public API (module `ops`): the other acquisition
+//!   forms, semaphore administration and force-release, fencing tokens,
+//!   fenced values, latches, leaders' campaigns and watches, the queries,
+//!   and every call after a client's shutdown.
+//!
+//! Every call goes through `Ctx::call` (or `Ctx::recorded`), which
+//! counts how it ended (the coverage table).
 //!
 //! Every section is recorded ([`Section`]) while it runs, so that a task
 //! that hangs or panics still leaves its open sections to the checker.
@@ -35,8 +42,11 @@ use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::coverage::{Ended, Ending, Recorded, Recorder};
 use crate::history::{now_us, Access, Force, Kind, Pause, Probe, Record, Section, Step, Work};
 use crate::rng::Rng;
+
+mod ops;
 
 /// The names every family takes: a hash tag inside, colons, and a name
 /// spelled like the hold key of the `Lock` named `NAMES[0]`.
@@ -57,6 +67,9 @@ pub(crate) const GUARDED_NAMES: [&str; 3] = ["torture:g:a", "torture:{g}:b", "to
 
 /// The names of the replica-synced client sets (likewise).
 pub(crate) const SYNCED_NAMES: [&str; 3] = ["torture:s:a", "torture:{s}:b", "torture:s:c"];
+
+/// The count-down latch of the `Latch` tasks (see [`Handles::latch_of`]).
+const LATCH: &str = "torture:latch";
 
 /// Permits of the semaphore named `NAMES[i]` (and the others' `[i]`).
 pub(crate) const SEMAPHORE_PERMITS: [u32; 3] = [1, 3, 2];
@@ -82,10 +95,12 @@ pub(crate) enum Family {
     /// A fresh client takes a few locks and is shut down holding them:
     /// `Client::shutdown` must return within about one command timeout.
     Shutdown,
+    /// Count-down latches: set, counted down, waited for.
+    Latch,
 }
 
 impl Family {
-    pub(crate) const ALL: [Family; 9] = [
+    pub(crate) const ALL: [Family; 10] = [
         Family::Lock,
         Family::Fair,
         Family::Rw,
@@ -95,6 +110,7 @@ impl Family {
         Family::Locked,
         Family::Leader,
         Family::Shutdown,
+        Family::Latch,
     ];
 
     /// The families of the restart-guarded and replica-synced client sets:
@@ -119,6 +135,7 @@ impl Family {
             Family::Locked => "k",
             Family::Leader => "d",
             Family::Shutdown => "x",
+            Family::Latch => "a",
         }
     }
 }
@@ -274,6 +291,16 @@ pub(crate) struct Stats {
     violations: Mutex<Vec<String>>,
     /// When a task last stalled its runtime thread (µs).
     last_stall_us: AtomicU64,
+    /// Calls per operation and ending.
+    pub(crate) coverage: Arc<Recorder>,
+    /// Per lock (see [`Section::lock`]), the newest fencing token a
+    /// section of this process got.
+    newest_tokens: Mutex<BTreeMap<String, u64>>,
+    /// Per lock, when a task of this process last asked to force it
+    /// (`force_unlock`, `force_release`), µs.
+    forced: Mutex<BTreeMap<String, u64>>,
+    /// Per latch name: count-downs started, and answered `Ok`.
+    count_downs: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 /// Which counter of [`Counts`].
@@ -327,6 +354,62 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(one_line(what));
+    }
+
+    /// The newest token a section of `lock` got (0: none yet).
+    fn newest_token(&self, lock: &str) -> u64 {
+        self.newest_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(lock)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn count_down_started(&self, latch: &str) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(latch.to_owned())
+            .or_default()
+            .0 += 1;
+    }
+
+    fn count_down_answered(&self, latch: &str) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(latch.to_owned())
+            .or_default()
+            .1 += 1;
+    }
+
+    /// A task is about to force `lock`.
+    fn forcing(&self, lock: &str) {
+        self.forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lock.to_owned(), now_us());
+    }
+
+    /// When a task of this process last asked to force `lock` (0: never).
+    fn forced_at(&self, lock: &str) -> u64 {
+        self.forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(lock)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Count-downs of `latch` started, and answered `Ok`, so far.
+    fn count_downs(&self, latch: &str) -> (u64, u64) {
+        self.count_downs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(latch)
+            .copied()
+            .unwrap_or_default()
     }
 
     pub(crate) fn counts(&self, kind: Kind) -> Counts {
@@ -441,11 +524,21 @@ impl Ctx {
         lease: Duration,
     ) -> Rec {
         let id = self.state.next_id.fetch_add(1, Ordering::Relaxed);
+        let lock = lock_id(kind, name);
+        {
+            let mut newest = self
+                .stats
+                .newest_tokens
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let n = newest.entry(lock.clone()).or_default();
+            *n = (*n).max(token);
+        }
         let now = now_us();
         Rec {
             id,
             section: Section {
-                lock: lock_id(kind, name),
+                lock,
                 kind,
                 access,
                 client: self.client.clone(),
@@ -566,6 +659,72 @@ impl Ctx {
         };
         d.min(cap)
     }
+
+    /// How a call is made: awaited (`100 - cancel_percent` %), cut by a
+    /// `timeout` of 0-30 ms (half the rest) or dropped after 1-6 polls.
+    fn how(&mut self, cancel_percent: u64) -> How {
+        let roll = self.rng.below(100);
+        self.how_of(roll, cancel_percent)
+    }
+
+    /// [`Ctx::how`] for a `roll` drawn already.
+    fn how_of(&mut self, roll: u64, cancel_percent: u64) -> How {
+        if roll >= cancel_percent {
+            How::Await
+        } else if roll < cancel_percent / 2 {
+            // A third cut right after the first poll: a call that answers
+            // within a round trip is cut too.
+            let budget = if self.chance(33) {
+                0
+            } else {
+                self.rng.below(30)
+            };
+            How::Timeout(Duration::from_millis(budget))
+        } else {
+            How::Drop(1 + self.rng.below(6))
+        }
+    }
+
+    /// Calls `op` (its future `fut`) as `how` says, counting how it ended
+    /// (every call of the workload goes through here or [`Ctx::recorded`]);
+    /// `None` when it was cut.
+    async fn call<F>(&mut self, op: &'static str, how: How, fut: F) -> Option<F::Output>
+    where
+        F: Future,
+        F::Output: Ended,
+    {
+        match how {
+            How::Await => Some(self.recorded(op, fut).await),
+            How::Timeout(budget) => {
+                let cut = Recorded::new(&self.stats.coverage, op, fut, Ending::Timeout);
+                tokio::time::timeout(budget, cut).await.ok()
+            }
+            How::Drop(polls) => {
+                let cut = Recorded::new(&self.stats.coverage, op, fut, Ending::Dropped);
+                poll_then_drop(cut, polls, &mut self.rng).await
+            }
+        }
+    }
+
+    /// An awaited call of `op`, counted; dropped by whoever holds it, it
+    /// counts as dropped.
+    fn recorded<F>(&self, op: &'static str, fut: F) -> Recorded<F>
+    where
+        F: Future,
+        F::Output: Ended,
+    {
+        Recorded::new(&self.stats.coverage, op, fut, Ending::Dropped)
+    }
+}
+
+/// How a call is made (see [`Ctx::call`]).
+#[derive(Debug, Clone, Copy)]
+enum How {
+    Await,
+    /// Cut by a `timeout` of this budget.
+    Timeout(Duration),
+    /// Dropped after at most this many polls.
+    Drop(u64),
 }
 
 fn micros(d: Duration) -> u64 {
@@ -605,26 +764,82 @@ impl Guard {
         }
     }
 
-    /// `hand_off()`; `None` for kinds without one.
-    async fn hand_off(&mut self) -> Option<Result<(), String>> {
+    /// `hand_off()` (of a `Lock` or `FairLock` guard: others do nothing).
+    async fn hand_off(&mut self) -> Result<(), String> {
         let r = match self {
             Guard::Lock(g) => g.hand_off().await,
             Guard::Fair(g) => g.hand_off().await,
-            _ => return None,
+            _ => return Ok(()),
         };
-        Some(r.map_err(|e| e.to_string()))
+        r.map_err(|e| e.to_string())
     }
 
-    /// `None` when the kind has no `extend`.
-    async fn extend(&self, lease: Duration) -> Option<Result<(), String>> {
-        let r = match self {
+    /// The operation of [`Guard::hand_off`]; `None` for kinds without one.
+    fn hand_off_op(&self) -> Option<&'static str> {
+        match self {
+            Guard::Lock(_) => Some("LockGuard::hand_off"),
+            Guard::Fair(_) => Some("FairLockGuard::hand_off"),
+            _ => None,
+        }
+    }
+
+    /// `extend` (of a kind that has one, see [`Guard::extend_op`]).
+    async fn extend(&self, lease: Duration) -> Result<(), String> {
+        match self {
             Guard::Lock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Fair(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Rw(g) => g.extend(lease).await.map_err(|e| e.to_string()),
             Guard::Redlock(g) => g.extend(lease).await.map_err(|e| e.to_string()),
-            Guard::Semaphore(_) | Guard::Multi(_) => return None,
-        };
-        Some(r)
+            Guard::Semaphore(p) => p.extend(lease).await.map_err(|e| e.to_string()),
+            Guard::Multi(_) => Ok(()),
+        }
+    }
+
+    /// The operation of [`Guard::extend`]; `None` for kinds without one.
+    fn extend_op(&self) -> Option<&'static str> {
+        Some(match self {
+            Guard::Lock(_) => "LockGuard::extend",
+            Guard::Fair(_) => "FairLockGuard::extend",
+            Guard::Rw(_) => "RwLockGuard::extend",
+            Guard::Redlock(_) => "RedlockGuard::extend",
+            Guard::Semaphore(_) => "SemaphorePermit::extend",
+            Guard::Multi(_) => return None,
+        })
+    }
+
+    /// Resolves when the guard is known lost (kinds with `lost`, see
+    /// [`Guard::lost_op`]; others at once).
+    async fn lost(&self) {
+        match self {
+            Guard::Lock(g) => g.lost().await,
+            Guard::Fair(g) => g.lost().await,
+            Guard::Rw(g) => g.lost().await,
+            Guard::Semaphore(p) => p.lost().await,
+            Guard::Multi(_) | Guard::Redlock(_) => {}
+        }
+    }
+
+    /// The operation of [`Guard::lost`]; `None` for kinds without one.
+    fn lost_op(&self) -> Option<&'static str> {
+        Some(match self {
+            Guard::Lock(_) => "LockGuard::lost",
+            Guard::Fair(_) => "FairLockGuard::lost",
+            Guard::Rw(_) => "RwLockGuard::lost",
+            Guard::Semaphore(_) => "SemaphorePermit::lost",
+            Guard::Multi(_) | Guard::Redlock(_) => return None,
+        })
+    }
+
+    /// The operation of [`Guard::release`].
+    fn release_op(&self) -> &'static str {
+        match self {
+            Guard::Lock(_) => "LockGuard::unlock",
+            Guard::Fair(_) => "FairLockGuard::unlock",
+            Guard::Rw(_) => "RwLockGuard::unlock",
+            Guard::Semaphore(_) => "SemaphorePermit::release",
+            Guard::Multi(_) => "MultiLockGuard::unlock",
+            Guard::Redlock(_) => "RedlockGuard::unlock",
+        }
     }
 
     async fn release(self) -> Result<(), String> {
@@ -677,6 +892,33 @@ impl Failed {
 }
 
 impl Target {
+    /// The operation of [`Target::acquire`].
+    fn op(&self) -> &'static str {
+        match self {
+            Target::Lock(_) => "Lock::try_lock",
+            Target::Fair(_) => "FairLock::try_lock",
+            Target::Read(_) => "ReadLock::try_lock",
+            Target::Write(_) => "WriteLock::try_lock",
+            Target::Semaphore(..) => "Semaphore::try_acquire",
+            Target::Multi(_) => "MultiLock::try_lock",
+            Target::Redlock(_) => "Redlock::try_lock",
+        }
+    }
+
+    /// Acquires through [`Ctx::call`].
+    async fn call(
+        &self,
+        ctx: &mut Ctx,
+        how: How,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Option<Result<Option<Guard>, Failed>> {
+        if !wait.is_zero() && ctx.chance(30) {
+            return ops::acquire_form(ctx, self, how, wait, lease).await;
+        }
+        ctx.call(self.op(), how, self.acquire(wait, lease)).await
+    }
+
     async fn acquire(
         &self,
         wait: Duration,
@@ -764,6 +1006,8 @@ pub(crate) struct Handles {
     /// task that holds the first, it must not re-enter.
     redlock_twins: Vec<Redlock>,
     leaders: Vec<Leader>,
+    /// What the steps of [`ops`] use.
+    more: ops::More,
 }
 
 impl Handles {
@@ -804,7 +1048,19 @@ impl Handles {
             redlocks,
             redlock_twins,
             leaders: LEADER_NAMES.iter().map(|n| main.leader(n)).collect(),
+            more: ops::More::new(main, names, LATCH),
         })
+    }
+
+    /// The latch of the process `process` (the part of a client set's
+    /// label before its dot): the waiters' check counts the count-downs of
+    /// one process, so a process of its own has a latch of its own; the
+    /// simulated processes share one (and one process's counters).
+    pub(crate) fn latch_of(mut self, main: &Client, process: &str) -> Handles {
+        if !crate::is_virtual_clock() {
+            self.more = ops::More::new(main, self.names, &format!("{LATCH}:{process}"));
+        }
+        self
     }
 
     /// Sets every semaphore's permits where none are set (first use, or a
@@ -819,11 +1075,23 @@ impl Handles {
 /// One step of a task of `family`.
 pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
     let i = usize::try_from(ctx.rng.below(NAMES.len() as u64)).unwrap_or(0);
+    if family != Family::Shutdown && ctx.chance(8) {
+        ops::query(ctx, h, i).await;
+    }
     match family {
         Family::Lock if ctx.chance(2) => {
             // Another holder's lock, most likely (or none).
             force(ctx, h.names[i], &h.locks[i]).await;
         }
+        Family::Lock if ctx.chance(3) => ops::advance(ctx, h.names[i], &h.locks[i]).await,
+        Family::Fair if ctx.chance(2) => {
+            ops::force_other(ctx, Kind::FairLock, h.names[i], h, i).await;
+        }
+        Family::Rw if ctx.chance(2) => {
+            ops::force_other(ctx, Kind::RwWrite, h.names[i], h, i).await;
+        }
+        Family::Semaphore if ctx.chance(25) => ops::semaphore_admin(ctx, h).await,
+        Family::Latch => ops::latch(ctx, h).await,
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
             reentrant(ctx, Kind::Lock, h.names[i], &t, Again::Reenter).await;
@@ -859,7 +1127,11 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         }
         Family::Leader => {
             let i = i % LEADER_NAMES.len();
-            leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
+            if ctx.chance(50) {
+                ops::leader_step(ctx, LEADER_NAMES[i], &h.leaders[i], h).await;
+            } else {
+                leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
+            }
         }
     }
 }
@@ -887,7 +1159,7 @@ async fn acquire_within(
     let outcome = if roll >= cancel_percent && ctx.chance(10) {
         // Zero wait: one attempt, answered within about a round trip.
         let asked_us = now_us();
-        let got = target.acquire(Duration::ZERO, lease).await;
+        let got = target.call(ctx, How::Await, Duration::ZERO, lease).await;
         let _ = ctx.sink.send(Record::Probe(Probe {
             what: "try-zero".into(),
             client: ctx.client.clone(),
@@ -895,17 +1167,10 @@ async fn acquire_within(
             done_us: now_us(),
             bound_us: try_zero_bound_us(),
         }));
-        Some(got)
-    } else if roll >= cancel_percent {
-        Some(target.acquire(wait, lease).await)
-    } else if roll < cancel_percent / 2 {
-        let budget = Duration::from_millis(ctx.rng.below(30));
-        tokio::time::timeout(budget, target.acquire(wait, lease))
-            .await
-            .ok()
+        got
     } else {
-        let polls = 1 + ctx.rng.below(6);
-        poll_then_drop(target.acquire(wait, lease), polls, &mut ctx.rng).await
+        let how = ctx.how_of(roll, cancel_percent);
+        target.call(ctx, how, wait, lease).await
     };
     match outcome {
         None => {
@@ -938,17 +1203,20 @@ async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
         LetGo::Drop => drop(guards),
         LetGo::Unlock => {
             for g in guards {
-                if g.release().await.is_err() {
+                if release(ctx, g).await.is_err() {
                     ctx.stats.bump(kind, Count::ReleaseFailed);
                 }
             }
         }
         LetGo::Move => {
             ctx.stats.bump(kind, Count::Moved);
+            let coverage = ctx.stats.coverage.clone();
             let other = tokio::spawn(async move {
                 let mut failed = 0;
                 for g in guards {
-                    failed += u64::from(g.release().await.is_err());
+                    let op = g.release_op();
+                    let released = Recorded::new(&coverage, op, g.release(), Ending::Dropped);
+                    failed += u64::from(released.await.is_err());
                 }
                 failed
             });
@@ -965,6 +1233,15 @@ async fn let_go(ctx: &mut Ctx, kind: Kind, guards: Vec<Guard>, how: LetGo) {
             }
         }
     }
+}
+
+/// Releases `g`: awaited, or (15 %) cut by a timeout or dropped after a
+/// few polls (the guard is gone either way: a release not done is done in
+/// the background). A cut release is no failed one.
+async fn release(ctx: &mut Ctx, g: Guard) -> Result<(), String> {
+    let how = ctx.how(15);
+    let op = g.release_op();
+    ctx.call(op, how, g.release()).await.unwrap_or(Ok(()))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1000,7 +1277,8 @@ async fn refused_while_held(ctx: &mut Ctx, kind: Kind, name: &str, twin: &Target
     if !ctx.chance(20) {
         return;
     }
-    if let Ok(Some(g)) = twin.acquire(Duration::ZERO, ctx.lease()).await {
+    let lease = ctx.lease();
+    if let Some(Ok(Some(g))) = twin.call(ctx, How::Await, Duration::ZERO, lease).await {
         if g.token() != token {
             return;
         }
@@ -1026,8 +1304,25 @@ async fn before_release(
     if matches!(kind, Kind::Lock | Kind::FairLock) && only && ctx.chance(10) {
         hand_off_then_ask(ctx, kind, name, target, &mut guards[0][0]).await;
     }
+    if ctx.chance(10) {
+        ops::query_held(ctx, target).await;
+    }
+    if only && ctx.chance(15) {
+        let client = match target {
+            Target::Lock(l) => Some(l.client()),
+            Target::Fair(l) => Some(l.client()),
+            _ => None,
+        };
+        if let Some(client) = client {
+            let f = client.fenced(&format!("torture:fenced:{name}"));
+            ops::fenced(ctx, &f, &guards[0][0]).await;
+        }
+    }
     if let (Target::Lock(lock), true) = (target, kind == Kind::Lock && ctx.chance(4)) {
         force_own(ctx, name, lock, guards).await;
+    }
+    if ctx.chance(15) {
+        ops::wait_lost(ctx, &guards[0][0]).await;
     }
 }
 
@@ -1038,36 +1333,32 @@ async fn before_release(
 /// task waits for `g` like any contender; undone, it re-enters (the same
 /// token); unknown, it waits for `g` to end.
 async fn hand_off_then_ask(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, g: &mut Guard) {
-    let roll = ctx.rng.below(100);
-    let ended = if roll < 15 {
-        let budget = Duration::from_millis(ctx.rng.below(30));
-        tokio::time::timeout(budget, g.hand_off())
-            .await
-            .ok()
-            .flatten()
-    } else if roll < 30 {
-        let polls = 1 + ctx.rng.below(6);
-        poll_then_drop(g.hand_off(), polls, &mut ctx.rng)
-            .await
-            .flatten()
-    } else {
-        g.hand_off().await
+    let since = now_us();
+    let how = ctx.how(30);
+    let Some(op) = g.hand_off_op() else {
+        return;
     };
-    match ended {
+    match ctx.call(op, how, g.hand_off()).await {
         Some(Ok(())) => ctx.stats.bump(kind, Count::HandedOff),
         Some(Err(e)) => ctx.stats.error(kind, &e),
         None => ctx.stats.bump(kind, Count::Cancelled),
     }
     let token = g.token();
-    if let Ok(Some(again)) = target.acquire(Duration::ZERO, ctx.lease()).await {
-        if again.token() != token && !g.is_lost() {
+    let lease = ctx.lease();
+    if let Some(Ok(Some(again))) = target.call(ctx, How::Await, Duration::ZERO, lease).await {
+        // Another client's force of the lock (of this process: the other
+        // process's are not seen here) tells `g` only at its next renewal.
+        let forced =
+            ctx.stats.forced_at(&lock_id(kind, name)) + micros(ctx.settings.max_lease()) >= since;
+        // A restart that lost the hold tells `g` within its lease too.
+        if again.token() != token && !g.is_lost() && !forced && !ops::lost_data(ctx, target).await {
             ctx.stats.violation(&format!(
                 "{}: {kind:?} {name:?} granted again (token {}) to the task that handed its hold (token {token}) off, which still says held",
                 ctx.client,
                 again.token(),
             ));
         }
-        if again.release().await.is_err() {
+        if release(ctx, again).await.is_err() {
             ctx.stats.bump(kind, Count::ReleaseFailed);
         }
     }
@@ -1110,8 +1401,9 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
         if matches!(again, Again::Reenter) && ctx.chance(30) {
             let lease2 = ctx.lease();
             let requested = now_us();
-            match target.acquire(WAIT, lease2).await {
-                Ok(Some(g)) => {
+            match target.call(ctx, How::Await, WAIT, lease2).await {
+                None => {}
+                Some(Ok(Some(g))) => {
                     let t = g.token();
                     if let Some(k) = tokens.iter().position(|&x| x == t) {
                         ctx.stats.bump(kind, Count::Reentered);
@@ -1139,10 +1431,10 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
                 // else has the lock (after a lost lease, or a restart that
                 // lost it); if the outer guard still believes, the checker
                 // sees the two holders.
-                Ok(None) => ctx
+                Some(Ok(None)) => ctx
                     .stats
                     .error(kind, "re-entry busy: the outer hold was gone"),
-                Err(f) => ctx.stats.error(kind, &f.text),
+                Some(Err(f)) => ctx.stats.error(kind, &f.text),
             }
         }
         if ctx.chance(25) {
@@ -1154,7 +1446,7 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
             let ext = ctx.extend_lease(cap);
             let last = recs.len() - 1;
             recs[last].section.lease_us = recs[last].section.lease_us.max(micros(ext));
-            if let Some(Ok(())) = guards[last][0].extend(ext).await {
+            if extend(ctx, &guards[last][0], ext).await {
                 ctx.stats.bump(kind, Count::Extended);
             }
         }
@@ -1170,7 +1462,7 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
         let k = nested[usize::try_from(ctx.rng.below(nested.len() as u64)).unwrap_or(0)];
         let i = usize::try_from(ctx.rng.below(guards[k].len() as u64)).unwrap_or(0);
         let g = guards[k].swap_remove(i);
-        if g.release().await.is_err() {
+        if release(ctx, g).await.is_err() {
             ctx.stats.bump(kind, Count::ReleaseFailed);
         }
         let d = Duration::from_millis(ctx.rng.below(20));
@@ -1184,6 +1476,16 @@ async fn reentrant(ctx: &mut Ctx, kind: Kind, name: &str, target: &Target, again
             LetGo::Unlock
         };
         let_go(ctx, kind, gs, how).await;
+    }
+}
+
+/// Extends `g` to `lease`, awaited: whether it answered `Ok` (`false` for
+/// a kind without `extend`).
+async fn extend(ctx: &mut Ctx, g: &Guard, lease: Duration) -> bool {
+    let how = ctx.how(15);
+    match g.extend_op() {
+        Some(op) => matches!(ctx.call(op, how, g.extend(lease)).await, Some(Ok(()))),
+        None => false,
     }
 }
 
@@ -1227,7 +1529,9 @@ async fn rw(ctx: &mut Ctx, name: &str, (read, write): &(ReadLock, WriteLock)) {
     ctx.hold(&mut [&mut wrec], d, &|_| !w.is_lost()).await;
     let read_lease = ctx.lease();
     let requested = now_us();
-    let r = read.try_lock(WAIT, read_lease).await;
+    let r = ctx
+        .recorded("ReadLock::try_lock", read.try_lock(WAIT, read_lease))
+        .await;
     ctx.close(wrec, || !w.is_lost());
     let was_lost = w.is_lost();
     let how = let_go_how(ctx);
@@ -1288,7 +1592,10 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     })
     .await;
     if ctx.chance(25) {
-        match read.try_lock(WAIT, lease).await {
+        match ctx
+            .recorded("ReadLock::try_lock", read.try_lock(WAIT, lease))
+            .await
+        {
             Ok(Some(g)) if g.fencing_token() == token => {
                 ctx.stats.bump(kind, Count::Reentered);
                 guards.push(Guard::Rw(g));
@@ -1297,23 +1604,31 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
             // by the same holder; its own section would overlap this one
             // harmlessly. Keep it simple: let it go at once.
             Ok(Some(g)) => {
-                let _ = g.unlock().await;
+                let _ = release(ctx, Guard::Rw(g)).await;
             }
             Ok(None) => {}
             Err(e) => ctx.stats.error(kind, &e.to_string()),
         }
     }
     if ctx.chance(15) {
-        match write.try_lock(Duration::from_millis(50), None).await {
+        let upgrade = write.try_lock(Duration::from_millis(50), None);
+        match ctx.recorded("WriteLock::try_lock", upgrade).await {
             Err(e) if Failed::of(&e).upgrade_refused => {
                 ctx.stats.bump(Kind::RwWrite, Count::Special);
             }
             Err(e) => ctx.stats.error(Kind::RwWrite, &e.to_string()),
             // A lost read hold holds nothing: asking for the write side is
-            // then an ordinary acquisition.
-            Ok(granted) if guards.iter().any(Guard::is_lost) => {
+            // then an ordinary acquisition; so is one forced by another
+            // client of this process (the reader learns it at its next
+            // renewal).
+            Ok(granted)
+                if guards.iter().any(Guard::is_lost)
+                    || ctx.stats.forced_at(&lock_id(Kind::RwRead, name))
+                        + micros(ctx.settings.max_lease())
+                        >= requested_us =>
+            {
                 if let Some(g) = granted {
-                    let _ = g.unlock().await;
+                    let _ = release(ctx, Guard::Rw(g)).await;
                 }
             }
             Ok(granted) => {
@@ -1323,7 +1638,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
                     if granted.is_some() { "granted" } else { "busy" }
                 ));
                 if let Some(g) = granted {
-                    let _ = g.unlock().await;
+                    let _ = release(ctx, Guard::Rw(g)).await;
                 }
             }
         }
@@ -1331,7 +1646,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     if ctx.chance(20) {
         let ext = ctx.extend_lease(Duration::MAX);
         rec.section.lease_us = rec.section.lease_us.max(micros(ext));
-        if let Some(Ok(())) = guards[0].extend(ext).await {
+        if extend(ctx, &guards[0], ext).await {
             ctx.stats.bump(kind, Count::Extended);
         }
     }
@@ -1341,7 +1656,7 @@ async fn reader(ctx: &mut Ctx, name: &str, read: &ReadLock, write: &WriteLock) {
     .await;
     while guards.len() > 1 {
         if let Some(g) = guards.pop() {
-            let _ = g.release().await;
+            let _ = release(ctx, g).await;
         }
     }
     ctx.close(rec, || guards.iter().all(|g| !g.is_lost()));
@@ -1355,13 +1670,17 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
     let held = u32::try_from(1 + ctx.rng.below(u64::from(of.min(2)))).unwrap_or(1);
     let kind = Kind::Semaphore;
     let requested_us = now_us();
-    let g = match acquire(ctx, kind, &Target::Semaphore(s.clone(), held), None).await {
+    // A fixed lease only for the forms that take one; the section's belief
+    // (the watchdog's lease) bounds it.
+    let lease = ctx.lease();
+    let g = match acquire(ctx, kind, &Target::Semaphore(s.clone(), held), lease).await {
         Got::Guard(g) => g,
         Got::Busy | Got::Cancelled => return,
         Got::Failed(f) => {
             if f.not_initialized {
                 // First use, or the server restarted empty.
-                let _ = s.try_set_permits(of).await;
+                let set = s.try_set_permits(of);
+                let _ = ctx.recorded("Semaphore::try_set_permits", set).await;
             }
             return failed(ctx, kind, &f).await;
         }
@@ -1375,7 +1694,17 @@ async fn semaphore(ctx: &mut Ctx, i: usize, s: &Semaphore) {
         ctx.settings.lease,
     );
     let d = ctx.hold_time();
-    ctx.hold(&mut [&mut rec], d, &|_| !g.is_lost()).await;
+    ctx.hold(&mut [&mut rec], d / 2, &|_| !g.is_lost()).await;
+    if ctx.chance(20) {
+        ops::extend_permit(ctx, &mut rec.section.lease_us, &g).await;
+    }
+    if ctx.chance(10) {
+        ops::query_held(ctx, &Target::Semaphore(s.clone(), held)).await;
+    }
+    if ctx.chance(10) {
+        ops::wait_lost(ctx, &g).await;
+    }
+    ctx.hold(&mut [&mut rec], d / 2, &|_| !g.is_lost()).await;
     ctx.close(rec, || !g.is_lost());
     let how = let_go_how(ctx);
     let_go(ctx, kind, vec![g], how).await;
@@ -1459,8 +1788,9 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
     let stall_after = ctx.rng.below(4);
     let requested_us = now_us();
     let mut busy = false;
+    let asked = ctx.recorded("Lock::try_lock", lock.try_lock(WAIT, lease));
     let acquire = async {
-        match lock.try_lock(WAIT, lease).await {
+        match asked.await {
             Ok(Some(g)) => Ok(g),
             Ok(None) => {
                 busy = true;
@@ -1624,7 +1954,13 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
             }
         }
     });
-    if let Ok(Err(e)) = tokio::time::timeout(run_for, run).await {
+    // Mostly for its time; now and then dropped after a few polls.
+    let how = if ctx.chance(10) {
+        How::Drop(1 + ctx.rng.below(6))
+    } else {
+        How::Timeout(run_for)
+    };
+    if let Some(Err(e)) = ctx.call("Leader::run", how, run).await {
         ctx.stats.error(kind, &e.to_string());
     }
     let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
@@ -1673,27 +2009,33 @@ async fn force_own(ctx: &mut Ctx, name: &str, lock: &Lock, guards: &[Vec<Guard>]
 
 /// Force-unlocks `lock` and records it; whether the call returned `Ok`.
 async fn force(ctx: &mut Ctx, name: &str, lock: &Lock) -> bool {
+    ctx.stats.forcing(&lock_id(Kind::Lock, name));
     let asked_us = now_us();
-    let result = lock.force_unlock().await;
+    let how = ctx.how(20);
+    let result = ctx
+        .call("Lock::force_unlock", how, lock.force_unlock())
+        .await;
     let done_us = now_us();
     let _ = ctx.sink.send(Record::Force(Force {
         lock: lock_id(Kind::Lock, name),
         client: ctx.client.clone(),
         asked_us,
         done_us,
-        ok: result.is_ok(),
+        ok: matches!(result, Some(Ok(_))),
     }));
     match result {
-        Ok(deleted) => {
+        Some(Ok(deleted)) => {
             if deleted {
                 ctx.stats.bump(Kind::Lock, Count::Special);
             }
             true
         }
-        Err(e) => {
+        Some(Err(e)) => {
             ctx.stats.error(Kind::Lock, &format!("force_unlock: {e}"));
             false
         }
+        // Cut: it may run or not, as a lost reply.
+        None => false,
     }
 }
 
@@ -1736,27 +2078,50 @@ async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
     let mut guards = Vec::new();
     for k in 0..=ctx.rng.below(3) {
         let lock = client.lock(&format!("torture:shutdown:{}:{k}", ctx.client));
-        if let Ok(Some(g)) = lock.try_lock(Duration::from_millis(300), None).await {
+        let asked = lock.try_lock(Duration::from_millis(300), None);
+        if let Ok(Some(g)) = ctx.recorded("Lock::try_lock", asked).await {
             guards.push(g);
         }
     }
+    // Half of them hold one of every other kind too, and check every call
+    // after the shutdown.
+    let mut held = if ctx.chance(50) {
+        Some(ops::Held::take(ctx, &client).await)
+    } else {
+        None
+    };
     tokio::time::sleep(Duration::from_millis(ctx.rng.below(50))).await;
     let asked_us = now_us();
-    let _ = client.shutdown().await;
-    let done_us = now_us();
-    let _ = ctx.sink.send(Record::Probe(Probe {
-        what: "shutdown".into(),
-        client: ctx.client.clone(),
-        asked_us,
-        done_us,
-        bound_us: micros(ctx.settings.command_timeout + shutdown_slack()),
-    }));
-    let held = guards.iter().filter(|g| !g.is_lost()).count();
-    if held > 0 {
+    // Cut or dropped too: its first poll marks every guard lost.
+    let how = ctx.how(20);
+    let done = ctx.call("Client::shutdown", how, client.shutdown()).await;
+    if done.is_some() {
+        let _ = ctx.sink.send(Record::Probe(Probe {
+            what: "shutdown".into(),
+            client: ctx.client.clone(),
+            asked_us,
+            done_us: now_us(),
+            bound_us: micros(ctx.settings.command_timeout + shutdown_slack()),
+        }));
+    }
+    let others = held.as_ref().map_or(0, |h| {
+        h.others.iter().filter(|g| !g.is_lost()).count()
+            + usize::from(h.lead.as_ref().is_some_and(|l| !l.is_lost()))
+    });
+    let still = guards.iter().filter(|g| !g.is_lost()).count() + others;
+    if still > 0 {
         ctx.stats.violation(&format!(
-            "{}: {held} of {} guards still said held after their client's shutdown returned",
+            "{}: {still} guards still said held after their client's shutdown {}",
             ctx.client,
-            guards.len()
+            if done.is_some() {
+                "returned"
+            } else {
+                "was polled"
+            }
         ));
+    }
+    if let Some(mut h) = held.take() {
+        h.lock = guards.pop();
+        ops::after_shutdown(ctx, &client, h).await;
     }
 }
