@@ -303,6 +303,20 @@ impl World {
                 (gap, fault, state.faults.max_clock_step)
             };
             tokio::time::sleep(gap).await;
+            if let Scheduled::Restart(server, _, true) = fault {
+                // Behind a proxy a restart is seen by LASTSAVE, in whole
+                // seconds: one in the same second as the server's last
+                // save is the README's undetectable case. Not before the
+                // next second, then.
+                let wait = {
+                    let state = self.lock();
+                    let s = &state.servers[server];
+                    let now_us = self.server_time_us(s, Instant::now());
+                    let next_us = (s.redis.lastsave() + 1).saturating_mul(1_000_000);
+                    u64::try_from(next_us.saturating_sub(now_us)).unwrap_or(0)
+                };
+                tokio::time::sleep(Duration::from_micros(wait)).await;
+            }
             // One fault at a time, as in the torture test: the next waits
             // for this one to end (the checker cannot tell a grant whose
             // reply a stalled client reads after a restart wiped it).
