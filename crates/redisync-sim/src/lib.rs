@@ -73,6 +73,8 @@ pub const DEFAULT_START_US: i64 = 1_704_067_200_000_000;
 pub struct SimRedis {
     db: db::Db,
     engine: script::Engine,
+    /// When this process started, on its clock (µs): `INFO`'s uptime.
+    started_us: i64,
 }
 
 impl Default for SimRedis {
@@ -93,7 +95,14 @@ impl SimRedis {
         SimRedis {
             db: db::Db::new(now_us),
             engine: script::Engine::new(),
+            started_us: now_us,
         }
+    }
+
+    /// `INFO`'s `uptime_in_seconds`: whole seconds since this process
+    /// started, on its clock.
+    pub fn uptime_secs(&self) -> u64 {
+        u64::try_from((self.db.now_us - self.started_us).div_euclid(1_000_000)).unwrap_or(0)
     }
 
     /// `LASTSAVE`: the server's start or its last save, in seconds.
@@ -303,6 +312,7 @@ impl SimRedis {
         self.db.now_us = now_us;
         // A new process: its start is its last save.
         self.db.lastsave = now_us.div_euclid(1_000_000);
+        self.started_us = now_us;
         self.db.published.clear();
         self.db.purge_expired();
         self.engine.flush();

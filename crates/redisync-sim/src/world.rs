@@ -111,8 +111,6 @@ struct Server {
     redis: SimRedis,
     /// Bumped by each restart: connections made before it are gone.
     life: u64,
-    /// When the current life began (for `uptime_in_seconds`).
-    started: Instant,
     /// Commands wait until then (a paused server).
     paused_until: Instant,
     /// Where the server's clock stands against the virtual clock.
@@ -175,7 +173,6 @@ impl World {
                     .map(|_| Server {
                         redis: SimRedis::with_time_us(start_us),
                         life: 0,
-                        started: start,
                         paused_until: start,
                         clock_offset_us: 0,
                         snapshot: None,
@@ -361,7 +358,6 @@ impl World {
                 s.redis.set_time_us(time);
                 s.redis.restart(snapshot.as_ref());
                 s.life += 1;
-                s.started = now;
                 let life = s.life;
                 for link in state.links.iter_mut().filter(|l| l.server == *server) {
                     if *proxied {
@@ -637,14 +633,13 @@ impl Link for SimLink {
         Box::pin(async move {
             let mut words: Vec<Vec<u8>> = vec![command.name.as_bytes().to_vec()];
             words.extend(command.args.iter().map(arg_bytes));
-            let started = {
-                let state = self.world.lock();
-                state.servers[state.links[self.id].server].started
-            };
             let reply = self
                 .send(|redis| match command.name.to_ascii_lowercase().as_str() {
+                    // Both fields from the server the command reached (one
+                    // that restarted behind a proxy while it was on its way
+                    // answers for its new process).
                     "info" => {
-                        let up = (Instant::now() - started).as_secs();
+                        let up = redis.uptime_secs();
                         let saved = redis.lastsave();
                         Reply::Bulk(
                             format!("# Server\r\nredis_version:{SIM_VERSION}\r\nuptime_in_seconds:{up}\r\n# Persistence\r\nrdb_last_save_time:{saved}\r\n")
