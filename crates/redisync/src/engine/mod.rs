@@ -176,6 +176,7 @@ impl Reply {
 
 /// One name of one kind on one client: what every handle carries, and the
 /// keys every kind has (its other keys come from [`Named::role`]).
+#[derive(Clone)]
 pub(crate) struct Named {
     pub(crate) client: Client,
     pub(crate) name: Arc<str>,
@@ -222,26 +223,18 @@ impl Named {
     /// The same name, for a handle whose every acquisition is its own owner.
     pub(crate) fn non_reentrant(&self) -> Named {
         Named {
-            client: self.client.clone(),
-            name: self.name.clone(),
-            kind: self.kind,
             reentrant: false,
-            key: self.key.clone(),
-            hold: self.hold.clone(),
-            fence: self.fence.clone(),
-            channel: self.channel.clone(),
-            labels: self.labels.clone(),
-            own_restart_guard: self.own_restart_guard.clone(),
+            ..self.clone()
         }
     }
 
     /// The same name, for a handle whose acquisitions' scripts check
     /// `guard` (a Redlock node's; see [`Named::restart_guard`]).
     pub(crate) fn with_restart_guard(&self, guard: Arc<RestartGuard>) -> Named {
-        let mut named = self.non_reentrant();
-        named.reentrant = self.reentrant;
-        named.own_restart_guard = Some(guard);
-        named
+        Named {
+            own_restart_guard: Some(guard),
+            ..self.clone()
+        }
     }
 
     /// The restart guard an acquisition's script checks (the server's
