@@ -353,22 +353,35 @@ async fn restarted_node_cannot_grant_the_lock_twice() {
         }
     }
     assert!(released_on(&nodes, "restart", &[0, 1, 2]).await);
-    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
+    let within = "nodes come of age within 3 s (2 s of uptime as Redis rounds it)";
+    let (held, a_valid_until) =
+        held_on_0_and_1_then_node_1_restarts(&mut nodes, &a, max_lease, within).await;
+    // B gets nodes 1 and 2, but node 1 is too young to count.
+    let refused = wins_only_after(&b, max_lease, a_valid_until).await;
+    assert!(refused > 0, "B was refused while A held the lock");
+    drop(held);
+}
+
+/// A holds nodes 0 and 1 only (node 2 hangs during its attempt), then
+/// node 1 restarts empty and forgets A's grant: A's guard and the end of
+/// its validity.
+async fn held_on_0_and_1_then_node_1_restarts(
+    nodes: &mut RedisNodes,
+    a: &Redlock,
+    max_lease: Duration,
+    within: &str,
+) -> (RedlockGuard, Instant) {
     nodes[2].pause();
     let held = a
         .try_lock(Duration::from_secs(3), Some(max_lease))
         .await
         .expect("try_lock")
-        .expect("nodes come of age within 3 s (2 s of uptime as Redis rounds it)");
+        .expect(within);
     let a_valid_until = Instant::now() + held.validity();
     assert_eq!(held.nodes(), [0, 1]);
     nodes[2].resume();
-    // Node 1 restarts empty: it forgets A's grant.
     nodes[1].restart().await;
-    // B gets nodes 1 and 2, but node 1 is too young to count.
-    let refused = wins_only_after(&b, max_lease, a_valid_until).await;
-    assert!(refused > 0, "B was refused while A held the lock");
-    drop(held);
+    (held, a_valid_until)
 }
 
 /// Tries `b` every 25 ms until it wins, and asserts that this was not
@@ -437,18 +450,9 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
         before + 3,
         "no INFO per attempt"
     );
-    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
-    nodes[2].pause();
-    let held = a
-        .try_lock(Duration::from_secs(3), Some(max_lease))
-        .await
-        .expect("try_lock")
-        .expect("nodes 0 and 1");
-    let a_valid_until = Instant::now() + held.validity();
-    assert_eq!(held.nodes(), [0, 1]);
-    nodes[2].resume();
-    // Node 1 restarts empty: it forgets A's grant; B had seen it old.
-    nodes[1].restart().await;
+    // B had seen node 1 old.
+    let (held, a_valid_until) =
+        held_on_0_and_1_then_node_1_restarts(&mut nodes, &a, max_lease, "nodes 0 and 1").await;
     wins_only_after(&b, max_lease, a_valid_until).await;
     drop(held);
 }
@@ -474,18 +478,9 @@ async fn a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_aga
     let seen = held_on_all(&b, 3, Duration::from_secs(3), Some(max_lease)).await;
     seen.unlock().await.expect("unlock");
     let generation = b_clients[1].connection_generation();
-    // A holds nodes 0 and 1 only (node 2 hangs during its attempt).
-    nodes[2].pause();
-    let held = a
-        .try_lock(Duration::from_secs(3), Some(max_lease))
-        .await
-        .expect("try_lock")
-        .expect("nodes 0 and 1");
-    let a_valid_until = Instant::now() + held.validity();
-    assert_eq!(held.nodes(), [0, 1]);
-    nodes[2].resume();
-    // Node 1 restarts empty: it forgets A's grant; B's connection stays.
-    nodes[1].restart().await;
+    // B's connection to node 1 stays.
+    let (held, a_valid_until) =
+        held_on_0_and_1_then_node_1_restarts(&mut nodes, &a, max_lease, "nodes 0 and 1").await;
     wins_only_after(&b, max_lease, a_valid_until).await;
     assert_eq!(
         b_clients[1].connection_generation(),
