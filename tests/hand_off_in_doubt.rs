@@ -182,12 +182,11 @@ async fn fair_a_second_hand_off_after_one_in_doubt_frees_the_name_on_unlock() {
     s.unreachable_during(g.hand_off()).await;
     let second = g.hand_off().await;
     let unlocked = g.unlock().await;
-    let got = s
-        .b
-        .fair_lock(name)
-        .try_lock(Duration::from_secs(6), Some(Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let got =
+        s.b.fair_lock(name)
+            .try_lock(Duration::from_secs(6), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
     let left = s.fields(common::key("fair", "hold", name)).await;
     assert!(
         got.is_some(),
