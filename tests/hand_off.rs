@@ -5,6 +5,9 @@
 //! fair lock.
 
 mod common;
+/// A hand-off whose outcome stayed unknown.
+#[path = "hand_off/in_doubt.rs"]
+mod in_doubt;
 
 use std::time::Duration;
 

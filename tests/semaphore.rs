@@ -615,9 +615,10 @@ async fn local_waiters_cost_ten_commands_per_acquisition() {
         .sum();
     // One-offs, however many acquisitions: the subscription (with its
     // contention mark and message) and the first contender's busy attempts
-    // around it (4 commands each: 1-2 seen, 807-811 in all; room for 4 on a
-    // slow machine). One more command per acquisition would cost 80.
-    let one_offs = 20;
+    // around it (4 commands each: 1-2 seen when idle, 807-811 in all; 824
+    // seen in CI on a loaded machine, so room for 10). One more command per
+    // acquisition would cost 80.
+    let one_offs = 40;
     assert!(
         calls <= 10 * tasks * rounds + one_offs,
         "{calls} commands for {} acquisitions: {after:?}",

@@ -4,13 +4,11 @@
 //! name is free once everything is released, not after the lease. Found by
 //! the second adversarial review of issue 39.
 
-mod common;
-
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use common::Env;
+use crate::common::{self, Env};
 use fred::interfaces::HashesInterface;
 use redisync::{Client, Owner};
 use redisync_testkit::FaultProxy;
