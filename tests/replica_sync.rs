@@ -570,3 +570,92 @@ async fn a_waiter_whose_hand_off_was_gone_keeps_its_place_among_its_clients_task
         "a later task of the client got ahead"
     );
 }
+
+/// A watchdog renewal in the millisecond of a hand-off (the lease it would
+/// set is the one the hand-off just set) still writes, so a `WAIT` after it
+/// covers the hand-off, which another connection wrote. Each renewal script
+/// runs right behind a hand-off's writes in one script (the same
+/// millisecond, bar a rare tick in between: 20 runs each), and its own
+/// writes are counted. A renewal that skipped an equal lease wrote nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
+    const LEASE: &str = "30000";
+    // (what, the hand-off's writes, the renewal, its keys' prefixes, its
+    // arguments after the lease, the command a renewal writes with, how many
+    // of them the hand-off wrote, how many the renewal writes)
+    let cases: [(&str, &str, &str, &[&str], &[&str], &str, u64, u64); 4] = [
+        (
+            "lock",
+            "redis.call('hset', KEYS[1], ARGV[2], 1, '~t', ARGV[3])
+             redis.call('pexpire', KEYS[1], ARGV[1])",
+            include_str!("../lua/lock_renew.lua"),
+            &["lock"],
+            &["owner", "7"],
+            "pexpire",
+            1,
+            1,
+        ),
+        (
+            "write hold",
+            "redis.call('hset', KEYS[1], 'w:' .. ARGV[2], 1, '~t', ARGV[3])
+             redis.call('pexpire', KEYS[1], ARGV[1])",
+            include_str!("../lua/rw_lock_renew.lua"),
+            &["rw", "readers"],
+            &["owner", "7", "w"],
+            "pexpire",
+            1,
+            1,
+        ),
+        (
+            "read hold",
+            "local t = redis.call('time')
+             local ends = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ARGV[1]
+             redis.call('hset', KEYS[1], 'r:' .. ARGV[2], 1, 't:' .. ARGV[2], ARGV[3])
+             redis.call('zadd', KEYS[2], ends, ARGV[2])
+             redis.call('pexpire', KEYS[1], ARGV[1])
+             redis.call('pexpire', KEYS[2], ARGV[1])",
+            include_str!("../lua/rw_lock_renew.lua"),
+            &["rw", "readers"],
+            &["owner", "7", "r"],
+            "pexpire",
+            2,
+            2,
+        ),
+        (
+            "permit",
+            "local t = redis.call('time')
+             local ends = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ARGV[1]
+             redis.call('zadd', KEYS[1], ends, ARGV[2])",
+            include_str!("../lua/semaphore_renew.lua"),
+            &["leases"],
+            &["permit"],
+            "zadd",
+            1,
+            1,
+        ),
+    ];
+    let env = common::Env::start().await;
+    for (what, hand_off, renewal, keys, args, writes_with, handed, renewed) in cases {
+        let script = format!(
+            "{}\ndo\n{hand_off}\nend\n{renewal}",
+            include_str!("../lua/prelude.lua")
+        );
+        let runs = 20u64;
+        let before = common::command_calls(&env).await;
+        for run in 0..runs {
+            let keys: Vec<String> = keys.iter().map(|k| format!("{k}:{run}")).collect();
+            let mut argv = vec![LEASE.to_owned()];
+            argv.extend(args.iter().map(|a| (*a).to_owned()));
+            let renewed_flags: Vec<i64> = env.admin.eval(&script, keys, argv).await.unwrap();
+            assert_eq!(renewed_flags, vec![1], "{what}: the hold is ours");
+        }
+        let after = common::command_calls(&env).await;
+        let wrote = after[writes_with] - before.get(writes_with).copied().unwrap_or(0);
+        assert_eq!(
+            wrote,
+            runs * (handed + renewed),
+            "{what}: {} renewals of {runs} in the hand-off's millisecond wrote nothing",
+            (runs * (handed + renewed) - wrote) / renewed
+        );
+    }
+}
