@@ -1411,38 +1411,60 @@ async fn two_flows_of_one_owner_never_both_hold(kind: Kind) {
 }
 
 /// 21. A waiting task aborted right before its client shuts down (its
-///     future dropped before the shutdown, or while it runs): the shutdown
-///     leaves the wait queue in Redis, so a release does not hand the name
-///     to the departed waiter (the next client would wait a whole lease).
+///     future dropped before the shutdown, or while it runs; once it
+///     queued, or while its first attempt may be on its way), the holder
+///     letting go before the abort or after it: once the shutdown returned,
+///     the name lists neither a waiter nor a holder of that client, so a
+///     release does not hand the name to the departed waiter (the next
+///     client would wait a whole lease).
 async fn an_aborted_waiter_leaves_the_queue_at_shutdown(kind: Kind) {
     let env = Env::start().await;
     let a = env.client().await;
-    for dropped_first in [true, false] {
+    for (case, (dropped_first, queued_first, holder_first)) in [
+        (true, true, false),
+        (false, true, false),
+        (true, true, true),
+        (false, true, true),
+        (true, false, false),
+        (false, false, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let b = env.client().await;
-        let name = &format!("aborted-{dropped_first}");
+        let name = &format!("aborted-{case}");
         kind.prepare(&a, name).await;
         let g = kind.exclusive().acquire(&a, name, ZERO, None).await;
-        let g = g.expect("holder").expect("free");
+        let mut g = Some(g.expect("holder").expect("free"));
         let waiter = {
             let (b, name) = (b.clone(), name.clone());
             tokio::spawn(async move { kind.acquire(&b, &name, FOREVER, None).await })
         };
-        let queued = eventually(Duration::from_secs(10), || async {
-            !kind.inspect(&a, name).await.waiters.is_empty()
-        })
-        .await;
-        assert!(queued, "{kind:?}: the waiter never queued");
+        if queued_first {
+            let queued = eventually(Duration::from_secs(10), || async {
+                !kind.inspect(&a, name).await.waiters.is_empty()
+            })
+            .await;
+            assert!(queued, "{kind:?}: the waiter never queued");
+        } else {
+            tokio::task::yield_now().await;
+        }
+        if holder_first {
+            drop(g.take());
+        }
         waiter.abort();
+        drop(g.take());
         if dropped_first {
-            assert!(waiter.await.expect_err("aborted").is_cancelled());
+            let _ = waiter.await;
         }
         b.shutdown().await.expect("shutdown");
         let seen = kind.inspect(&a, name).await;
+        let b_id = Some(b.id());
         assert!(
-            seen.waiters.is_empty(),
-            "{kind:?} (future dropped before the shutdown: {dropped_first}): the shut-down client is still queued: {seen:?}"
+            !seen.waiters.iter().any(|w| w.client_id == b_id)
+                && !seen.holders.iter().any(|h| h.client_id == b_id && h.is_live()),
+            "{kind:?} (future dropped before the shutdown: {dropped_first}, queued before the abort: {queued_first}, holder let go before the abort: {holder_first}): the shut-down client is still listed: {seen:?}"
         );
-        drop(g);
     }
 }
 
