@@ -268,9 +268,19 @@ async fn validity_is_positive_and_below_the_lease() {
     }
     guard.unlock().await.expect("unlock");
 
-    // A lease too short for the attempt never hands out a guard.
-    let short = rl
+    // A lease within its drift allowance (2 ms + 1 %) could never be
+    // valid: refused before any I/O.
+    let never = rl
         .try_lock(Duration::ZERO, Some(Duration::from_millis(2)))
+        .await;
+    match never {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("drift"), "{m}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A lease too short for the attempt (79 µs above its drift allowance:
+    // less than a round trip to three nodes) never hands out a guard.
+    let short = rl
+        .try_lock(Duration::ZERO, Some(Duration::from_micros(2100)))
         .await;
     match short {
         Err(Error::QuorumNotReached { votes, .. }) => assert!(votes.expired, "{votes}"),

@@ -161,8 +161,11 @@ impl MultiLock {
     /// `Ok(None)` when the wait ran out; then no member is held.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero lease; [`Error::Member`] when a
-    /// member fails (the members taken are released first).
+    /// [`Error::InvalidArgument`] (before any I/O) for a zero lease or one
+    /// over a year (366 days), as a [`Lock`] refuses them; [`Error::Member`]
+    /// when a member fails (the members taken are released first). A lease
+    /// is whole milliseconds, rounded up (1 ns is 1 ms). A `wait` too long
+    /// for the clock (`Duration::MAX`) waits as long as [`MultiLock::lock`].
     ///
     /// # Cancel safety
     /// Cancel safe, as [`MultiLock::lock`].
@@ -193,8 +196,8 @@ impl MultiLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>> {
-        if lease.is_some_and(|l| l.is_zero()) {
-            return Err(Error::InvalidArgument("lease must not be zero".into()));
+        if let Some(lease) = lease {
+            check_lease(lease)?;
         }
         let inner = &*self.inner;
         let n = inner.locks.len();
@@ -267,6 +270,20 @@ impl MultiLock {
     }
 }
 
+/// Refuses, before any I/O, a lease every member would refuse (zero, or
+/// over a year): as one error, not one per member.
+fn check_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(Error::InvalidArgument("lease must not be zero".into()));
+    }
+    if lease > crate::redlock::ABSURD_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "lease of {lease:?} is longer than a year (366 days); is the unit right?"
+        )));
+    }
+    Ok(())
+}
+
 /// Every member of a [`MultiLock`], held. Release it with
 /// [`unlock`](MultiLockGuard::unlock).
 ///
@@ -327,13 +344,15 @@ impl MultiLockGuard {
     /// Makes every member's remaining lease at least `lease`, all at once.
     ///
     /// # Errors
-    /// [`Error::Extend`] listing each member that failed
+    /// [`Error::InvalidArgument`] (before any I/O) for a zero lease or one
+    /// over a year (366 days); [`Error::Extend`] listing each member that failed
     /// ([`redisync::Error::NotHeld`] when it was lost, Redis errors); the
     /// others were extended.
     ///
     /// # Cancel safety
     /// Cancel safe: each member's extension is one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
+        check_lease(lease)?;
         let extensions = self
             .guards
             .iter()

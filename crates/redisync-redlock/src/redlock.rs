@@ -26,7 +26,18 @@ const LOCK_UNAVAILABLE_ATTEMPTS: u32 = 3;
 
 /// Leases above this are refused before any I/O, as `redisync::Lock` does
 /// (366 days).
-const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(crate) const ABSURD_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The shortest [`RedlockBuilder::retry_delay`]: the pause is uniform below
+/// it (mean 10 ms here), so a waiter makes at most about 100 attempts a
+/// second on each node however fast the nodes answer. Below it a waiter
+/// spins: a zero delay retried at round-trip speed (about 1,500 commands a
+/// second on a loaded machine, against about 30 with the default).
+const MIN_RETRY_DELAY: Duration = Duration::from_millis(20);
+/// The longest [`RedlockBuilder::retry_delay`]: a longer pause leaves a
+/// released lock unclaimed that long and outlasts most waits
+/// (`Duration::MAX` never retried at all).
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 
 // The restart guard of each node is `redisync::RestartGuard`, the one a
 // guarded `Client` uses: it counts a reading `u` of `uptime_in_seconds` as
@@ -83,7 +94,11 @@ impl RedlockBuilder {
     /// data across restarts (AOF with `appendfsync always`), or tests.
     ///
     /// Default: the longest watchdog timeout of the locks' clients (30 s
-    /// unless configured), so watchdog-renewed locks are covered.
+    /// unless configured), so watchdog-renewed locks are covered. At most a
+    /// year (366 days, the longest lease a lock takes): [`build`] refuses
+    /// more with [`Error::InvalidArgument`].
+    ///
+    /// [`build`]: RedlockBuilder::build
     pub fn max_lease(mut self, d: Duration) -> Self {
         self.max_lease = Some(d);
         self
@@ -93,7 +108,10 @@ impl RedlockBuilder {
     /// an extension or release). Keep it far below the lease: a hung node
     /// costs at most this much per attempt.
     ///
-    /// Default: 100 ms.
+    /// Default: 100 ms. Must not be zero, at most a year (366 days): [`build`]
+    /// refuses either with [`Error::InvalidArgument`].
+    ///
+    /// [`build`]: RedlockBuilder::build
     pub fn node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = d;
         self
@@ -111,7 +129,13 @@ impl RedlockBuilder {
     /// Bound of the random pause between two attempts (full jitter: uniform
     /// in `[0, retry_delay)`).
     ///
-    /// Default: 200 ms.
+    /// Default: 200 ms. At least 20 ms (below it a waiter retries in a hot
+    /// loop: a zero delay retries at round-trip speed) and at most 60 s (a
+    /// longer pause leaves a released lock unclaimed that long; `Duration::MAX`
+    /// never retries): [`build`] refuses either with
+    /// [`Error::InvalidArgument`].
+    ///
+    /// [`build`]: RedlockBuilder::build
     pub fn retry_delay(mut self, d: Duration) -> Self {
         self.retry_delay = d;
         self
@@ -122,7 +146,9 @@ impl RedlockBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] when there are no locks, two locks share a
     /// client or a server (they would not be independent nodes), the node
-    /// timeout is zero, or the drift factor is outside `[0, 1)`. Two clients
+    /// timeout is zero or over a year, the retry delay is outside
+    /// `[20 ms, 60 s]`, `max_lease` is over a year, or the drift factor is
+    /// outside `[0, 1)`. Two clients
     /// are on one server when their [`Client::endpoints`] share a
     /// `host:port`, whatever the database; one server reached under two
     /// spellings (`localhost` and `127.0.0.1`, a DNS alias) is not detected.
@@ -163,6 +189,25 @@ impl RedlockBuilder {
         }
         if self.node_timeout.is_zero() {
             return invalid("node_timeout must not be zero".into());
+        }
+        if self.node_timeout > ABSURD_LEASE {
+            return invalid(format!(
+                "node_timeout must be at most a year (366 days), got {:?}",
+                self.node_timeout
+            ));
+        }
+        if !(MIN_RETRY_DELAY..=MAX_RETRY_DELAY).contains(&self.retry_delay) {
+            return invalid(format!(
+                "retry_delay must be at least {MIN_RETRY_DELAY:?} (below it a waiter retries in a \
+                 hot loop) and at most {MAX_RETRY_DELAY:?}, got {:?}",
+                self.retry_delay
+            ));
+        }
+        if self.max_lease.is_some_and(|m| m > ABSURD_LEASE) {
+            return invalid(format!(
+                "max_lease must be at most a year (366 days, the longest lease), got {:?}",
+                self.max_lease.unwrap_or_default()
+            ));
         }
         if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
             return invalid(format!(
@@ -435,7 +480,10 @@ impl Redlock {
     /// [`Error::QuorumNotReached`] when the wait ran out and the last attempt
     /// failed for want of nodes (timed out, failed, restarted recently) rather
     /// than because the lock is busy; [`Error::InvalidArgument`] (before any
-    /// I/O) for a zero lease, one over a year, or one above `max_lease`.
+    /// I/O) for a zero lease, one over a year, one not longer than its
+    /// clock drift allowance (`lease × drift_factor + 2 ms`: never valid),
+    /// or one above `max_lease`. A `wait` too long for the clock
+    /// (`Duration::MAX`) waits as long as [`Redlock::lock`].
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Redlock::lock`].
@@ -558,7 +606,13 @@ impl Inner {
             // lease, which would read as a lost quorum (and, for an
             // extension, mark the guard lost).
             Some(l) if l > ABSURD_LEASE => Err(Error::InvalidArgument(format!(
-                "lease of {l:?} is longer than a year; is the unit right?"
+                "lease of {l:?} is longer than a year (366 days); is the unit right?"
+            ))),
+            // Never valid: `lease - elapsed - drift` is never above zero.
+            Some(l) if l <= drift(l, self.drift_factor) => Err(Error::InvalidArgument(format!(
+                "lease of {l:?} is not longer than its clock drift allowance of {:?} (lease × \
+                 drift_factor + 2 ms): it would never be valid",
+                drift(l, self.drift_factor)
             ))),
             Some(l) if guarded && l > self.max_lease => Err(Error::InvalidArgument(format!(
                 "lease {l:?} is longer than max_lease {:?}: a node restarted within that lease \
@@ -1026,7 +1080,8 @@ impl RedlockGuard {
     /// held count as they answered the acquisition);
     /// `Error::Lock(`[`redisync::Error::NotHeld`]`)` when the guard was
     /// already lost; [`Error::InvalidArgument`] for a zero lease, one over a
-    /// year, or one above `max_lease`: checked before any I/O, the guard is
+    /// year, one not longer than its clock drift allowance, or one above
+    /// `max_lease`: checked before any I/O, the guard is
     /// left as it was (not lost).
     ///
     /// # Cancel safety
@@ -1151,7 +1206,7 @@ async fn release(
     }
     drop(permit);
     // One timer for all the replies, not one per reply.
-    let timer = tokio::time::sleep_until(Instant::now() + inner.node_timeout);
+    let timer = tokio::time::sleep(inner.node_timeout);
     tokio::pin!(timer);
     let mut pending = 0;
     loop {

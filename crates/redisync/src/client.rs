@@ -82,16 +82,9 @@ impl Settings {
                 )));
             }
         }
-        if self.command_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "command_timeout must not be zero".into(),
-            ));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "connect_timeout must not be zero".into(),
-            ));
-        }
+        // Deadlines are `now + timeout`: past a year the clock may overflow.
+        crate::script::checked_ms("command_timeout", self.command_timeout)?;
+        crate::script::checked_ms("connect_timeout", self.connect_timeout)?;
         if let Some(max_lease) = self.restart_guard {
             crate::script::checked_ms("restart_guard's max_lease", max_lease)?;
             crate::restart::RestartGuard::new(max_lease)
@@ -124,7 +117,8 @@ impl ClientBuilder {
     /// Lease of locks taken without an explicit lease; the watchdog renews it
     /// every `lease / 3` while a guard is alive.
     ///
-    /// Default: 30 s. Must be at least 30 ms.
+    /// Default: 30 s. Must be at least 30 ms, at most a year (366 days;
+    /// checked at connect, [`Error::InvalidArgument`]).
     pub fn watchdog_timeout(mut self, lease: Duration) -> Self {
         self.settings.watchdog_timeout = lease;
         self
@@ -159,7 +153,8 @@ impl ClientBuilder {
     /// Bound on every Redis command. A command that times out has an unknown
     /// outcome; redisync compensates for acquisitions.
     ///
-    /// Default: 3 s.
+    /// Default: 3 s. Must not be zero, at most a year (366 days; checked at
+    /// connect, [`Error::InvalidArgument`]).
     pub fn command_timeout(mut self, t: Duration) -> Self {
         self.settings.command_timeout = t;
         self
@@ -170,7 +165,8 @@ impl ClientBuilder {
     /// timeout by default, as a connect on a loaded machine or to a far
     /// server takes several round trips.
     ///
-    /// Default: 10 s. Must not be zero.
+    /// Default: 10 s. Must not be zero, at most a year (366 days; checked at
+    /// connect, [`Error::InvalidArgument`]).
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.settings.connect_timeout = t;
         self
@@ -212,6 +208,11 @@ impl ClientBuilder {
     /// delaying the client's other commands to it. A server without `WAIT`
     /// (some managed offerings) fails every acquisition: leave this off there.
     ///
+    /// `replicas` must be at least 1, `timeout` above zero and below the
+    /// command timeout (checked at connect, [`Error::InvalidArgument`]);
+    /// `WAIT` takes whole milliseconds, so it is rounded up (1 ns waits
+    /// 1 ms: `WAIT n 0` would block until the replicas answer).
+    ///
     /// Default: off.
     pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
         self.settings.replica_sync = Some((replicas, timeout));
@@ -237,6 +238,10 @@ impl ClientBuilder {
     /// [`replica_sync`](ClientBuilder::replica_sync)), and it needs a single
     /// server or a Sentinel set: a cluster is refused at connect (its nodes
     /// restart one by one; use a Redlock over independent servers there).
+    ///
+    /// `max_lease` is whole milliseconds, rounded up; zero and over a year
+    /// (366 days) are refused at connect ([`Error::InvalidArgument`]), as is
+    /// a `watchdog_timeout` above it.
     ///
     /// Default: off.
     pub fn restart_guard(mut self, max_lease: Duration) -> Self {

@@ -203,7 +203,8 @@ impl Leader {
     }
 
     /// Waits at most `wait` to lead; `Ok(None)` when another leads
-    /// throughout.
+    /// throughout. A wait too long for the clock (`Duration::MAX`) waits
+    /// as long as it takes, as [`Leader::campaign`].
     ///
     /// # Errors
     /// As [`Lock::try_lock`].
@@ -212,9 +213,13 @@ impl Leader {
     /// As [`Leader::campaign`].
     pub async fn try_campaign(&self, wait: Duration) -> Result<Option<Leadership>> {
         self.check_name()?;
-        let deadline = tokio::time::Instant::now() + wait;
+        // A wait too long for the clock (`Duration::MAX`) has no deadline:
+        // it waits as long as `campaign`.
+        let deadline = tokio::time::Instant::now().checked_add(wait);
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(tokio::time::Instant::now())
+            });
             let Some(guard) = self.lock.try_lock(left, None).await? else {
                 return Ok(None);
             };
@@ -357,8 +362,12 @@ impl Leader {
     /// A Redis failure while campaigning is logged and retried after a
     /// second.
     ///
+    /// The period is whole milliseconds, rounded up (1 ns runs the job
+    /// every 1 ms).
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero period, [`Error::Shutdown`]
+    /// [`Error::InvalidArgument`] for a zero period or one over a year
+    /// (366 days), [`Error::Shutdown`]
     /// after the client's shutdown; never returns otherwise.
     ///
     /// # Cancel safety
@@ -369,7 +378,11 @@ impl Leader {
         F: FnMut(u64) -> Fut,
         Fut: Future<Output = ()>,
     {
-        crate::script::checked_ms("run period", every)?;
+        // Whole milliseconds, as leases: 1 ns runs the job every 1 ms,
+        // not in a hot loop.
+        let every = Duration::from_millis(
+            u64::try_from(crate::script::checked_ms("run period", every)?).unwrap_or(u64::MAX),
+        );
         self.check_name()?;
         // Ended however `run` ends: returned, or its future dropped.
         let run = RunEnd(&self.status, self.status.start());

@@ -28,7 +28,9 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
     let Some((required, timeout)) = client.settings.replica_sync else {
         return Synced::Enough;
     };
-    let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+    // Rounded up: a timeout below 1 ms must not become `WAIT n 0`, which
+    // blocks until the replicas answer.
+    let ms = i64::try_from(timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
     let wait = crate::link::Command {
         name: "WAIT",
         route: Some(key),

@@ -37,7 +37,12 @@ pub struct RestartGuard {
 }
 
 impl RestartGuard {
-    /// A guard for leases of at most `max_lease`.
+    /// A guard for leases of at most `max_lease`. Any value is taken (no
+    /// I/O, nothing to refuse): `Duration::MAX` makes a server never old
+    /// enough, zero makes every server old enough. [`Client`]'s and
+    /// `Redlock`'s builders refuse over a year (366 days).
+    ///
+    /// [`Client`]: crate::Client
     pub fn new(max_lease: Duration) -> RestartGuard {
         RestartGuard {
             max_lease,
@@ -71,7 +76,9 @@ impl RestartGuard {
     /// Whether the server was seen old enough on connection `generation`
     /// (the client's current one: then it has not restarted since).
     pub fn is_proven_old_on(&self, generation: u64) -> bool {
-        self.old_on.load(Ordering::Acquire) == generation + 1
+        // Wrapping: generation `u64::MAX` maps to 0, "not seen" (never
+        // proven old), rather than overflowing.
+        self.old_on.load(Ordering::Acquire) == generation.wrapping_add(1)
     }
 
     /// Judges an `uptime` read over connection `judged_on`, the client's
@@ -82,7 +89,8 @@ impl RestartGuard {
         let left = young_left(self.max_lease, uptime);
         if left.is_none() {
             if judged_on == current {
-                self.old_on.store(judged_on + 1, Ordering::Release);
+                self.old_on
+                    .store(judged_on.wrapping_add(1), Ordering::Release);
             }
         } else {
             self.forget();
@@ -106,7 +114,13 @@ impl RestartGuard {
     /// seconds (`max_lease` plus the slack of INFO's rounding) and the
     /// accepted `LASTSAVE`.
     pub(crate) fn script_args(&self) -> [fred::types::Value; 3] {
-        let bound = (self.max_lease + UPTIME_SLACK).as_millis().div_ceil(1000);
+        // Saturating: a guard built with `Duration::MAX` waits forever
+        // rather than overflowing.
+        let bound = self
+            .max_lease
+            .saturating_add(UPTIME_SLACK)
+            .as_millis()
+            .div_ceil(1000);
         let saved = self.saved.load(Ordering::Acquire);
         [
             fred::types::Value::String("~restart-guard".into()),

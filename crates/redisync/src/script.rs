@@ -171,7 +171,7 @@ pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {
     }
     if d > MAX_LEASE {
         return Err(Error::InvalidArgument(format!(
-            "{what} of {d:?} is longer than a year; is the unit right?"
+            "{what} of {d:?} is longer than a year (366 days); is the unit right?"
         )));
     }
     Ok(i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX))

@@ -214,7 +214,7 @@ async fn contend<S: Spec>(
         // (what a grant that exhausted the permits waits for), and ours.
         // A waiter without a queue entry looks again as often as a queued
         // one: the server's bound may predate a hand-off of a shorter lease.
-        let look = lease / HANDED_LEASE_LOOKS;
+        let look = handed_look(lease);
         let Some(exhausted_since) =
             wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
         else {
@@ -228,7 +228,7 @@ async fn contend<S: Spec>(
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            let until = Instant::now() + left;
+            let until = super::after(left);
             park(wakeup, since, until, deadline, &named.labels).await;
             continue;
         }
@@ -260,7 +260,7 @@ async fn contend<S: Spec>(
                     spec.undo(slot, holder, None).await?;
                     undo.disarm();
                     place.left();
-                    Instant::now() + left
+                    super::after(left)
                 } else {
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
@@ -420,7 +420,7 @@ impl Place {
         }
         // A hold handed to us counts its lease from this attempt: look
         // again before too much of it is gone.
-        until.min(at + lease / HANDED_LEASE_LOOKS)
+        until.min(at + handed_look(lease))
     }
 
     /// Out of the queue (granted, or given back).
@@ -610,7 +610,7 @@ async fn run_attempt<S: Spec>(spec: &S, attempt: Try<'_, S::Ask>) -> Result<Repl
         ..attempt
     };
     let busy = |left: Duration| Reply::Busy {
-        until: Instant::now() + left,
+        until: super::after(left),
         queued: again.queued,
         renumbered: false,
     };
@@ -686,6 +686,20 @@ fn new_wait_number() -> u64 {
 /// attempt was sent) this many times per lease at least, so a hold handed
 /// to it starts with at least (1 - 1/this) of its lease left by our clock.
 const HANDED_LEASE_LOOKS: u32 = 4;
+
+/// The shortest pause between two looks of a waiter, whatever its lease:
+/// a lease of 1 ms (1 ns is taken as 1 ms) would otherwise look every
+/// 250 µs, a hot loop of attempts (thousands per second) while another
+/// holds the lock. A hold handed to a waiter with so short a lease may
+/// expire before it looks; the lock is then free and its next attempt
+/// takes it.
+const LOOK_FLOOR: Duration = Duration::from_millis(10);
+
+/// How long a waiter with `lease` waits at most before it looks again:
+/// `lease / HANDED_LEASE_LOOKS`, at least [`LOOK_FLOOR`].
+fn handed_look(lease: Duration) -> Duration {
+    (lease / HANDED_LEASE_LOOKS).max(LOOK_FLOOR)
+}
 
 /// How often a wait for a local turn looks for a holder whose lease bounds
 /// it, while none is known (its grant may be in flight).

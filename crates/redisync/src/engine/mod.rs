@@ -174,6 +174,19 @@ impl Reply {
     }
 }
 
+/// `d` from now, or (a `d` too long for the clock, as a restart guard built
+/// with `Duration::MAX` gives) about thirty years from now, which is never
+/// for a wait: saturating, never an overflow.
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
+/// What [`after`] gives for a duration the clock cannot add.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 /// One name of one kind on one client: what every handle carries, and the
 /// keys every kind has (its other keys come from [`Named::role`]).
 #[derive(Clone)]
