@@ -576,8 +576,9 @@ fn plain_scheme(url: &str) -> String {
 struct ConnectContext<'a> {
     url: &'a str,
     tls: bool,
-    user: String,
-    secrets: Vec<String>,
+    credentials: CredentialSource,
+    url_user: Option<String>,
+    url_password: Option<String>,
 }
 
 /// fred's configuration of `url` with the settings' credentials and TLS,
@@ -606,8 +607,9 @@ fn fred_config<'a>(url: &'a str, settings: &Settings) -> Result<(Config, Connect
     let cx = ConnectContext {
         url,
         tls,
-        user: crate::connect::user_of(&settings.credentials, config.username.as_deref()),
-        secrets: crate::connect::secrets_of(&settings.credentials, config.password.as_deref()),
+        credentials: settings.credentials.clone(),
+        url_user: config.username.clone(),
+        url_password: config.password.clone(),
     };
     match &settings.credentials {
         CredentialSource::Url => {}
@@ -633,20 +635,22 @@ fn connect_failed(
     within: Duration,
     e: Option<fred::error::Error>,
 ) -> Error {
-    use crate::connect::{classify, hint, scrub, Failure};
+    use crate::connect::{classify, hint, scrub, secrets_of, user_of, Failure};
     use fred::error::ErrorKind;
     let at = redacted(cx.url);
+    // Read now: a provider's credentials are known once it was asked.
+    let secrets = secrets_of(&cx.credentials, cx.url_password.as_deref());
     let (kind, message) = match e {
         Some(e) => {
             let failure = classify(&e);
-            let details = scrub(e.details(), &cx.secrets);
-            let hint = hint(&failure, cx.tls, false);
+            let details = scrub(e.details(), &secrets);
+            let hint = hint(&failure, cx.tls, *e.kind() == ErrorKind::Timeout);
             match failure {
                 Failure::Auth => (
                     ErrorKind::Auth,
                     format!(
                         "authentication failed for user {:?} at {at}: {details}",
-                        cx.user
+                        user_of(&cx.credentials, cx.url_user.as_deref())
                     ),
                 ),
                 Failure::Other => (
