@@ -148,7 +148,7 @@ async fn a_waiter_is_woken_when_the_holder_releases_over_tls() {
     // A lease far beyond the wait: only the release message can wake it.
     let guard = holder
         .lock("tls:wake")
-        .lock_with_lease(Duration::from_secs(120))
+        .lock_with_lease(Duration::from_secs(90))
         .await
         .expect("lock");
     let lock = waiter.lock("tls:wake");
