@@ -92,7 +92,10 @@ impl Tls {
 async fn connect_error(builder: ClientBuilder) -> redisync::Error {
     match builder.connect().await {
         Ok(_) => panic!("connected, but the connect should have failed"),
-        Err(e) => e,
+        Err(e) => {
+            eprintln!("connect failed as it should: {e}");
+            e
+        }
     }
 }
 
@@ -337,8 +340,13 @@ async fn a_tls_server_behind_redis_fails_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_settings_on_a_plain_url_are_refused() {
-    let e = connect_error(Client::builder("redis://127.0.0.1:1").tls_ca_pem("x")).await;
+    let ca = TestCerts::generate().expect("certificates").ca_pem;
+    let e = connect_error(Client::builder("redis://127.0.0.1:1").tls_ca_pem(ca)).await;
     assert!(matches!(e, redisync::Error::InvalidArgument(_)), "{e}");
+    assert!(
+        e.to_string().contains("rediss://"),
+        "says what is needed: {e}"
+    );
     let e = connect_error(Client::builder("rediss://127.0.0.1:1").tls_ca_pem("not pem")).await;
     assert!(
         e.to_string().contains("tls_ca_pem"),

@@ -643,7 +643,7 @@ fn connect_failed(
     let (kind, message) = match e {
         Some(e) => {
             let failure = classify(&e);
-            let details = scrub(e.details(), &secrets);
+            let details = scrub(crate::connect::tidy(e.details()), &secrets);
             let hint = hint(&failure, cx.tls, *e.kind() == ErrorKind::Timeout);
             match failure {
                 Failure::Auth => (

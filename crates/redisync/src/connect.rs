@@ -332,7 +332,7 @@ pub(crate) fn classify(e: &RedisError) -> Failure {
     }
     if d.contains("UnknownIssuer")
         || d.contains("BadSignature")
-        || d.contains("invalid peer certificate")
+        || (d.contains("invalid peer certificate") || d.contains("InvalidCertificate("))
             && !d.contains("NotValidForName")
             && !d.contains("certificate not valid for name")
     {
@@ -355,6 +355,22 @@ pub(crate) fn classify(e: &RedisError) -> Failure {
         return Failure::Tls;
     }
     Failure::Other
+}
+
+/// fred's details of an I/O error without the `Debug` wrapping of
+/// `std::io::Error` (`Custom { kind: InvalidData, error: X }` -> `X`).
+pub(crate) fn tidy(details: &str) -> &str {
+    let custom = details
+        .strip_prefix("Custom { kind: ")
+        .and_then(|rest| rest.split_once(", error: "))
+        .and_then(|(_, inner)| inner.strip_suffix(" }"));
+    let os = details
+        .strip_prefix("Os { ")
+        .and_then(|rest| rest.split_once("message: "))
+        .and_then(|(_, inner)| inner.strip_suffix(" }"));
+    custom
+        .or(os)
+        .map_or(details, |inner| inner.trim_matches('"'))
 }
 
 /// The hint a failure's message ends with (`tls`: the URL asks for TLS).
@@ -589,5 +605,20 @@ mod tests {
             Failure::Auth
         );
         assert_eq!(classify(&io("Connection refused")), Failure::Other);
+        assert_eq!(
+            classify(&io(
+                "Custom { kind: InvalidData, error: InvalidCertificate(CaUsedAsEndEntity) }"
+            )),
+            Failure::UntrustedCertificate
+        );
+        assert_eq!(
+            tidy("Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }"),
+            "InvalidCertificate(UnknownIssuer)"
+        );
+        assert_eq!(tidy("Connection refused"), "Connection refused");
+        assert_eq!(
+            tidy(r#"Os { code: 104, kind: ConnectionReset, message: "Connection reset by peer" }"#),
+            "Connection reset by peer"
+        );
     }
 }
