@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redisync_testkit::RedisServer;
 
-/// `REDIS_URL` when set; else 127.0.0.1:6379 if a Redis answers there; else
+/// `REDIS_URL` when set (any URL redisync takes: `rediss://` too, the
+/// examples are built with the `tls` feature; a private CA is trusted
+/// through `SSL_CERT_FILE=ca.pem`); else 127.0.0.1:6379 if a Redis answers there; else
 /// a throwaway redis-server started through the testkit (kept alive by the
 /// returned handle). Says which on stdout; `None` (after saying how to
 /// install one) when there is no Redis and no redis-server binary.

@@ -69,11 +69,13 @@ mod cluster;
 mod pypi;
 mod resp;
 mod sentinel;
+mod tls;
 pub use cluster::RedisCluster;
 pub use pypi::{CACHE_ENV, NO_DOWNLOAD_ENV};
 pub use resp::command;
 pub use sentinel::{RedisSentinels, SENTINEL_SERVICE};
 use std::time::{Duration, Instant};
+pub use tls::TestCerts;
 
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -128,6 +130,14 @@ pub enum TestkitError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A TLS server was asked for, and this `redis-server` was built
+    /// without TLS (its log says so).
+    NoTls {
+        /// The server binary.
+        binary: PathBuf,
+        /// The last lines of the server's log file and console output.
+        log_tail: String,
+    },
     /// The server was launched but never answered `PING`.
     NotReady {
         /// The port the server was told to listen on.
@@ -153,6 +163,12 @@ impl fmt::Display for TestkitError {
                 path.display()
             ),
             Self::Io { context, source } => write!(f, "{context}: {source}"),
+            Self::NoTls { binary, log_tail } => write!(
+                f,
+                "{} has no TLS support (--tls-port refused); Debian's redis-server has it\n\
+                 --- tail of the server log ---\n{log_tail}",
+                binary.display()
+            ),
             Self::NotReady {
                 port,
                 reason,
@@ -294,6 +310,8 @@ pub struct RedisServer {
     port: u16,
     binary: PathBuf,
     extra_args: Vec<String>,
+    /// The TLS port (`--tls-port`), for a server started with TLS.
+    tls_port: Option<u16>,
     // Declared last: removed after the process is gone.
     dir: TempDir,
 }
@@ -305,6 +323,7 @@ impl fmt::Debug for RedisServer {
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
             .field("extra_args", &self.extra_args)
+            .field("tls_port", &self.tls_port)
             .finish_non_exhaustive()
     }
 }
@@ -358,7 +377,42 @@ impl RedisServer {
     ///
     /// See [`RedisServer::try_start`].
     pub async fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, TestkitError> {
-        Self::try_start_binary(server_binary()?, extra).await
+        Self::try_start_binary(server_binary()?, extra, None).await
+    }
+
+    /// Starts a `redis-server` that also listens with TLS on a second
+    /// loopback port ([`RedisServer::tls_port`], [`RedisServer::tls_url`])
+    /// with `certs`' server certificate; with `auth_clients` it requires a
+    /// client certificate signed by `certs`' CA (mutual TLS). The plain
+    /// port ([`RedisServer::url`]) stays open for readiness checks and
+    /// administration. Restarts keep both ports and the certificates.
+    ///
+    /// # Errors
+    /// As [`RedisServer::try_start`], and [`TestkitError::NoTls`] when the
+    /// server binary was built without TLS.
+    pub async fn try_start_tls(
+        certs: &TestCerts,
+        auth_clients: bool,
+        extra: &[&str],
+    ) -> Result<RedisServer, TestkitError> {
+        let binary = server_binary()?;
+        match Self::try_start_binary(binary.clone(), extra, Some((certs, auth_clients))).await {
+            Err(TestkitError::NotReady { log_tail, .. }) if tls::lacks_tls(&log_tail) => {
+                Err(TestkitError::NoTls { binary, log_tail })
+            }
+            other => other,
+        }
+    }
+
+    /// The TLS port of a server started with [`RedisServer::try_start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` for a server started with
+    /// [`RedisServer::try_start_tls`]; `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}"))
     }
 
     /// Starts the [known server](known_servers) `name` (fetched on first
@@ -368,23 +422,38 @@ impl RedisServer {
     /// As [`RedisServer::try_start`], and [`TestkitError::NoServer`] when
     /// the server cannot be fetched.
     pub async fn try_start_named(name: &str) -> Result<RedisServer, TestkitError> {
-        Self::try_start_binary(named_server_binary(name)?, &[]).await
+        Self::try_start_binary(named_server_binary(name)?, &[], None).await
     }
 
     async fn try_start_binary(
         binary: PathBuf,
         extra: &[&str],
+        tls: Option<(&TestCerts, bool)>,
     ) -> Result<RedisServer, TestkitError> {
-        let extra_args: Vec<String> = extra.iter().map(|&s| s.to_owned()).collect();
         let dir = tempfile::Builder::new()
             .prefix("redisync-testkit-")
             .tempdir()
             .map_err(|e| TestkitError::io("cannot create a temporary directory", e))?;
+        let tls_files = match tls {
+            Some((certs, auth_clients)) => Some(write_tls_files(dir.path(), certs, auth_clients)?),
+            None => None,
+        };
 
         let mut attempt = 0;
         loop {
             attempt += 1;
             let port = free_port()?;
+            let mut extra_args: Vec<String> = extra.iter().map(|&s| s.to_owned()).collect();
+            let mut tls_port = None;
+            if let Some(files) = &tls_files {
+                let mut p = free_port()?;
+                while p == port {
+                    p = free_port()?;
+                }
+                tls_port = Some(p);
+                extra_args.extend(["--tls-port".to_owned(), p.to_string()]);
+                extra_args.extend(files.iter().cloned());
+            }
             match launch(&binary, dir.path(), port, &extra_args).await {
                 Ok(child) => {
                     return Ok(RedisServer {
@@ -392,6 +461,7 @@ impl RedisServer {
                         port,
                         binary,
                         extra_args,
+                        tls_port,
                         dir,
                     });
                 }
@@ -642,6 +712,30 @@ fn wait_for_stop_state(pid: u32, stopped: bool) {
             Some(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
+}
+
+/// Writes `certs` into `dir` and returns the `redis-server` arguments
+/// that use them.
+fn write_tls_files(
+    dir: &Path,
+    certs: &TestCerts,
+    auth_clients: bool,
+) -> Result<Vec<String>, TestkitError> {
+    let mut args = Vec::new();
+    for (flag, file, pem) in [
+        ("--tls-cert-file", "server.crt", &certs.server_cert_pem),
+        ("--tls-key-file", "server.key", &certs.server_key_pem),
+        ("--tls-ca-cert-file", "ca.crt", &certs.ca_pem),
+    ] {
+        let path = dir.join(file);
+        fs::write(&path, pem)
+            .map_err(|e| TestkitError::io(format!("cannot write {}", path.display()), e))?;
+        args.push(flag.to_owned());
+        args.push(path.display().to_string());
+    }
+    args.push("--tls-auth-clients".to_owned());
+    args.push(if auth_clients { "yes" } else { "no" }.to_owned());
+    Ok(args)
 }
 
 /// Asks the OS for a free loopback port. The listener is dropped right away,

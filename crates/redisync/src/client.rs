@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use fred::clients::Client as RedisClient;
 use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::config::{Config, ReconnectPolicy, ServerConfig, TcpConfig};
+use fred::types::config::{Config, ServerConfig, TcpConfig};
 use fred::types::{Builder, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::connect::{CredentialSource, Credentials, ReconnectPolicy};
 use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::link::{Delivery, FredLink};
@@ -49,6 +50,13 @@ pub(crate) struct Settings {
     pub(crate) metrics_lock_names: bool,
     /// The restart guard's bound (see [`ClientBuilder::restart_guard`]).
     restart_guard: Option<Duration>,
+    /// Where the credentials come from (see [`ClientBuilder::credentials`]).
+    credentials: CredentialSource,
+    /// See [`ClientBuilder::reconnect_policy`].
+    reconnect: ReconnectPolicy,
+    /// See [`ClientBuilder::tls_ca_pem`] and the other `tls_*` settings.
+    #[cfg(feature = "tls")]
+    tls: crate::connect::TlsSettings,
 }
 
 impl Settings {
@@ -90,6 +98,9 @@ impl Settings {
             crate::restart::RestartGuard::new(max_lease)
                 .check_lease("watchdog_timeout", self.watchdog_timeout)?;
         }
+        self.reconnect.validate()?;
+        #[cfg(feature = "tls")]
+        self.tls.validate()?;
         Ok(())
     }
 }
@@ -249,11 +260,142 @@ impl ClientBuilder {
         self
     }
 
+    /// Authenticates as the ACL user `username` with `password` (`AUTH
+    /// username password`, or `HELLO ... AUTH`), in place of credentials in
+    /// the URL (`redis://user:password@host`). For a password alone (legacy
+    /// `requirepass`, the user `default`) use the user `"default"` or put
+    /// it in the URL (`redis://:password@host`).
+    ///
+    /// A wrong user or password fails [`connect`](ClientBuilder::connect)
+    /// with an [`Error::Redis`] of kind
+    /// [`Auth`](crate::RedisErrorKind::Auth) that names the user and the
+    /// address, never the password.
+    ///
+    /// Default: those of the URL, if any.
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.settings.credentials = CredentialSource::Fixed(Credentials::new(username, password));
+        self
+    }
+
+    /// Asks `provider` for the credentials at each connect: each connection
+    /// the client makes, each reconnection, each cluster node and sentinel.
+    /// For credentials that rotate: IAM authentication tokens of `ElastiCache`
+    /// (valid for 15 minutes), Microsoft Entra ID tokens of Azure Cache for
+    /// Redis, a secret manager. A connection keeps the credentials it
+    /// authenticated with; the server may close it when they expire, and the
+    /// reconnection asks again.
+    ///
+    /// The provider is an async function; a synchronous one returns
+    /// `std::future::ready(...)`. Its error fails the connect (or the
+    /// reconnection, which is retried by the
+    /// [reconnect policy](ClientBuilder::reconnect_policy)) with an error of
+    /// kind [`Auth`](crate::RedisErrorKind::Auth) that quotes it: do not put
+    /// secrets in it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync::Result<()> {
+    /// use redisync::Credentials;
+    /// async fn fetch_token() -> Result<String, redisync::CredentialError> {
+    ///     Ok("token".to_owned())
+    /// }
+    /// let client = redisync::Client::builder("rediss://cache.example.com:6379")
+    ///     .credential_provider(|| async { Ok(Credentials::new("app", fetch_token().await?)) })
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Replaces [`credentials`](ClientBuilder::credentials) and those of the
+    /// URL. Default: none.
+    pub fn credential_provider<F, Fut>(mut self, provider: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<
+                Output = std::result::Result<Credentials, crate::connect::CredentialError>,
+            > + Send
+            + 'static,
+    {
+        self.settings.credentials =
+            CredentialSource::Provider(Arc::new(crate::connect::Provider::new(provider)));
+        self
+    }
+
+    /// How the client reconnects after its connection broke (see
+    /// [`ReconnectPolicy`]). A lock's lease keeps running meanwhile; the
+    /// watchdog renews it again once the connection is back, if the lease
+    /// has not ended by then.
+    ///
+    /// Default: [`ReconnectPolicy::default`] (50 ms doubling up to 2 s,
+    /// forever).
+    pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
+        self.settings.reconnect = policy;
+        self
+    }
+
+    /// Trusts only the CA certificates in `pem` (one or more
+    /// `-----BEGIN CERTIFICATE-----` blocks) for the server's certificate,
+    /// instead of the system's CAs: a private CA, a self-signed server,
+    /// Memorystore's per-instance server CA. Certificates are always
+    /// verified; there is no switch to turn that off.
+    ///
+    /// Needs a `rediss://` URL (a plain URL with TLS settings is refused at
+    /// connect). Checked at connect: bad PEM or no certificate is an
+    /// [`Error::InvalidArgument`].
+    ///
+    /// Default: the system's CAs (as `rustls-native-certs` finds them).
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.settings.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate (mutual TLS, for a server with
+    /// `tls-auth-clients yes`): `cert_chain_pem` holds the certificate and
+    /// any intermediates, `key_pem` its private key (PKCS#8, PKCS#1 or
+    /// SEC1 PEM). The key is never printed (nor in `Debug`).
+    ///
+    /// Checked at connect: a bad PEM, or a key that does not go with the
+    /// certificate, is an [`Error::InvalidArgument`].
+    ///
+    /// Default: none.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert_chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.tls.client_cert = Some((cert_chain_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// The name the server's certificate is verified against (and sent as
+    /// SNI), instead of the host of the URL: for a server reached by an IP
+    /// address or a tunnel whose certificate names its DNS name. With a
+    /// cluster it applies to the seed nodes and to every node discovered
+    /// from the slot map; with Sentinel to the sentinels (the primary a
+    /// sentinel names is verified against the address it gives, a
+    /// limitation of fred).
+    ///
+    /// Checked at connect: a name that is neither a DNS name nor an IP
+    /// address is an [`Error::InvalidArgument`].
+    ///
+    /// Default: the host of the URL (of each node).
+    #[cfg(feature = "tls")]
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.tls.server_name = Some(name.into());
+        self
+    }
+
     /// Connects both connections and starts the background tasks.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL or setting, [`Error::Redis`]
-    /// when the server cannot be reached.
+    /// [`Error::InvalidArgument`] for a bad URL or setting (a `rediss://`
+    /// URL without the cargo feature `tls`, TLS settings on a plain URL,
+    /// bad PEM), [`Error::Redis`] when the server cannot be reached: its
+    /// message names the address (without password) and, for a failed TLS
+    /// handshake (untrusted certificate, wrong name, a client certificate
+    /// required, a plain server behind `rediss://`) or refused credentials
+    /// (kind [`Auth`](crate::RedisErrorKind::Auth), naming the user), says so.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped future leaves no client behind (the half-built
@@ -363,7 +505,7 @@ pub(crate) struct ClientInner {
     pub(crate) runtime: tokio::runtime::Id,
 }
 
-/// The URL schemes `connect` takes (no TLS is built in).
+/// The URL schemes `connect` takes without TLS.
 const SCHEMES: [&str; 6] = [
     "redis",
     "redis-cluster",
@@ -373,20 +515,29 @@ const SCHEMES: [&str; 6] = [
     "valkey-sentinel",
 ];
 
+/// The TLS schemes (with the cargo feature `tls`).
+const TLS_SCHEMES: [&str; 6] = [
+    "rediss",
+    "rediss-cluster",
+    "rediss-sentinel",
+    "valkeys",
+    "valkeys-cluster",
+    "valkeys-sentinel",
+];
+
 /// Refuses a URL whose scheme names no Redis deployment `connect` knows
 /// (fred would take `http://host` as a single server), naming the ones
-/// that work.
-fn check_scheme(url: &str) -> Result<()> {
+/// that work; else whether it asks for TLS.
+fn check_scheme(url: &str) -> Result<bool> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     match scheme {
-        Some(s) if SCHEMES.contains(&s.as_str()) => Ok(()),
-        Some(s) if s.starts_with("rediss") || s.starts_with("valkeys") => {
-            Err(Error::InvalidArgument(format!(
-                "redis url {:?}: TLS ({s}://) is not built into redisync; use one of {}",
-                redacted(url),
-                schemes_text()
-            )))
-        }
+        Some(s) if SCHEMES.contains(&s.as_str()) => Ok(false),
+        Some(s) if TLS_SCHEMES.contains(&s.as_str()) && cfg!(feature = "tls") => Ok(true),
+        Some(s) if TLS_SCHEMES.contains(&s.as_str()) => Err(Error::InvalidArgument(format!(
+            "redis url {:?}: TLS ({s}://) needs redisync's cargo feature `tls` \
+             (redisync = {{ version = \"...\", features = [\"tls\"] }})",
+            redacted(url),
+        ))),
         _ => Err(Error::InvalidArgument(format!(
             "redis url {:?} has no scheme redisync connects with; use one of {}",
             redacted(url),
@@ -396,23 +547,136 @@ fn check_scheme(url: &str) -> Result<()> {
 }
 
 fn schemes_text() -> String {
-    SCHEMES.map(|s| format!("{s}://")).join(", ")
+    let tls: &[&str] = if cfg!(feature = "tls") {
+        &TLS_SCHEMES
+    } else {
+        &[]
+    };
+    SCHEMES
+        .iter()
+        .chain(tls)
+        .map(|s| format!("{s}://"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// A failed connect to `url` as the caller sees it: where it went (fred's
-/// "Connection refused" names no address), and `None` as a timeout.
-fn connect_failed(url: &str, within: Duration, e: Option<fred::error::Error>) -> Error {
-    let at = redacted(url);
-    Error::Redis(match e {
-        Some(e) => fred::error::Error::new(
-            e.kind().clone(),
-            format!("could not connect to {at}: {}", e.details()),
+/// `url` with its TLS scheme made plain (`rediss` -> `redis`): fred's own
+/// TLS setup for such a URL loads the system CAs with rustls' process-wide
+/// default provider, which panics when the program has both of rustls'
+/// providers compiled in; redisync puts its own connector on instead.
+fn plain_scheme(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let lower = scheme.to_ascii_lowercase();
+            let plain = lower
+                .replacen("rediss", "redis", 1)
+                .replacen("valkeys", "valkey", 1);
+            format!("{plain}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// What a failed connect's message needs besides the URL.
+struct ConnectContext<'a> {
+    url: &'a str,
+    tls: bool,
+    credentials: CredentialSource,
+    url_user: Option<String>,
+    url_password: Option<String>,
+}
+
+/// fred's configuration of `url` with the settings' credentials and TLS,
+/// and what a failed connect's message needs.
+fn fred_config<'a>(url: &'a str, settings: &Settings) -> Result<(Config, ConnectContext<'a>)> {
+    let tls = check_scheme(url)?;
+    #[cfg(feature = "tls")]
+    if settings.tls.is_set() && !tls {
+        return Err(Error::InvalidArgument(format!(
+            "TLS settings (tls_ca_pem, tls_client_cert_pem, tls_server_name) need a \
+             TLS url (rediss://...), got {:?}",
+            redacted(url)
+        )));
+    }
+    let mut config = Config::from_url(&plain_scheme(url)).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "bad redis url {:?}: {}",
+            redacted(url),
+            e.details()
+        ))
+    })?;
+    #[cfg(feature = "tls")]
+    if tls {
+        settings.tls.apply(&mut config)?;
+    }
+    let cx = ConnectContext {
+        url,
+        tls,
+        credentials: settings.credentials.clone(),
+        url_user: config.username.clone(),
+        url_password: config.password.clone(),
+    };
+    match &settings.credentials {
+        CredentialSource::Url => {}
+        CredentialSource::Fixed(c) => {
+            config.username = c.username().map(str::to_owned);
+            config.password = Some(c.password_text().to_owned());
+        }
+        CredentialSource::Provider(p) => {
+            config.username = None;
+            config.password = None;
+            config.credential_provider = Some(Arc::new(crate::connect::FredProvider(p.clone())));
+        }
+    }
+    Ok((config, cx))
+}
+
+/// A failed connect as the caller sees it: where it went (fred's
+/// "Connection refused" names no address), what kind of failure it was (a
+/// TLS handshake, refused credentials, with a hint), and `None` as a
+/// timeout. No secret of the context appears in it.
+fn connect_failed(
+    cx: &ConnectContext<'_>,
+    within: Duration,
+    e: Option<fred::error::Error>,
+) -> Error {
+    use crate::connect::{classify, hint, scrub, secrets_of, user_of, Failure};
+    use fred::error::ErrorKind;
+    let at = redacted(cx.url);
+    // Read now: a provider's credentials are known once it was asked.
+    let secrets = secrets_of(&cx.credentials, cx.url_password.as_deref());
+    let (kind, message) = match e {
+        Some(e) => {
+            let failure = classify(&e);
+            let details = scrub(crate::connect::tidy(e.details()), &secrets);
+            let hint = hint(&failure, cx.tls, *e.kind() == ErrorKind::Timeout);
+            match failure {
+                Failure::Auth => (
+                    ErrorKind::Auth,
+                    format!(
+                        "authentication failed for user {:?} at {at}: {details}",
+                        user_of(&cx.credentials, cx.url_user.as_deref())
+                    ),
+                ),
+                Failure::Other => (
+                    e.kind().clone(),
+                    format!("could not connect to {at}: {details}{hint}"),
+                ),
+                _ => (
+                    crate::connect::tls_kind(),
+                    format!("TLS handshake with {at} failed: {details}{hint}"),
+                ),
+            }
+        }
+        None => (
+            ErrorKind::Timeout,
+            format!(
+                "could not connect to {at} within {within:?}{}",
+                hint(&Failure::Other, cx.tls, true)
+            ),
         ),
-        None => fred::error::Error::new(
-            fred::error::ErrorKind::Timeout,
-            format!("could not connect to {at} within {within:?}"),
-        ),
-    })
+    };
+    Error::Redis(fred::error::Error::new(kind, message))
 }
 
 /// `url` without its password, for messages.
@@ -595,20 +859,17 @@ impl Client {
                 fence_ttl: DEFAULT_FENCE_TTL,
                 metrics_lock_names: false,
                 restart_guard: None,
+                credentials: CredentialSource::default(),
+                reconnect: ReconnectPolicy::default(),
+                #[cfg(feature = "tls")]
+                tls: crate::connect::TlsSettings::default(),
             },
         }
     }
 
     async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
         settings.validate()?;
-        check_scheme(url)?;
-        let config = Config::from_url(url).map_err(|e| {
-            Error::InvalidArgument(format!(
-                "bad redis url {:?}: {}",
-                redacted(url),
-                e.details()
-            ))
-        })?;
+        let (config, cx) = fred_config(url, &settings)?;
         let mut builder = Builder::from_config(config);
         let timeout = settings.command_timeout;
         let connect_timeout = settings.connect_timeout;
@@ -634,7 +895,7 @@ impl Client {
                 // Lagging still wakes every waiter, but rarely.
                 p.broadcast_channel_capacity = 4096;
             })
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2000, 2));
+            .set_policy(settings.reconnect.to_fred());
         let redis = builder.build()?;
         let subscriber = builder.build_subscriber_client()?;
         // Only connections still running are told to quit: a failed `init`
@@ -643,7 +904,7 @@ impl Client {
         let deadline = tokio::time::Instant::now() + connect_timeout;
         let routers = start_connections(&redis, &subscriber, deadline)
             .await
-            .map_err(|e| connect_failed(url, connect_timeout, e))?;
+            .map_err(|e| connect_failed(&cx, connect_timeout, e))?;
         let fred = Arc::new(FredLink::new(redis, subscriber));
         let sharded = match check_server(&settings, &*fred) {
             Ok(sharded) => sharded,
@@ -1175,7 +1436,7 @@ async fn follow_moved_shard_channels<T: Clone>(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_scheme, redacted};
+    use super::{check_scheme, plain_scheme, redacted};
 
     #[test]
     fn a_url_in_a_message_never_shows_its_password() {
@@ -1199,9 +1460,31 @@ mod tests {
         ] {
             assert!(check_scheme(ok).is_ok(), "{ok}");
         }
-        for bad in ["http://h", "rediss://h", "h:6379", "unix:///tmp/s"] {
+        for bad in ["http://h", "h:6379", "unix:///tmp/s"] {
             let e = check_scheme(bad).unwrap_err().to_string();
             assert!(e.contains("redis://"), "{bad}: {e}");
         }
+        for tls in [
+            "rediss://h",
+            "REDISS://h",
+            "rediss-cluster://h",
+            "valkeys-sentinel://h",
+        ] {
+            if cfg!(feature = "tls") {
+                assert!(check_scheme(tls).unwrap(), "{tls}");
+            } else {
+                let e = check_scheme(tls).unwrap_err().to_string();
+                assert!(e.contains("feature `tls`"), "{tls}: {e}");
+            }
+        }
+        assert!(!check_scheme("redis://h").unwrap());
+    }
+
+    #[test]
+    fn a_tls_scheme_is_handed_to_fred_as_plain() {
+        assert_eq!(plain_scheme("rediss://u:p@h:1/2"), "redis://u:p@h:1/2");
+        assert_eq!(plain_scheme("REDISS-cluster://h"), "redis-cluster://h");
+        assert_eq!(plain_scheme("valkeys-sentinel://h"), "valkey-sentinel://h");
+        assert_eq!(plain_scheme("redis://h"), "redis://h");
     }
 }

@@ -150,6 +150,10 @@ pub enum RedisErrorKind {
     /// The command was cancelled before its reply came (its connection
     /// closed while it was out).
     Canceled,
+    /// A TLS handshake failed (an untrusted or wrong certificate, a client
+    /// certificate required, a plain server behind `rediss://`): the
+    /// message says which, and names the address.
+    Tls,
     /// Anything else (client-side configuration, back-pressure, ...).
     Other,
 }
@@ -165,6 +169,8 @@ impl RedisErrorKind {
             ErrorKind::IO => RedisErrorKind::Io,
             ErrorKind::Canceled => RedisErrorKind::Canceled,
             ErrorKind::Auth => RedisErrorKind::Auth,
+            #[cfg(feature = "tls")]
+            ErrorKind::Tls => RedisErrorKind::Tls,
             // No connection to write the command on (fred says `Unknown`
             // or, for replicas, `Routing`); the other routing failures are
             // the cluster's redirections.

@@ -9,6 +9,7 @@
 )]
 
 mod client;
+mod connect;
 mod engine;
 mod error;
 mod fair_lock;
@@ -36,6 +37,7 @@ mod script;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
+pub use connect::{CredentialError, Credentials, ReconnectPolicy};
 pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};
