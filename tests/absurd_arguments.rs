@@ -210,9 +210,14 @@ fn builder(env: &common::Env) -> redisync::ClientBuilder {
     Client::builder(&env.server.url())
 }
 
-async fn connect(b: redisync::ClientBuilder) -> redisync::Result<()> {
-    let client = b.connect().await?;
-    client.shutdown().await
+/// Connects with `b` and shuts down (boxed: a connect is a large future).
+fn connect(
+    b: redisync::ClientBuilder,
+) -> std::pin::Pin<Box<dyn Future<Output = redisync::Result<()>> + Send>> {
+    Box::pin(async move {
+        let client = b.connect().await?;
+        client.shutdown().await
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -583,7 +583,17 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
     // (what, the hand-off's writes, the renewal, its keys' prefixes, its
     // arguments after the lease, the command a renewal writes with, how many
     // of them the hand-off wrote, how many the renewal writes)
-    let cases: [(&str, &str, &str, &[&str], &[&str], &str, u64, u64); 4] = [
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a str,
+        u64,
+        u64,
+    );
+    let cases: [Case<'_>; 4] = [
         (
             "lock",
             "redis.call('hset', KEYS[1], ARGV[2], 1, '~t', ARGV[3])

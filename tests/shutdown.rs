@@ -182,3 +182,194 @@ async fn no_renewal_reaches_the_server_after_shutdown() {
         assert_eq!(exists, 0, "{key} still held");
     }
 }
+
+/// A zero-wait attempt of each kind whose script is in flight (the server
+/// stopped) when its task is aborted right before `client.shutdown()`: the
+/// grant it makes once the server runs it is undone, so the name is free
+/// after the shutdown, not taken for the whole lease. On one thread, so the
+/// aborted future is dropped inside the shutdown. Found by review 4 (the
+/// shutdown only waited for the undos of attempts that may queue).
+#[tokio::test(flavor = "current_thread")]
+async fn a_zero_wait_attempt_aborted_right_before_shutdown_leaves_no_grant() {
+    let env = Env::start().await;
+    let b = env.client().await;
+    for kind in ["lock", "fair", "write", "semaphore"] {
+        let a = client(&env, Duration::from_secs(30)).await;
+        let name = format!("zw-{kind}");
+        assert!(b.semaphore(&name).try_set_permits(1).await.unwrap() || kind != "semaphore");
+        // Whether `client`'s attempt on the name within `wait` was granted
+        // (a lease of 30 s for `a`, of 5 s for `b`'s probe).
+        let attempt = |client: Client, wait: Duration| {
+            let name = name.clone();
+            let lease = Duration::from_secs(if wait.is_zero() { 30 } else { 5 });
+            async move {
+                let granted = match kind {
+                    "lock" => client
+                        .lock(&name)
+                        .try_lock(wait, Some(lease))
+                        .await?
+                        .is_some(),
+                    "fair" => client
+                        .fair_lock(&name)
+                        .try_lock(wait, Some(lease))
+                        .await?
+                        .is_some(),
+                    "write" => client
+                        .rw_lock(&name)
+                        .write()
+                        .try_lock(wait, Some(lease))
+                        .await?
+                        .is_some(),
+                    _ => client
+                        .semaphore(&name)
+                        .try_acquire_with_lease(1, wait, lease)
+                        .await?
+                        .is_some(),
+                };
+                Ok::<bool, redisync::Error>(granted)
+            }
+        };
+        // The slot and the subscription exist already (one cycle).
+        assert!(attempt(a.clone(), Duration::ZERO).await.unwrap());
+        env.server.pause();
+        let task = tokio::spawn(attempt(a.clone(), Duration::ZERO));
+        // Time for the task to send its script to the stopped server (no
+        // event to wait on there; a script not sent yet only makes the
+        // test pass without proving anything).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        task.abort();
+        env.server.resume();
+        a.shutdown().await.unwrap();
+        assert!(task.await.is_err(), "{kind}: the task was aborted");
+        let free = attempt(b.clone(), Duration::from_secs(6)).await.unwrap();
+        assert!(
+            free,
+            "{kind}: the aborted attempt's grant outlived its client's shutdown"
+        );
+    }
+}
+
+/// A waiter aborted right before `client.shutdown()` whose undo (leaving
+/// the queue) meets a connection reset while the shutdown runs: the undo is
+/// sent again once the client reconnects, within the shutdown's bound, so
+/// the shut-down client is not left in the queue (it gave up at the reset:
+/// the next release handed the name to the departed waiter, and every
+/// other client waited out its lease). Found by the simulation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_reset_during_the_shutdown_is_sent_again() {
+    use redisync_testkit::{Direction, FaultProxy};
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let b = env.client().await;
+    for kind in ["lock", "fair"] {
+        let a = Client::builder(&proxy.url())
+            .command_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let name = format!("reset-undo-{kind}");
+        let inspect = || async {
+            let i = match kind {
+                "lock" => b.lock(&name).inspect().await,
+                _ => b.fair_lock(&name).inspect().await,
+            };
+            i.unwrap()
+        };
+        let guard: Box<dyn std::any::Any + Send> = match kind {
+            "lock" => Box::new(b.lock(&name).lock().await.unwrap()),
+            _ => Box::new(b.fair_lock(&name).lock().await.unwrap()),
+        };
+        let waiter = {
+            let (a, name) = (a.clone(), name.clone());
+            tokio::spawn(async move {
+                match kind {
+                    "lock" => drop(a.lock(&name).lock().await),
+                    _ => drop(a.fair_lock(&name).lock().await),
+                }
+            })
+        };
+        let queued = eventually(EVENT_LIMIT, || async {
+            inspect()
+                .await
+                .waiters
+                .iter()
+                .any(|w| w.client_id == Some(a.id()))
+        })
+        .await;
+        assert!(queued, "{kind}: the waiter never queued");
+        // The undo's command stays in the proxy, then its connection is
+        // reset while the shutdown waits for it.
+        proxy.blackhole(Direction::Upstream);
+        waiter.abort();
+        let _ = waiter.await;
+        let shutdown = tokio::spawn({
+            let a = a.clone();
+            async move { a.shutdown().await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.reset_connections();
+        proxy.heal();
+        shutdown.await.unwrap().unwrap();
+        let seen = inspect().await;
+        assert!(
+            !seen.waiters.iter().any(|w| w.client_id == Some(a.id())),
+            "{kind}: the shut-down client is still queued: {seen:?}"
+        );
+        drop(guard);
+    }
+}
+
+/// A guard dropped right before `client.shutdown()` whose release meets a
+/// connection reset while the shutdown runs: the release is sent again once
+/// the client reconnects, within the shutdown's bound (it gave up at the
+/// reset, and the name stayed taken for the lease). Found by the
+/// simulation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reset_during_the_shutdown_is_sent_again() {
+    use redisync_testkit::{Direction, FaultProxy};
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let b = env.client().await;
+    for kind in ["lock", "fair"] {
+        let a = Client::builder(&proxy.url())
+            .command_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let name = format!("reset-release-{kind}");
+        let guard: Box<dyn std::any::Any + Send> = match kind {
+            "lock" => Box::new(a.lock(&name).lock().await.unwrap()),
+            _ => Box::new(a.fair_lock(&name).lock().await.unwrap()),
+        };
+        // The release stays in the proxy, then its connection is reset
+        // while the shutdown waits for it.
+        proxy.blackhole(Direction::Upstream);
+        tokio::spawn(async move { drop(guard) }).await.unwrap();
+        let shutdown = tokio::spawn({
+            let a = a.clone();
+            async move { a.shutdown().await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.reset_connections();
+        proxy.heal();
+        shutdown.await.unwrap().unwrap();
+        let free = match kind {
+            "lock" => b
+                .lock(&name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_some(),
+            _ => b
+                .fair_lock(&name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_some(),
+        };
+        assert!(
+            free,
+            "{kind}: the dropped guard's release was given up at the reset"
+        );
+    }
+}

@@ -192,3 +192,44 @@ async fn fair_a_second_hand_off_after_one_in_doubt_frees_the_name_on_unlock() {
          stays taken: {left:?}"
     );
 }
+
+/// The same in-doubt hand-off, then `client.shutdown()` while the guard
+/// lives: the shutdown releases every hold, re-sending the hand-off first as
+/// the guard's own final release does (it released under the new owner id
+/// only, and the name stayed taken for the lease). Found by review 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_after_a_hand_off_in_doubt_frees_the_name() {
+    let s = Setup::start().await;
+    let name = "hoshut";
+    let g = s.lock_handed_off_in_doubt(name).await;
+    s.a.shutdown().await.unwrap();
+    assert!(g.is_lost(), "a live guard is lost after the shutdown");
+    assert!(
+        s.free_soon(name).await,
+        "{:?}",
+        s.fields(common::lock_key(name)).await
+    );
+}
+
+/// The fair lock: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_shutdown_after_a_hand_off_in_doubt_frees_the_name() {
+    let s = Setup::start().await;
+    let name = "fhoshut";
+    let lock = s.a.fair_lock(name);
+    let mut g = tokio::spawn(async move { lock.lock_with_lease(LEASE).await.unwrap() })
+        .await
+        .unwrap();
+    s.unreachable_during(g.hand_off()).await;
+    s.a.shutdown().await.unwrap();
+    let got =
+        s.b.fair_lock(name)
+            .try_lock(Duration::from_secs(6), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+    assert!(
+        got.is_some(),
+        "fair: the name stays taken after the shutdown: {:?}",
+        s.fields(common::key("fair", "hold", name)).await
+    );
+}

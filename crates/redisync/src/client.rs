@@ -401,7 +401,9 @@ impl ClientBuilder {
     /// Cancel safe: a dropped future leaves no client behind (the half-built
     /// connections are closed when dropped).
     pub async fn connect(self) -> Result<Client> {
-        Client::connect_with(&self.url, self.settings).await
+        // Boxed: connecting (TLS, two connections, the server checks) is a
+        // future of some 20 KB that the caller's own would carry.
+        Box::pin(Client::connect_with(&self.url, self.settings)).await
     }
 
     /// A client on another [`Link`](crate::link::Link) than fred's (a
@@ -1089,6 +1091,13 @@ impl Client {
     /// a dropped future may leave some locks to expire by lease instead of
     /// being released.
     pub async fn shutdown(&self) -> Result<()> {
+        // Boxed: the releases and the connections' close make a large
+        // future that the caller's own would carry.
+        Box::pin(self.shut_down()).await
+    }
+
+    /// See [`Client::shutdown`].
+    async fn shut_down(&self) -> Result<()> {
         self.inner.hub.close();
         // SeqCst: pairs with `ClientInner::start_background`.
         if self.inner.closed.swap(true, Ordering::SeqCst) {
@@ -1114,13 +1123,7 @@ impl Client {
             hold.mark_lost("client shut down");
         }
         let releases = futures::future::join_all(holds.iter().map(|hold| async move {
-            let release = (hold.ops.release)(
-                self.inner.link(),
-                self.inner.hub.publish_command(),
-                self.inner.settings.fence_ttl_ms(),
-                hold,
-                true,
-            );
+            let release = crate::engine::held::release_at_shutdown(&self.inner, hold);
             let error = match tokio::time::timeout_at(deadline, release).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => e.to_string(),
@@ -1282,6 +1285,22 @@ impl ClientInner {
     /// once instead of timing out.
     pub(crate) fn check_connected(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether the connections were told to quit (the shutdown's end).
+    pub(crate) fn connections_closed(&self) -> bool {
+        self.connections_closed.load(Ordering::Acquire)
+    }
+
+    /// `Err(Shutdown)` once the connections were told to quit: what a
+    /// shutdown waits for (a background release, an undo) may still send
+    /// until then.
+    pub(crate) fn check_still_connected(&self) -> Result<()> {
+        if self.connections_closed() {
             Err(Error::Shutdown)
         } else {
             Ok(())

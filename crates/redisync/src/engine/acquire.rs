@@ -236,7 +236,7 @@ async fn contend<S: Spec>(
         // subscription another slot of the name keeps costs nothing.
         let heard = client.hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
-        undo.arm(sent_at + spec.linger(lease), enqueue);
+        undo.arm(sent_at + spec.linger(lease));
         let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
         let reply = attempt_carrying(spec, slot, attempt).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
@@ -795,7 +795,7 @@ async fn reenter<S: Spec>(
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
-    undo.arm(sent_at + spec.linger(grant.lease), false);
+    undo.arm(sent_at + spec.linger(grant.lease));
     let reply = run_attempt(
         spec,
         Try {

@@ -337,6 +337,21 @@ async fn release_hold(
     result
 }
 
+/// The release of `hold` by [`Client::shutdown`](crate::Client::shutdown):
+/// final, after a hand-off in doubt is sent again (as [`release_hold`]
+/// does), so the name is freed rather than left under the old owner id.
+pub(crate) async fn release_at_shutdown(client: &ClientInner, hold: &Hold) -> Result<Released> {
+    finish_rebind(client, hold).await?;
+    (hold.ops.release)(
+        client.link(),
+        client.hub.publish_command(),
+        client.settings.fence_ttl_ms(),
+        hold,
+        true,
+    )
+    .await
+}
+
 /// Before the final release of a hold whose hand-off stayed in doubt:
 /// sends that hand-off again (idempotent, token-checked), so a field left
 /// under the old owner id (the hand-off never ran) moves to the hold's id
@@ -625,9 +640,12 @@ async fn release_task(
     turn_passed: bool,
 ) {
     let result = if last {
+        // Retried during a shutdown too, until it closes the connections:
+        // the shutdown waits for this task, and a hold left would keep the
+        // name for its lease.
         retry_until_deadline(
             hold.valid_until(),
-            || client.check_open(),
+            || client.check_still_connected(),
             || release_hold(&client, &slot, &hold, true, turn_passed),
         )
         .await

@@ -26,10 +26,11 @@ pub(crate) struct Undo<S: Spec> {
     armed: bool,
     /// When whatever it may have left expires anyway.
     expires_at: Instant,
-    /// Taken while an attempt may leave a queue entry: a shutdown waits
-    /// for this undo, even one dropped while the shutdown runs (a task
-    /// aborted just before it), so a release never hands the name to a
-    /// waiter that is gone.
+    /// Taken once armed: a shutdown waits for this undo, even one dropped
+    /// while the shutdown runs (a task aborted just before it), so neither
+    /// a grant nor a queue entry of an attempt that is gone outlives the
+    /// shutdown (a release would hand the name to a departed waiter; a
+    /// grant would keep it for its lease).
     shutdown_waits: Option<crate::client::BackgroundTask>,
 }
 
@@ -54,12 +55,11 @@ impl<S: Spec> Undo<S> {
     }
 
     /// Armed until what may be left expires at `expires_at` (the latest of
-    /// every arming); `may_queue`: the attempt may leave a queue entry, so
-    /// a shutdown waits for this undo (see the field).
-    pub(crate) fn arm(&mut self, expires_at: Instant, may_queue: bool) {
+    /// every arming); a shutdown waits for this undo (see the field).
+    pub(crate) fn arm(&mut self, expires_at: Instant) {
         self.armed = true;
         self.expires_at = self.expires_at.max(expires_at);
-        if may_queue && self.shutdown_waits.is_none() {
+        if self.shutdown_waits.is_none() {
             self.shutdown_waits = self.spec.named().client.inner.start_background();
         }
     }
@@ -139,11 +139,14 @@ fn spawn_undo<S: Spec>(
                 Ok(()) => spec.undo(&slot, &holder, keep).await,
                 Err(e) => Err(e),
             };
+            // Retried during a shutdown too, until it closes the
+            // connections: the shutdown waits for this task, and a waiter's
+            // entry left in a queue would be handed the name.
             match tried {
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() + pause < expires_at
-                        && client.check_connected().is_ok() =>
+                        && !client.connections_closed() =>
                 {
                     tracing::debug!(lock_key = %slot.key, error = %e, "undo of a cancelled acquisition failed; retrying");
                     // The turn goes on before the try counts as ended: a
@@ -154,8 +157,8 @@ fn spawn_undo<S: Spec>(
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
-                    if client.check_open().is_err() {
-                        // Shut down while we paused: a command now could
+                    if client.connections_closed() {
+                        // Shut down while we paused: a command now would
                         // follow the connection's quit (fred warns of each).
                         tracing::debug!(lock_key = %slot.key, "undo cut short by the shutdown; it expires with its lease");
                         if ordered {
