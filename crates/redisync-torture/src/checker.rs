@@ -166,7 +166,8 @@ pub enum Violation {
     },
     /// (f) A call bounded in time took longer: `try_lock(Duration::ZERO)`
     /// outside faults, `Client::shutdown` at any time (its process not
-    /// frozen meanwhile).
+    /// frozen meanwhile), a shut-down client's waiter or grant left on a
+    /// name (`queue-left`) outside faults.
     Slow {
         /// The call.
         probe: Probe,
@@ -584,16 +585,25 @@ fn stalled(history: &History, holder: &str, from: u64, to: u64) -> bool {
 
 /// (f): a bounded call returned within its bound, unless its process was
 /// frozen (paused, or a runtime thread stalled) meanwhile, or, for a
-/// `try_lock(ZERO)`, a fault was active or had ended less than
-/// [`FAULT_GRACE_US`] before.
+/// `try_lock(ZERO)` or a queue left at shutdown, a fault was active or had
+/// ended less than [`FAULT_GRACE_US`] before (for a queue left, a freeze
+/// too).
 fn check_probe(p: &Probe, history: &History, report: &mut Report) {
     report.probes += 1;
     if p.done_us.saturating_sub(p.asked_us) <= p.bound_us {
         return;
     }
-    let frozen = paused(history, &p.client, p.asked_us, p.done_us)
-        || stalled(history, &p.client, p.asked_us, p.done_us);
-    let faulted = p.what == "try-zero"
+    // A queue left at shutdown also waits out what a freeze just before
+    // left behind (late renewals, grants to the departed waiter).
+    let queue_left = p.what.starts_with("queue-left");
+    let from = if queue_left {
+        p.asked_us.saturating_sub(FAULT_GRACE_US)
+    } else {
+        p.asked_us
+    };
+    let frozen =
+        paused(history, &p.client, from, p.done_us) || stalled(history, &p.client, from, p.done_us);
+    let faulted = (p.what == "try-zero" || queue_left)
         && history
             .faults
             .iter()

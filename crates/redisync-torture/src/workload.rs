@@ -1092,20 +1092,25 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         }
         Family::Semaphore if ctx.chance(25) => ops::semaphore_admin(ctx, h).await,
         Family::Latch => ops::latch(ctx, h).await,
+        Family::Lock if ctx.chance(5) => {
+            let t = Target::Lock(h.locks[i].clone());
+            two_flows(ctx, h.names[i], Flow::Reentrant(Kind::Lock, t)).await;
+        }
         Family::Lock => {
             let t = Target::Lock(h.locks[i].clone());
             reentrant(ctx, Kind::Lock, h.names[i], &t, Again::Reenter).await;
         }
         Family::Fair if ctx.chance(10) => {
-            // Two flows of one owner (`join!` in one task): they take turns,
-            // never holding at once (the checker sees them as two clients).
             let t = Target::Fair(h.fair[i].clone());
-            let mut twin = ctx.twin();
-            let (name, kind) = (h.names[i], Kind::FairLock);
-            tokio::join!(
-                reentrant(ctx, kind, name, &t, Again::Reenter),
-                reentrant(&mut twin, kind, name, &t, Again::Reenter),
-            );
+            two_flows(ctx, h.names[i], Flow::Reentrant(Kind::FairLock, t)).await;
+        }
+        Family::Rw if ctx.chance(10) => {
+            let flow = if ctx.chance(50) {
+                Flow::Reentrant(Kind::RwWrite, Target::Write(h.rw[i].1.clone()))
+            } else {
+                Flow::Reader(h.rw[i].clone())
+            };
+            Box::pin(two_flows(ctx, h.names[i], flow)).await;
         }
         Family::Fair => {
             let t = Target::Fair(h.fair[i].clone());
@@ -1122,7 +1127,7 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
         Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
         Family::Shutdown => {
             if let Some(connect) = &h.connect {
-                shutdown(ctx, connect).await;
+                shutdown(ctx, connect, &h.more.client).await;
             }
         }
         Family::Leader => {
@@ -1133,6 +1138,45 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
                 leader(ctx, LEADER_NAMES[i], &h.leaders[i]).await;
             }
         }
+    }
+}
+
+/// What a flow of [`two_flows`] does.
+#[derive(Clone)]
+enum Flow {
+    /// [`reentrant`] on an exclusive kind.
+    Reentrant(Kind, Target),
+    /// [`reader`] on a read-write lock's sides.
+    Reader((ReadLock, WriteLock)),
+}
+
+/// Two flows of one owner on one name: `join!` in one task, or a parent and
+/// a spawned child run as the parent's owner (`Owner::current()` +
+/// `Owner::scope`). When both ask at the same instant or both wait, they
+/// take turns and never hold at once (the checker sees them as two
+/// clients); nested calls within each flow still re-enter.
+async fn two_flows(ctx: &mut Ctx, name: &'static str, flow: Flow) {
+    async fn run(ctx: &mut Ctx, name: &'static str, flow: &Flow) {
+        match flow {
+            Flow::Reentrant(kind, t) => reentrant(ctx, *kind, name, t, Again::Reenter).await,
+            Flow::Reader((read, write)) => reader(ctx, name, read, write).await,
+        }
+    }
+    let mut twin = ctx.twin();
+    if ctx.chance(50) {
+        tokio::join!(run(ctx, name, &flow), run(&mut twin, name, &flow));
+        return;
+    }
+    let child_flow = flow.clone();
+    let child = tokio::spawn(redisync::Owner::current().scope(async move {
+        run(&mut twin, name, &child_flow).await;
+    }));
+    run(ctx, name, &flow).await;
+    if let Err(e) = child.await {
+        ctx.stats.violation(&format!(
+            "{}: a child flow run as its parent's owner failed: {e}",
+            ctx.client
+        ));
     }
 }
 
@@ -2067,7 +2111,10 @@ fn by_clock<T>(real: T, simulated: T) -> T {
 /// shut down holding them, whatever the fault of the moment: the call is
 /// bounded by about one command timeout (not one per lock), and every
 /// guard says lost once it returns.
-async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
+///
+/// Half of them also have a task waiting in Redis for a name `main` holds
+/// (see [`AbortedWaiter`]), aborted right before the shutdown.
+async fn shutdown(ctx: &mut Ctx, connect: &Connect, main: &Client) {
     // Fresh clients are not cheap: one every second or so per task.
     let pause = 700 + ctx.rng.below(600);
     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -2090,7 +2137,16 @@ async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
     } else {
         None
     };
+    let aborted = if ctx.chance(50) {
+        AbortedWaiter::start(ctx, main, &client).await
+    } else {
+        None
+    };
     tokio::time::sleep(Duration::from_millis(ctx.rng.below(50))).await;
+    let aborted = match aborted {
+        Some(a) => Some(a.abort(ctx).await),
+        None => None,
+    };
     let asked_us = now_us();
     // Cut or dropped too: its first poll marks every guard lost.
     let how = ctx.how(20);
@@ -2120,8 +2176,153 @@ async fn shutdown(ctx: &mut Ctx, connect: &Connect) {
             }
         ));
     }
+    if let Some(a) = aborted {
+        a.check(ctx, main, &client, asked_us).await;
+    }
     if let Some(mut h) = held.take() {
         h.lock = guards.pop();
         ops::after_shutdown(ctx, &client, h).await;
+    }
+}
+
+/// A task of a client about to shut down that waits in Redis for a name
+/// another client (`main`) holds, in one of the four kinds with a queue,
+/// and is aborted right before the shutdown (`abort()`,
+/// `JoinSet::abort_all()`). `main` lets go before or after the abort, so the
+/// name may be handed to the departed waiter. Once the shutdown returned,
+/// the name lists neither a waiter nor a holder of that client: else the
+/// next waiter waits a full lease behind one that left.
+struct AbortedWaiter {
+    name: String,
+    kind: QueueKind,
+    /// `main`'s hold, until it lets go.
+    holder: Option<Guard>,
+    waiter: tokio::task::JoinHandle<()>,
+}
+
+/// The kinds whose waiters queue in Redis.
+#[derive(Debug, Clone, Copy)]
+enum QueueKind {
+    Lock,
+    Fair,
+    Write,
+    Semaphore,
+}
+
+impl QueueKind {
+    /// `client`'s attempt on `name` for at most `wait`, under `lease` (the
+    /// watchdog's when `None`).
+    async fn take(
+        self,
+        client: &Client,
+        name: &str,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Option<Guard> {
+        let got = match self {
+            QueueKind::Lock => client
+                .lock(name)
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Lock)),
+            QueueKind::Fair => client
+                .fair_lock(name)
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Fair)),
+            QueueKind::Write => client
+                .rw_lock(name)
+                .write()
+                .try_lock(wait, lease)
+                .await
+                .map(|g| g.map(Guard::Rw)),
+            QueueKind::Semaphore => {
+                let semaphore = client.semaphore(name).with_permits(1);
+                match lease {
+                    Some(lease) => semaphore.try_acquire_with_lease(1, wait, lease).await,
+                    None => semaphore.try_acquire(1, wait).await,
+                }
+                .map(|g| g.map(Guard::Semaphore))
+            }
+        };
+        got.ok().flatten()
+    }
+}
+
+impl AbortedWaiter {
+    /// `main` takes a name of this task's own; a task of `client` waits for
+    /// it. `None` when `main` could not take it (a fault).
+    async fn start(ctx: &mut Ctx, main: &Client, client: &Client) -> Option<AbortedWaiter> {
+        let kinds = [
+            QueueKind::Lock,
+            QueueKind::Fair,
+            QueueKind::Write,
+            QueueKind::Semaphore,
+        ];
+        let kind = kinds[usize::try_from(ctx.rng.below(4)).unwrap_or(0)];
+        let name = format!("torture:abort:{}", ctx.client);
+        let holder = Some(kind.take(main, &name, Duration::ZERO, ctx.lease()).await?);
+        let (waiting, name2, lease) = (client.clone(), name.clone(), ctx.lease());
+        let waiter = tokio::spawn(async move {
+            // Held until the task is aborted.
+            let _held = kind.take(&waiting, &name2, Duration::MAX, lease).await;
+            std::future::pending::<()>().await;
+        });
+        Some(AbortedWaiter {
+            name,
+            kind,
+            holder,
+            waiter,
+        })
+    }
+
+    /// Aborts the waiter once it had time to queue (or not), `main`
+    /// letting go before, or right after.
+    async fn abort(mut self, ctx: &mut Ctx) -> AbortedWaiter {
+        tokio::time::sleep(Duration::from_millis(ctx.rng.below(100))).await;
+        let before = ctx.chance(50);
+        if before {
+            drop(self.holder.take());
+        }
+        self.waiter.abort();
+        if !before {
+            drop(self.holder.take());
+        }
+        self
+    }
+
+    /// After the shutdown asked at `asked_us` returned: records how long
+    /// until the name listed nothing of `client` but a permit whose lease
+    /// ended (it blocks nobody: the next acquisition reclaims it; a probe bounded like the
+    /// shutdown; the checker excuses one under a fault: nothing can leave a
+    /// queue on a server out of reach).
+    async fn check(self, ctx: &mut Ctx, main: &Client, client: &Client, asked_us: u64) {
+        let bound = ctx.settings.command_timeout + shutdown_slack();
+        let give_up = tokio::time::Instant::now() + bound + Duration::from_secs(1);
+        let gone = client.id();
+        loop {
+            let listed = main.inspect(&self.name).await.map(|all| {
+                all.iter().any(|i| {
+                    i.waiters.iter().any(|w| w.client_id == Some(gone))
+                        || i.holders
+                            .iter()
+                            .any(|h| h.client_id == Some(gone) && h.is_live())
+                })
+            });
+            if matches!(listed, Ok(false)) || tokio::time::Instant::now() >= give_up {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = ctx.sink.send(Record::Probe(Probe {
+            what: format!("queue-left:{:?}", self.kind),
+            client: ctx.client.clone(),
+            asked_us,
+            done_us: now_us(),
+            bound_us: micros(bound),
+        }));
+        // The held name's leftovers (a grant to `main`'s next attempt) go
+        // with its lease; nothing else uses the name.
+        let _ = self.waiter.await;
     }
 }
