@@ -212,6 +212,21 @@ DEFECTS = [
         "edits": [("crates/redisync/src/engine/mod.rs", "        let mut in_doubt = ForceInDoubt(Some(slot));\n", "        drop(slot);\n        let mut in_doubt = ForceInDoubt(client.hub.existing_slot(&self.key).map(|_| client.hub.slot(&self.key, &self.channel)));\n")],
     },
     {
+        "name": "shutdown-skips-hand-off-in-doubt",
+        "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease (review 4 of issue 39); tests/hand_off.rs in_doubt::shutdown_after_a_hand_off_in_doubt_frees_the_name",
+        "edits": [("crates/redisync/src/engine/held.rs", "    finish_rebind(client, hold).await?;\n    (hold.ops.release)(", "    (hold.ops.release)(")],
+    },
+    {
+        "name": "undo-gives-up-during-shutdown",
+        "class": "the undo of a waiter aborted before a shutdown gives up at a connection reset while the shutdown runs: the departed waiter stays queued (simulation, issue 39); tests/shutdown.rs an_undo_reset_during_the_shutdown_is_sent_again",
+        "edits": [("crates/redisync/src/engine/undo.rs", "&& !client.connections_closed() =>", "&& client.check_connected().is_ok() =>")],
+    },
+    {
+        "name": "release-gives-up-during-shutdown",
+        "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (simulation, issue 39); tests/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
+        "edits": [("crates/redisync/src/engine/held.rs", "|| client.check_still_connected(),", "|| client.check_open(),")],
+    },
+    {
         "name": "semaphore-one-permit-too-many",
         "class": "(synthetic) a semaphore grants one permit too many",
         "edits": [("lua/semaphore_acquire.lua", "total - state.used >= wanted then", "total - state.used + 1 >= wanted then")],
