@@ -425,3 +425,131 @@ async fn a_leadership_after_its_clients_shutdown_sends_nothing() {
         "the shutdown released the lead: {current:?}"
     );
 }
+
+/// Issue 3 §2: a grant that never led (no identity published for it: here a
+/// plain `Lock` on the election's name) is no leader to a watch; the next
+/// real term is. Failed before: the watch reported the lock's grant as a
+/// leader with identity `None`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_never_reports_a_grant_that_never_led() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let plain = client.lock("ghostly").lock().await.unwrap();
+    let leader = client.leader("ghostly").with_identity("real");
+    let raw = leader.current().await.unwrap().expect("the lock is held");
+    assert_eq!(raw.identity, None, "current reads the bare grant");
+    let mut watch = leader.watch().await.unwrap();
+    assert_eq!(watch.current(), None, "a bare grant is nobody leading");
+    let campaigning = tokio::spawn({
+        let leader = leader.clone();
+        async move { leader.campaign().await }
+    });
+    plain.unlock().await.unwrap();
+    let seen = tokio::time::timeout(WITHIN, watch.changed())
+        .await
+        .expect("the real term is seen")
+        .unwrap()
+        .expect("a leader");
+    let won = campaigning.await.unwrap().unwrap();
+    assert_eq!(seen.token, Some(won.token()));
+    assert_eq!(seen.identity.as_deref(), Some("real"));
+    won.resign().await.unwrap();
+}
+
+/// Issue 3 §2: guarded candidates campaign through server restarts (empty,
+/// and from a snapshot); a watch reports only terms a `Leadership` was
+/// returned for, never a grant the restart guard undid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_across_restarts_reports_only_real_terms() {
+    let mut env = Env::start().await;
+    let url = env.server.url();
+    let max_lease = Duration::from_millis(500);
+    let guarded = || async {
+        Client::builder(&url)
+            .restart_guard(max_lease)
+            .watchdog_timeout(max_lease)
+            .command_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (guarded().await, guarded().await);
+    let observer = Client::builder(&url)
+        .watchdog_timeout(max_lease)
+        .connect()
+        .await
+        .unwrap();
+    let real: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut candidates = Vec::new();
+    for (i, client) in [a.clone(), b.clone()].into_iter().enumerate() {
+        let (real, stop) = (real.clone(), stop.clone());
+        candidates.push(tokio::spawn(async move {
+            let leader = client.leader("restarted").with_identity(format!("c{i}"));
+            while !stop.load(Ordering::Relaxed) {
+                match leader.try_campaign(Duration::from_millis(200)).await {
+                    Ok(Some(won)) => {
+                        real.lock().unwrap().push(won.token());
+                        let _ = tokio::time::timeout(Duration::from_millis(30), won.lost()).await;
+                        let _ = won.resign().await;
+                    }
+                    Ok(None) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }));
+    }
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let watching = tokio::spawn({
+        let (seen, leader) = (seen.clone(), observer.leader("restarted"));
+        async move {
+            let mut watch = loop {
+                if let Ok(w) = leader.watch().await {
+                    break w;
+                }
+            };
+            loop {
+                if let Some(token) = watch.current().and_then(|i| i.token) {
+                    seen.lock().unwrap().push(token);
+                }
+                if watch.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    // Terms before, between and after the restarts.
+    let terms_past = |n: usize| {
+        let real = real.clone();
+        async move {
+            eventually(Duration::from_secs(20), || async {
+                real.lock().unwrap().len() >= n
+            })
+            .await
+        }
+    };
+    assert!(terms_past(3).await, "terms before the restarts");
+    env.server.remove_snapshot().unwrap();
+    env.server.restart().await;
+    let n = real.lock().unwrap().len();
+    assert!(terms_past(n + 3).await, "terms after the empty restart");
+    common::save(&env.admin).await;
+    env.server.restart().await;
+    let n = real.lock().unwrap().len();
+    assert!(
+        terms_past(n + 3).await,
+        "terms after the restart from a snapshot"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for c in candidates {
+        c.await.unwrap();
+    }
+    watching.abort();
+    let (real, seen) = (real.lock().unwrap().clone(), seen.lock().unwrap().clone());
+    let ghosts: Vec<u64> = seen.iter().filter(|t| !real.contains(t)).copied().collect();
+    assert!(
+        ghosts.is_empty(),
+        "the watch reported terms that never led: {ghosts:?} (real: {real:?})"
+    );
+    assert!(!seen.is_empty(), "the watch saw terms");
+}

@@ -17,7 +17,7 @@ use std::time::Duration;
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::types::{Key, Value};
 use futures::stream::BoxStream;
-use redisync::link::{Command, Delivery, Link, LinkFuture, ScriptCall};
+use redisync::link::{Command, Delivery, Link, LinkChange, LinkFuture, ScriptCall};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::time::Instant;
 
@@ -133,6 +133,8 @@ struct LinkState {
     subscribed: BTreeSet<Vec<u8>>,
     deliveries: Option<UnboundedSender<Delivery>>,
     reconnects: Option<UnboundedSender<()>>,
+    /// Where the command connection's changes are told.
+    changes: Option<UnboundedSender<LinkChange>>,
 }
 
 struct State {
@@ -211,6 +213,7 @@ impl World {
             subscribed: BTreeSet::new(),
             deliveries: None,
             reconnects: None,
+            changes: None,
         });
         Arc::new(SimLink {
             world: self.clone(),
@@ -392,6 +395,12 @@ impl LinkState {
         self.subscribed.clear();
         if let Some(tx) = &self.reconnects {
             let _ = tx.send(());
+        }
+        // Lost and made again at once (the simulation has no spell
+        // without a connection).
+        if let Some(tx) = &self.changes {
+            let _ = tx.send(LinkChange::Lost);
+            let _ = tx.send(LinkChange::Back);
         }
     }
 }
@@ -717,6 +726,14 @@ impl Link for SimLink {
         self.world.lock().links[self.id].reconnects = Some(tx);
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|()| ((), rx))
+        }))
+    }
+
+    fn connection_changes(&self) -> BoxStream<'static, LinkChange> {
+        let (tx, rx) = unbounded_channel();
+        self.world.lock().links[self.id].changes = Some(tx);
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|change| (change, rx))
         }))
     }
 }

@@ -195,6 +195,12 @@ impl<T, E> Ended for Result<T, E> {
 }
 
 /// A method without errors (`Leadership::lost`).
+impl Ended for redisync::ConnectionState {
+    fn ending(&self) -> Ending {
+        Ending::Reply
+    }
+}
+
 impl Ended for () {
     fn ending(&self) -> Ending {
         Ending::Reply

@@ -502,6 +502,10 @@ pub(crate) struct ClientInner {
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
     /// See [`ClientBuilder::restart_guard`].
     pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
+    /// The connection state users watch (see [`Client::connection_state`]).
+    pub(crate) connection: Arc<crate::connection::ConnectionSignal>,
+    /// Tells the watchdog to renew at once (the connection is back).
+    pub(crate) renew_now: Arc<Notify>,
     /// The runtime the client was connected on, which runs its connection
     /// tasks (and is driven while they work).
     pub(crate) runtime: tokio::runtime::Id,
@@ -968,6 +972,8 @@ impl Client {
             tasks: std::sync::Mutex::new(Vec::new()),
             routers: std::sync::Mutex::new(routers),
             restart_guard,
+            connection: Arc::new(crate::connection::ConnectionSignal::new()),
+            renew_now: Arc::new(Notify::new()),
             runtime: tokio::runtime::Handle::current().id(),
         });
         *crate::hold::lock_unpoisoned(&inner.tasks) = vec![
@@ -979,6 +985,10 @@ impl Client {
                 Arc::downgrade(&inner.hub),
                 inner.link.subscriber_reconnects(),
                 "reconnect",
+            )),
+            tokio::spawn(follow_connection(
+                Arc::downgrade(&inner),
+                inner.link.connection_changes(),
             )),
         ];
         Client { inner }
@@ -1098,6 +1108,7 @@ impl Client {
 
     /// See [`Client::shutdown`].
     async fn shut_down(&self) -> Result<()> {
+        self.inner.connection.shut_down();
         self.inner.hub.close();
         // SeqCst: pairs with `ClientInner::start_background`.
         if self.inner.closed.swap(true, Ordering::SeqCst) {
@@ -1449,6 +1460,58 @@ async fn follow_moved_shard_channels<T: Clone>(
             if let Err(e) = fred.subscriber.sync_cluster().await {
                 tracing::warn!(error = %e, "subscriber cluster sync failed");
             }
+        }
+    }
+}
+
+// ---- Connection state (issue 3 §1) ----
+
+impl Client {
+    /// A live view of this client's connection state: [`Connected`],
+    /// [`Suspended`] while the command connection is lost and the client
+    /// reconnects (holds may be lost: their renewals fail), [`Reconnected`]
+    /// once it is back, and [`Shutdown`]; with the count of holds found
+    /// lost ([`ConnectionWatch::lost_holds`]). See README, "Connection
+    /// state", for pausing work while suspended.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) {
+    /// use redisync::ConnectionState;
+    ///
+    /// let mut connection = client.connection_state();
+    /// loop {
+    ///     match connection.changed().await {
+    ///         ConnectionState::Suspended => println!("connection lost: pausing"),
+    ///         ConnectionState::Shutdown => break,
+    ///         _ => println!("connected; {} holds lost so far", connection.lost_holds()),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// [`Connected`]: crate::ConnectionState::Connected
+    /// [`Suspended`]: crate::ConnectionState::Suspended
+    /// [`Reconnected`]: crate::ConnectionState::Reconnected
+    /// [`Shutdown`]: crate::ConnectionState::Shutdown
+    /// [`ConnectionWatch::lost_holds`]: crate::ConnectionWatch::lost_holds
+    pub fn connection_state(&self) -> crate::ConnectionWatch {
+        self.inner.connection.watch()
+    }
+}
+
+/// Follows the command connection: tells the watches, and once it is back
+/// makes the watchdog renew at once (so holds lost meanwhile are known).
+async fn follow_connection(
+    client: Weak<ClientInner>,
+    mut changes: futures::stream::BoxStream<'static, crate::link::LinkChange>,
+) {
+    while let Some(change) = changes.next().await {
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        client.connection.change(change);
+        if change == crate::link::LinkChange::Back {
+            client.renew_now.notify_one();
         }
     }
 }

@@ -12,7 +12,7 @@ use fred::types::{Key, Value};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::metrics::{self, HoldMeter, Labels};
+use crate::metrics::{HoldMeter, Labels};
 
 /// Locks a std mutex, ignoring poison (the data stays consistent: every
 /// critical section here is a few assignments).
@@ -468,7 +468,7 @@ impl Hold {
                 why,
                 "lock lost while a guard was alive"
             );
-            self.meter.labels.count(metrics::LOST);
+            self.meter.labels.hold_lost();
         }
         // The lock is no longer ours in Redis: let the next local waiter try.
         drop(lock_unpoisoned(&self.permit).take());

@@ -146,8 +146,15 @@ impl Client {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaderInfo {
-    /// The identity the leader published (`None` for a moment after it won,
-    /// before it published).
+    /// The identity the leader published. `None` exactly when the lock
+    /// under the election is held but no identity was published for its
+    /// current grant: a candidate between winning the lock and publishing
+    /// (its `campaign` has not returned yet), a grant that never becomes a
+    /// term (the restart guard undoes it, or the lead is lost before the
+    /// publish), or a plain [`Lock`] on the election's name. Only
+    /// [`Leader::current`] reports such a grant; a [`LeaderWatch`] never
+    /// does (it reports nobody leading until an identity is published), so
+    /// every term a watch reports is one a [`Leadership`] was made for.
     pub identity: Option<String>,
     /// The fencing token of its leadership.
     pub token: Option<u64>,
@@ -260,6 +267,11 @@ impl Leader {
     /// least once per watchdog period of the client (a message lost in a
     /// reconnect). It stops when the watch is dropped.
     ///
+    /// A watch reports only real terms: a grant counts once its identity is
+    /// published (see [`LeaderInfo::identity`]), so a grant that never led
+    /// (undone by the restart guard after a server restart, or a plain
+    /// [`Lock`] on the name) shows as nobody leading, never as a leader.
+    ///
     /// # Errors
     /// As [`Leader::current`]; [`Error::Shutdown`] after the client's
     /// shutdown.
@@ -277,7 +289,7 @@ impl Leader {
         let since = slot.wakeup.generation();
         let first = self.current().await?;
         let mut next = look_again_after(self, first.as_ref());
-        let (tx, rx) = watch::channel(first);
+        let (tx, rx) = watch::channel(a_term(first));
         let leader = self.clone();
         let task = tokio::spawn(async move {
             let mut since = since;
@@ -285,7 +297,11 @@ impl Leader {
                 slot.wakeup.wait(since, Instant::now() + next).await;
                 since = slot.wakeup.generation();
                 next = match leader.current().await {
-                    Ok(info) => {
+                    Ok(read) => {
+                        // Read again when an unpublished grant's lease ends
+                        // (its publish, if it comes, is a message).
+                        let next = look_again_after(&leader, read.as_ref());
+                        let info = a_term(read);
                         // Told only when the leader changes, not its lease.
                         tx.send_if_modified(|now| {
                             let changed = now.as_ref().map(|i| (&i.identity, i.token))
@@ -293,7 +309,7 @@ impl Leader {
                             now.clone_from(&info);
                             changed
                         });
-                        look_again_after(&leader, info.as_ref())
+                        next
                     }
                     Err(Error::Shutdown) => return,
                     Err(e) => {
@@ -459,6 +475,15 @@ async fn announce(lock: &Lock) {
     if let Err(e) = client.link().command(publish).await {
         tracing::debug!(leader = %lock.name(), error = %e, "telling watchers of a resignation failed");
     }
+}
+
+/// What a watch reports of a read: a term only once its identity is
+/// published, which a candidate does before its `campaign` returns the
+/// [`Leadership`]. A grant without one is no leader (yet): a candidate
+/// between winning and publishing, a grant the restart guard undoes, or a
+/// plain [`Lock`] taken on the election's name.
+fn a_term(read: Option<LeaderInfo>) -> Option<LeaderInfo> {
+    read.filter(|info| info.identity.is_some())
 }
 
 /// When a watch reads again without a message: when the leader's lease

@@ -10,6 +10,7 @@
 
 mod client;
 mod connect;
+mod connection;
 mod engine;
 mod error;
 mod fair_lock;
@@ -38,6 +39,7 @@ mod semaphore;
 
 pub use client::{Client, ClientBuilder};
 pub use connect::{CredentialError, Credentials, ReconnectPolicy};
+pub use connection::{ConnectionState, ConnectionWatch};
 pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};

@@ -68,6 +68,16 @@ pub enum Delivery {
     Missed,
 }
 
+/// A change of the command connection (see [`Link::connection_changes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkChange {
+    /// The connection was lost (or a reconnection failed): the link is
+    /// reconnecting.
+    Lost,
+    /// The connection was established again.
+    Back,
+}
+
 /// The engine's connection to one Redis deployment (see the [module
 /// docs](self)).
 pub trait Link: Send + Sync + 'static {
@@ -113,6 +123,10 @@ pub trait Link: Send + Sync + 'static {
     /// (the server forgot its subscriptions, and messages sent meanwhile
     /// are gone); ends when the link closes.
     fn subscriber_reconnects(&self) -> BoxStream<'static, ()>;
+
+    /// Yields each time the command connection is lost and each time it is
+    /// back, in order; ends when the link closes.
+    fn connection_changes(&self) -> BoxStream<'static, LinkChange>;
 }
 
 impl dyn Link {
@@ -266,6 +280,31 @@ impl Link for FredLink {
 
     fn subscriber_reconnects(&self) -> BoxStream<'static, ()> {
         every_event(self.subscriber.reconnect_rx())
+    }
+
+    fn connection_changes(&self) -> BoxStream<'static, LinkChange> {
+        // fred announces a lost connection (its reader ended) and each
+        // failed reconnection as an error, a reconnection on its own
+        // channel. Both waiting: the error came first (fred reconnects
+        // after it), so it is taken first.
+        let channels = (self.redis.error_rx(), self.redis.reconnect_rx());
+        Box::pin(futures::stream::unfold(
+            channels,
+            |(mut errors, mut back)| async move {
+                let change = tokio::select! {
+                    biased;
+                    e = errors.recv() => match e {
+                        Err(RecvError::Closed) => return None,
+                        Ok(_) | Err(RecvError::Lagged(_)) => LinkChange::Lost,
+                    },
+                    b = back.recv() => match b {
+                        Err(RecvError::Closed) => return None,
+                        Ok(_) | Err(RecvError::Lagged(_)) => LinkChange::Back,
+                    },
+                };
+                Some((change, (errors, back)))
+            },
+        ))
     }
 }
 

@@ -46,6 +46,8 @@ pub(crate) const WAITING: &str = "redisync_waiting";
 pub(crate) struct Labels {
     #[cfg(feature = "metrics")]
     labels: Option<std::sync::Arc<[metrics::Label]>>,
+    /// Where lost holds are counted for the client's connection watches.
+    losses: Option<std::sync::Arc<crate::connection::ConnectionSignal>>,
 }
 
 impl Labels {
@@ -58,12 +60,31 @@ impl Labels {
             }
             Labels {
                 labels: Some(labels.into()),
+                losses: None,
             }
         }
         #[cfg(not(feature = "metrics"))]
         {
             let _ = (kind, name);
-            Labels {}
+            Labels { losses: None }
+        }
+    }
+
+    /// Counts lost holds in `losses` (see [`Labels::hold_lost`]).
+    pub(crate) fn counting_losses(
+        mut self,
+        losses: std::sync::Arc<crate::connection::ConnectionSignal>,
+    ) -> Labels {
+        self.losses = Some(losses);
+        self
+    }
+
+    /// A hold was found lost while a guard of it was alive: the `lost`
+    /// counter, and the client's connection watches.
+    pub(crate) fn hold_lost(&self) {
+        self.count(LOST);
+        if let Some(losses) = &self.losses {
+            losses.hold_lost();
         }
     }
 

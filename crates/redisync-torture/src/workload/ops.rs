@@ -946,6 +946,7 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         others,
         lead,
         watch,
+        connection,
     } = held;
     let name = format!("torture:shutdown:{}", ctx.client);
     let lock = client.lock(&name);
@@ -1151,6 +1152,25 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
             ));
         }
     }
+    if let Some(mut connection) = connection {
+        // `Shutdown` at once, and again.
+        for _ in 0..2 {
+            let changed = Recorded::new(
+                &ctx.stats.coverage,
+                "ConnectionWatch::changed",
+                connection.changed(),
+                Ending::Timeout,
+            );
+            let end = tokio::time::timeout(Duration::from_secs(1), changed).await;
+            if end != Ok(redisync::ConnectionState::Shutdown) {
+                ctx.stats.violation(&format!(
+                    "{}: ConnectionWatch::changed after its client's shutdown answered {end:?}, not Shutdown at once",
+                    ctx.client
+                ));
+                break;
+            }
+        }
+    }
     let again = ctx.recorded("Client::shutdown", client.shutdown());
     if !matches!(again.await, Ok(())) {
         ctx.stats.violation(&format!(
@@ -1168,6 +1188,8 @@ pub(super) struct Held {
     pub(super) others: Vec<Guard>,
     pub(super) lead: Option<redisync::Leadership>,
     pub(super) watch: Option<redisync::LeaderWatch>,
+    /// The client's connection state, watched before its shutdown.
+    pub(super) connection: Option<redisync::ConnectionWatch>,
 }
 
 impl Held {
@@ -1217,6 +1239,18 @@ impl Held {
         if let Ok(w) = ctx.recorded("Leader::watch", leader.watch()).await {
             held.watch = Some(w);
         }
+        // The connection state, waited on while nothing changes: cut by a
+        // timeout and by a drop (a fault meanwhile makes it a reply).
+        let mut connection = client.connection_state();
+        let cut = How::Timeout(Duration::from_millis(1));
+        let _ = ctx
+            .call("ConnectionWatch::changed", cut, connection.changed())
+            .await;
+        let dropped = How::Drop(1);
+        let _ = ctx
+            .call("ConnectionWatch::changed", dropped, connection.changed())
+            .await;
+        held.connection = Some(connection);
         held
     }
 }

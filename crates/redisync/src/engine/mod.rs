@@ -218,7 +218,8 @@ impl Named {
         let labels = Labels::new(
             kind.label(),
             client.inner.settings.metrics_lock_names.then_some(name),
-        );
+        )
+        .counting_losses(client.inner.connection.clone());
         Named {
             labels,
             client,

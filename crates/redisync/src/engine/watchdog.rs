@@ -29,8 +29,8 @@ pub(crate) fn ensure_running(client: &Arc<ClientInner>) {
 /// batches; reports holds found gone as lost; a failing renewal is retried
 /// every period until the lease would have run out.
 async fn run(client: Weak<ClientInner>) {
-    let period = match client.upgrade() {
-        Some(c) => c.settings.watchdog_timeout / 3,
+    let (period, renew_now) = match client.upgrade() {
+        Some(c) => (c.settings.watchdog_timeout / 3, c.renew_now.clone()),
         None => return,
     };
     let mut ticker = tokio::time::interval(period);
@@ -45,7 +45,12 @@ async fn run(client: Weak<ClientInner>) {
     // dropped) aborts them, so no renewal outlives the client.
     let mut renewals = tokio::task::JoinSet::new();
     loop {
-        ticker.tick().await;
+        // Every period, and at once when the connection is back (holds
+        // lost meanwhile are then known).
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = renew_now.notified() => ticker.reset(),
+        }
         while let Some(ended) = renewals.try_join_next() {
             if ended.is_err_and(|e| e.is_panic()) {
                 tracing::error!(target: "redisync.watchdog.renew", "a renewal panicked; its group is renewed again next period");
