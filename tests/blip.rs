@@ -164,7 +164,8 @@ async fn rides_out_a_reset(k: K) {
     got.release().await;
 }
 
-/// The server restarts while a task waits: granted afterwards.
+/// The server dies and restarts (empty) while a task waits: granted
+/// afterwards.
 async fn rides_out_a_restart(k: K) {
     let mut env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
@@ -184,6 +185,13 @@ async fn rides_out_a_restart(k: K) {
         async move { k.take(&b, name, LONG_WAIT).await }
     });
     until_waiting(k, &env.client().await, name).await;
+    // Down for a while (an attempt falls into it), then back, empty.
+    env.server.kill().await;
+    tokio::time::sleep(OUTAGE).await;
+    assert!(
+        !task.is_finished(),
+        "{k:?}: the wait ended while Redis was down"
+    );
     env.server.restart().await;
     // The holder lets go (its hold may be gone with the restart).
     drop(held);
