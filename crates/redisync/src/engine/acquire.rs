@@ -217,6 +217,8 @@ async fn reenter_held<S: Spec>(
 }
 
 /// The attempt loop, once the local turn `gate` asks for is ours.
+// One loop, read top to bottom; each blip site hands over to `ride_out`.
+#[allow(clippy::too_many_lines)]
 async fn contend<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
