@@ -1911,8 +1911,12 @@ impl Bench {
     async fn start(kind: Kind) -> Bench {
         let env = Env::start().await;
         let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
+        // Calls end with their fault (the endings under test): a waiting
+        // acquisition would ride it out instead (`AcquireRetry`, checked
+        // in tests/blip.rs), so the bench's waits do not retry.
         let a = Client::builder(&proxy.url())
             .command_timeout(CALL_TIMEOUT)
+            .acquire_retry(redisync::AcquireRetry::never())
             .connect()
             .await
             .expect("connect through the proxy");

@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     credentials: CredentialSource,
     /// See [`ClientBuilder::reconnect_policy`].
     reconnect: ReconnectPolicy,
+    /// See [`ClientBuilder::acquire_retry`].
+    pub(crate) acquire_retry: crate::retry::AcquireRetry,
     /// See [`ClientBuilder::tls_ca_pem`] and the other `tls_*` settings.
     #[cfg(feature = "tls")]
     tls: crate::connect::TlsSettings,
@@ -99,6 +101,7 @@ impl Settings {
                 .check_lease("watchdog_timeout", self.watchdog_timeout)?;
         }
         self.reconnect.validate()?;
+        self.acquire_retry.validate()?;
         #[cfg(feature = "tls")]
         self.tls.validate()?;
         Ok(())
@@ -329,6 +332,27 @@ impl ClientBuilder {
     /// forever).
     pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
         self.settings.reconnect = policy;
+        self
+    }
+
+    /// How a waiting acquisition rides out a connection blip (see
+    /// [`AcquireRetry`](crate::AcquireRetry); not to be confused with
+    /// [`ClientBuilder::reconnect_policy`], which is how the connection
+    /// comes back): `lock()`, `try_lock` with a wait, a semaphore's
+    /// `acquire`, `run_locked` and `Leader::campaign` try again after a
+    /// connection error, a timeout or a loading or read-only server, with
+    /// exponential back-off and full jitter, until their deadline; an
+    /// attempt whose outcome is unknown is undone before the next one, so
+    /// one acquisition never holds twice. A zero wait answers at once.
+    /// When the deadline passes, the error says in plain words what
+    /// happened and names the address.
+    ///
+    /// Default: [`AcquireRetry::default`](crate::AcquireRetry::default)
+    /// (50 ms doubling up to 1 s, as long as the wait lasts);
+    /// [`AcquireRetry::never`](crate::AcquireRetry::never) turns it off.
+    /// Absurd settings are refused at connect ([`Error::InvalidArgument`]).
+    pub fn acquire_retry(mut self, policy: crate::retry::AcquireRetry) -> Self {
+        self.settings.acquire_retry = policy;
         self
     }
 
@@ -867,6 +891,7 @@ impl Client {
                 restart_guard: None,
                 credentials: CredentialSource::default(),
                 reconnect: ReconnectPolicy::default(),
+                acquire_retry: crate::retry::AcquireRetry::default(),
                 #[cfg(feature = "tls")]
                 tls: crate::connect::TlsSettings::default(),
             },

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::hold::{Hold, OwnerTurn};
 use crate::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::metrics::{Acquisition, Labels, Outcome};
+use crate::retry::{is_blip, plain, Outage};
 use crate::script::checked_ms;
 
 /// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
@@ -137,8 +138,48 @@ async fn acquire_unboxed<S: Spec>(
     if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
         return Ok(Some(held));
     }
-    settle_pending(spec, &slot, &holder, gate, turn.is_some()).await?;
-    contend(&grant, &holder, gate, turn, deadline, lease_ms).await
+    // A pending undo that meets a blip is tried again while the wait
+    // lasts (see `AcquireRetry`): the attempt may only follow it.
+    let mut outage = Outage::default();
+    let waits = deadline.is_none_or(|d| d > Instant::now());
+    loop {
+        match settle_pending(spec, &slot, &holder, gate, turn.is_some()).await {
+            Ok(()) => break,
+            Err(e) => pause_or_give_up(spec, &mut outage, deadline, waits, e).await?,
+        }
+    }
+    contend(&grant, &holder, gate, turn, deadline, lease_ms, outage).await
+}
+
+/// A blip `e` met before anything of this call was sent: pauses (see
+/// [`Outage::next_pause`]) when the wait may ride it out, else gives up
+/// with `e` in plain words.
+async fn pause_or_give_up<S: Spec>(
+    spec: &S,
+    outage: &mut Outage,
+    deadline: Option<Instant>,
+    waits: bool,
+    e: Error,
+) -> Result<()> {
+    let client = spec.named().client_inner();
+    let policy = client.settings.acquire_retry;
+    if !is_blip(&e) || !policy.is_enabled() || !waits {
+        return Err(plain_error(spec, e, Duration::ZERO));
+    }
+    let Some(until) = outage.next_pause(&policy, deadline) else {
+        return Err(plain_error(spec, e, outage.lasted()));
+    };
+    tokio::select! {
+        biased;
+        () = client.hub.closing() => Err(Error::Shutdown),
+        () = tokio::time::sleep_until(until) => Ok(()),
+    }
+}
+
+/// `e` in plain words naming the address (see [`retry::plain`]).
+fn plain_error<S: Spec>(spec: &S, e: Error, lasted: Duration) -> Error {
+    let named = spec.named();
+    plain(e, &named.client.endpoints(), S::WHAT, &named.name, lasted)
 }
 
 /// Re-enters the live hold `holder` has on this client, if any (`None`:
@@ -176,6 +217,8 @@ async fn reenter_held<S: Spec>(
 }
 
 /// The attempt loop, once the local turn `gate` asks for is ours.
+// One loop, read top to bottom; each blip site hands over to `ride_out`.
+#[allow(clippy::too_many_lines)]
 async fn contend<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
@@ -183,6 +226,7 @@ async fn contend<S: Spec>(
     turn: Option<OwnedSemaphorePermit>,
     deadline: Option<Instant>,
     lease_ms: i64,
+    outage: Outage,
 ) -> Result<Option<Held>> {
     let (spec, slot, ask, lease) = (grant.spec, grant.slot, grant.ask, grant.lease);
     let named = spec.named();
@@ -193,6 +237,12 @@ async fn contend<S: Spec>(
     let wakeup = &*registration.wakeup;
     let mut undo = Undo::new(spec, slot, holder, None, turn);
     let mut place = Place::new(wakeup);
+    let mut ride = Ride {
+        outage,
+        wakeup,
+        deadline,
+        waits: enqueue,
+    };
     let refusals_until =
         deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
@@ -224,7 +274,17 @@ async fn contend<S: Spec>(
         // A server too young since its restart grants nothing: wait (a
         // release message or its coming of age wakes us).
         let generation = guarded_generation(client);
-        if let Some(left) = restart_young(client).await? {
+        let young = match restart_young(client).await {
+            Ok(young) => young,
+            Err(e) => {
+                ride_out(
+                    grant, holder, &mut undo, &mut place, &mut ride, e, false, false,
+                )
+                .await?;
+                continue;
+            }
+        };
+        if let Some(left) = young {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
@@ -248,16 +308,42 @@ async fn contend<S: Spec>(
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
                 Instant::now() + REFUSED_PAUSE
             }
-            // The attempt in flight may have queued us.
-            Err(e) => return Err(failed(grant, holder, (queued, enqueue), &mut undo, e).await),
+            // The attempt in flight may have queued us, or granted (its
+            // outcome unknown: undone before the next attempt).
+            Err(e) => {
+                let in_doubt = e.outcome_unknown();
+                let r = &mut ride;
+                ride_out(
+                    grant, holder, &mut undo, &mut place, r, e, in_doubt, enqueue,
+                )
+                .await?;
+                continue;
+            }
             Ok(Reply::Granted { token, exhausted }) => {
+                ride.outage.over();
                 // A hand-off that crossed this grant is stale: the grant
                 // replaced it.
                 let _ = wakeup.take_handed(place.number);
                 // A young server's grant is undone (the undo stays armed
                 // until then).
-                if let Some(left) = restart_young_since(client, generation).await? {
-                    spec.undo(slot, holder, None).await?;
+                let young = match restart_young_since(client, generation).await {
+                    Ok(young) => young,
+                    Err(e) => {
+                        ride_out(
+                            grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
+                        )
+                        .await?;
+                        continue;
+                    }
+                };
+                if let Some(left) = young {
+                    if let Err(e) = spec.undo(slot, holder, None).await {
+                        ride_out(
+                            grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
+                        )
+                        .await?;
+                        continue;
+                    }
                     undo.disarm();
                     place.left();
                     super::after(left)
@@ -275,6 +361,7 @@ async fn contend<S: Spec>(
                 queued,
                 renumbered,
             }) => {
+                ride.outage.over();
                 if !queued {
                     undo.disarm();
                 }
@@ -296,7 +383,12 @@ async fn contend<S: Spec>(
         if !slot.is_subscribed() {
             // Subscribe, then try again before parking: a message sent
             // before the subscription would be missed.
-            client.hub.ensure_subscribed(slot).await?;
+            if let Err(e) = client.hub.ensure_subscribed(slot).await {
+                ride_out(
+                    grant, holder, &mut undo, &mut place, &mut ride, e, false, false,
+                )
+                .await?;
+            }
             continue;
         }
         park(wakeup, since, until, deadline, &named.labels).await;
@@ -428,6 +520,89 @@ impl Place {
         self.queued = false;
         self.in_queue = None;
     }
+}
+
+/// A waiting acquisition's state while it rides out a blip.
+struct Ride<'w> {
+    outage: Outage,
+    /// The registration's wake-up (a fresh [`Place`] after an undo).
+    wakeup: &'w Wakeup,
+    deadline: Option<Instant>,
+    /// Not a zero wait: a blip may be ridden out.
+    waits: bool,
+}
+
+/// A contending acquisition met `e`. A blip (see [`is_blip`]) is ridden out
+/// while the wait lasts ([`AcquireRetry`](crate::AcquireRetry)): a pause
+/// with back-off and jitter, then `Ok(())` to try again. `in_doubt`: what
+/// failed may have left a grant or a queue entry (an attempt whose outcome
+/// is unknown, a grant being judged): it is undone, inline and retried
+/// likewise, before `Ok(())`, so the next attempt is never a second grant
+/// (see the table in [`crate::engine`]). Otherwise, or once the deadline
+/// passed, the call's error in plain words (see [`failed`]; an undo in
+/// doubt stays armed). `in_flight`: the failed attempt may have queued us.
+#[allow(clippy::too_many_arguments)]
+async fn ride_out<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    undo: &mut Undo<S>,
+    place: &mut Place,
+    ride: &mut Ride<'_>,
+    mut e: Error,
+    in_doubt: bool,
+    in_flight: bool,
+) -> Result<()> {
+    let spec = grant.spec;
+    let client = spec.named().client_inner();
+    let policy = client.settings.acquire_retry;
+    let mut lasted = Duration::ZERO;
+    if is_blip(&e) && policy.is_enabled() && ride.waits {
+        loop {
+            let Some(until) = ride.outage.next_pause(&policy, ride.deadline) else {
+                lasted = ride.outage.lasted();
+                break;
+            };
+            tokio::select! {
+                biased;
+                () = client.hub.closing() => {
+                    e = Error::Shutdown;
+                    break;
+                }
+                () = tokio::time::sleep_until(until) => {}
+            }
+            // Nothing is sent while fred reconnects (it would wait in its
+            // queue, or fail at once): the next pause first.
+            if client.check_reachable().is_err() {
+                continue;
+            }
+            if !in_doubt {
+                return Ok(());
+            }
+            match spec.undo(grant.slot, holder, None).await {
+                Ok(()) => {
+                    undo.disarm();
+                    // A late hand-off of the old entry is not ours.
+                    *place = Place::new(ride.wakeup);
+                    return Ok(());
+                }
+                Err(again) if is_blip(&again) => e = again,
+                Err(other) => return Err(other),
+            }
+        }
+    }
+    let e = plain_error(spec, e, lasted);
+    if in_doubt && !matches!(e, Error::Shutdown) {
+        // The undo stays armed: it runs in the background.
+        return Err(e);
+    }
+    Err(failed(
+        grant,
+        holder,
+        (place.queued || in_doubt, in_flight),
+        undo,
+        e,
+    )
+    .await)
 }
 
 /// An attempt failed with `e` (returned): a shutdown leaves the queue

@@ -25,13 +25,27 @@
 //!
 //! | call | unknown outcome read as | so |
 //! |---|---|---|
-//! | acquire (every kind; a re-entry) | ran | the guard is never returned; an undo ([`undo`]) releases the grant or queue entry that may exist, before this owner's next attempt on the name |
+//! | acquire (every kind; a re-entry) | ran | the guard is never returned; an undo ([`undo`]) releases the grant or queue entry that may exist, before this owner's next attempt on the name. A *waiting* acquisition (time left, the client open) rides it out ([`AcquireRetry`](crate::AcquireRetry)): the undo runs inline, retried with back-off while Redis is unreachable, and only once it succeeded is the next attempt sent (`acquire::ride_out`) |
 //! | release, unlock, `resign`, a dropped guard | ran locally, not ran in Redis | the hold leaves the slot at once (no local waiter can re-enter it); the release is sent again in the background while the lease lasts |
 //! | extend, a watchdog renewal | not ran | the local lease estimate keeps its old end (a longer lease left in Redis only outlives our belief) |
 //! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until its end, and its final release sends the hand-off again first (idempotent), so a field left under the old id is freed with it ([`held::Held::hand_off`]) |
 //! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
 //! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
 //! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
+//!
+//! Why a retried acquisition never holds twice, without an attempt id: the
+//! attempt sent again is the same holder id, and before it is sent the undo
+//! of the one in doubt has *succeeded* (not merely been queued in the
+//! background), so the script sees either nothing of ours (the first
+//! attempt never ran, or its grant or queue entry was removed) and grants
+//! or queues once, or a hand-off that came after the undo (a new queue
+//! entry's, under the fresh entry number the retry takes). Neither a second
+//! grant nor a stale field to replace can exist: an attempt id would tell
+//! the script "this one ran already", and the undo makes that question
+//! moot. If the undo cannot get through before the deadline, the call
+//! fails as before and the undo goes on in the background (settled before
+//! the owner's next attempt). No timer decides anything: each pause ends
+//! at the deadline at the latest, and the clock is read again after it.
 //!
 //! Every kind runs these paths; `tests/conformance.rs` runs each ending
 //! for each kind.

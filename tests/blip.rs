@@ -1,0 +1,379 @@
+//! A waiting acquisition rides out a blip (issue 41 §2): a connection reset,
+//! refused connections or a Redis restart while a task waits do not end the
+//! wait with an IO error; it goes on until its deadline and is granted once
+//! the holder lets go; a zero wait fails at once; a deadline that passes
+//! during the outage ends in plain words naming the address; an attempt
+//! whose reply was lost leads to exactly one grant. The waiter goes through
+//! a `FaultProxy`; the holder and the checker connect directly.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Env};
+use redisync::{Client, Error, Inspection};
+use redisync_testkit::{Direction, FaultProxy};
+use tokio::time::Instant;
+
+/// The waiter's command timeout: an attempt sent into the outage fails
+/// within it.
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(300);
+/// The waiter's watchdog lease: it looks again every quarter of it, so an
+/// attempt falls into an outage of ~800 ms.
+const WATCHDOG: Duration = Duration::from_secs(1);
+/// How long connections are refused.
+const OUTAGE: Duration = Duration::from_millis(800);
+/// A wait that outlasts every outage here.
+const LONG_WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug)]
+enum K {
+    Lock,
+    Fair,
+    RwWrite,
+    Sem,
+}
+
+/// A guard of any kind.
+enum G {
+    Lock(redisync::LockGuard),
+    Fair(redisync::FairLockGuard),
+    Rw(redisync::RwLockGuard),
+    Sem(redisync::SemaphorePermit),
+}
+
+impl G {
+    async fn release(self) {
+        match self {
+            G::Lock(g) => g.unlock().await.expect("unlock"),
+            G::Fair(g) => g.unlock().await.expect("unlock"),
+            G::Rw(g) => g.unlock().await.expect("unlock"),
+            G::Sem(p) => p.release().await.expect("release"),
+        }
+    }
+}
+
+impl K {
+    async fn take(self, c: &Client, name: &str, wait: Duration) -> redisync::Result<Option<G>> {
+        Ok(match self {
+            K::Lock => c.lock(name).try_lock(wait, None).await?.map(G::Lock),
+            K::Fair => c.fair_lock(name).try_lock(wait, None).await?.map(G::Fair),
+            K::RwWrite => c
+                .rw_lock(name)
+                .write()
+                .try_lock(wait, None)
+                .await?
+                .map(G::Rw),
+            K::Sem => c
+                .semaphore(name)
+                .with_permits(1)
+                .try_acquire(1, wait)
+                .await?
+                .map(G::Sem),
+        })
+    }
+
+    async fn inspect(self, c: &Client, name: &str) -> Inspection {
+        match self {
+            K::Lock => c.lock(name).inspect().await,
+            K::Fair => c.fair_lock(name).inspect().await,
+            K::RwWrite => c.rw_lock(name).inspect().await,
+            K::Sem => c.semaphore(name).inspect().await,
+        }
+        .expect("inspect")
+    }
+}
+
+async fn waiter(proxy: &FaultProxy) -> Client {
+    Client::builder(&proxy.url())
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(WATCHDOG)
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
+/// Waits until `name` has a waiter in Redis.
+async fn until_waiting(k: K, c: &Client, name: &str) {
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !k.inspect(c, name).await.waiters.is_empty()
+        })
+        .await,
+        "{k:?}: the waiter never queued"
+    );
+}
+
+/// The plain-words error: names the proxy's address, no `Debug` dump.
+fn assert_plain(e: &Error, proxy: &FaultProxy) {
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", proxy.port())),
+        "no address in {text:?}"
+    );
+    assert!(
+        !text.contains("Os {") && !text.contains("Custom {") && !text.contains("kind: "),
+        "a Debug dump in {text:?}"
+    );
+    assert!(e.is_retryable(), "{text}");
+}
+
+/// A task waits; the connection is reset and refused for a while; the wait
+/// goes on and is granted once the holder lets go, and nobody else holds.
+async fn rides_out_a_reset(k: K) {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let holder = env.client().await;
+    let checker = env.client().await;
+    let b = waiter(&proxy).await;
+    let name = "blip";
+    let held = k
+        .take(&holder, name, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let task = tokio::spawn({
+        let b = b.clone();
+        async move { k.take(&b, name, LONG_WAIT).await }
+    });
+    until_waiting(k, &checker, name).await;
+
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    tokio::time::sleep(OUTAGE).await; // the outage's length
+    assert!(
+        !task.is_finished(),
+        "{k:?}: the wait ended during the outage"
+    );
+    proxy.refuse_connections(false);
+    held.release().await;
+
+    let got = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("granted in time")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{k:?}: the wait failed: {e}"));
+    let got = got.expect("granted, not timed out");
+    assert!(
+        k.take(&checker, name, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "{k:?}: two holders"
+    );
+    got.release().await;
+}
+
+/// The server dies and restarts (empty) while a task waits: granted
+/// afterwards.
+async fn rides_out_a_restart(k: K) {
+    let mut env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let b = waiter(&proxy).await;
+    let name = "restart";
+    let held = {
+        let holder = env.client().await;
+        let held = k
+            .take(&holder, name, Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        (holder, held)
+    };
+    let task = tokio::spawn({
+        let b = b.clone();
+        async move { k.take(&b, name, LONG_WAIT).await }
+    });
+    until_waiting(k, &env.client().await, name).await;
+    // Down for a while (an attempt falls into it), then back, empty.
+    env.server.kill().await;
+    tokio::time::sleep(OUTAGE).await;
+    assert!(
+        !task.is_finished(),
+        "{k:?}: the wait ended while Redis was down"
+    );
+    env.server.restart().await;
+    // The holder lets go (its hold may be gone with the restart).
+    drop(held);
+    let got = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("granted in time")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{k:?}: the wait failed: {e}"))
+        .expect("granted");
+    let checker = env.client().await;
+    assert!(
+        k.take(&checker, name, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "{k:?}: two holders"
+    );
+    got.release().await;
+}
+
+/// With connections refused, a zero wait answers at once with the error in
+/// plain words; a wait whose deadline passes during the outage too.
+async fn fails_in_plain_words(k: K) {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let holder = env.client().await;
+    let b = waiter(&proxy).await;
+    let name = "plain";
+    let held = k
+        .take(&holder, name, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+
+    let start = Instant::now();
+    let zero = k.take(&b, name, Duration::ZERO).await;
+    let Err(e) = zero else {
+        panic!("{k:?}: a zero wait during the outage did not fail")
+    };
+    assert!(
+        start.elapsed() < COMMAND_TIMEOUT + Duration::from_millis(500),
+        "{k:?}: a zero wait took {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+
+    let start = Instant::now();
+    let wait = Duration::from_millis(1500);
+    let Err(e) = k.take(&b, name, wait).await else {
+        panic!("{k:?}: a wait through the outage did not fail")
+    };
+    assert!(
+        start.elapsed() >= wait,
+        "{k:?}: gave up after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < wait + COMMAND_TIMEOUT + Duration::from_secs(1),
+        "{k:?}: gave up after {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+    assert!(e.to_string().contains("while waiting for"), "{e}");
+    held.release().await;
+}
+
+/// The attempt runs in Redis but its reply is lost (a blackhole, then a
+/// reset): the acquisition goes on and ends with exactly one grant.
+async fn a_lost_reply_leads_to_one_grant(k: K) {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let checker = env.client().await;
+    let b = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_secs(2))
+        .watchdog_timeout(WATCHDOG)
+        .connect()
+        .await
+        .expect("connect");
+    // The scripts are loaded (a lost NOSCRIPT reply would run nothing).
+    k.take(&b, "warm", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await;
+    let name = "lost-reply";
+    proxy.blackhole(Direction::Downstream);
+    let task = tokio::spawn({
+        let b = b.clone();
+        async move { k.take(&b, name, LONG_WAIT).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !k.inspect(&checker, name).await.holders.is_empty()
+        })
+        .await,
+        "{k:?}: the attempt never ran"
+    );
+    proxy.reset_connections();
+    proxy.heal();
+    let got = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("granted in time")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{k:?}: the acquisition failed: {e}"))
+        .expect("granted");
+    let seen = k.inspect(&checker, name).await;
+    assert_eq!(seen.holders.len(), 1, "{k:?}: {seen:?}");
+    assert_eq!(seen.holders[0].holds, 1, "{k:?}: {seen:?}");
+    assert!(
+        k.take(&checker, name, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "{k:?}: two holders"
+    );
+    got.release().await;
+    // Nothing of the first attempt is left: the name is free.
+    let again = k.take(&checker, name, Duration::ZERO).await.unwrap();
+    assert!(again.is_some(), "{k:?}: a second grant was left behind");
+    again.unwrap().release().await;
+}
+
+macro_rules! per_kind {
+    ($scenario:ident) => {
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn lock() {
+                $scenario(K::Lock).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn fair_lock() {
+                $scenario(K::Fair).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rw_write() {
+                $scenario(K::RwWrite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn semaphore() {
+                $scenario(K::Sem).await;
+            }
+        }
+    };
+}
+
+per_kind!(rides_out_a_reset);
+per_kind!(rides_out_a_restart);
+per_kind!(fails_in_plain_words);
+per_kind!(a_lost_reply_leads_to_one_grant);
+
+/// `Leader::campaign` rides on `Lock::lock`: a reset while it waits does
+/// not end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_rides_out_a_reset() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let leader = env.client().await;
+    let b = waiter(&proxy).await;
+    let led = leader.leader("blip").campaign().await.expect("lead");
+    let task = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader("blip").campaign().await }
+    });
+    until_waiting(K::Lock, &leader, "blip").await;
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    tokio::time::sleep(OUTAGE).await;
+    assert!(!task.is_finished(), "the campaign ended during the outage");
+    proxy.refuse_connections(false);
+    led.resign().await.expect("resign");
+    let won = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("led in time")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("the campaign failed: {e}"));
+    won.resign().await.expect("resign");
+}
