@@ -632,13 +632,24 @@ pub(super) async fn latch(ctx: &mut Ctx, h: &Handles) {
     tokio::time::sleep(Duration::from_millis(pause)).await;
 }
 
-/// Counts `latch` down, counted as started before it is sent and as
-/// answered once it replied (what [`latch_waiter`] checks against).
+/// Counts `latch` down (half the time as one of three members, which
+/// count once per phase), counted as started before it is sent and as
+/// answered once it replied (what [`latch_waiter`] checks against: a
+/// member's count-down counts at most once, as a plain one).
 async fn count_down(ctx: &mut Ctx, latch: &CountDownLatch) {
     ctx.stats.count_down_started(latch.name());
     let how = ctx.how(30);
-    let counted = ctx.call("CountDownLatch::count_down", how, latch.count_down());
-    if let Some(Ok(_)) = counted.await {
+    let answered = if ctx.chance(50) {
+        let member = format!("m{}", ctx.rng.below(3));
+        let counted = latch.count_down_as(&member);
+        let counted = ctx.call("CountDownLatch::count_down_as", how, counted);
+        matches!(counted.await, Some(Ok(_)))
+    } else {
+        let counted = latch.count_down();
+        let counted = ctx.call("CountDownLatch::count_down", how, counted);
+        matches!(counted.await, Some(Ok(_)))
+    };
+    if answered {
         ctx.stats.count_down_answered(latch.name());
     }
 }
@@ -1041,6 +1052,10 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         (
             "CountDownLatch::count_down",
             Box::pin(shut(latch.count_down())),
+        ),
+        (
+            "CountDownLatch::count_down_as",
+            Box::pin(shut(latch.count_down_as("m0"))),
         ),
         ("CountDownLatch::count", Box::pin(shut(latch.count()))),
         ("CountDownLatch::wait", Box::pin(shut(latch.wait()))),
