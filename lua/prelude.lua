@@ -172,6 +172,32 @@ local function client_of(id)
   return string.sub(id, 1, 36)
 end
 
+-- Keeps a semaphore's lease zset `leases` for at least `ms` (the lease
+-- just written there, from now), never shorter: it expires when its last
+-- lease ended, so the entry of a crashed holder that nobody reclaims does
+-- not stay for ever (the permits in use then count as none: see
+-- reclaim_expired). One PEXPIRE for a zset the caller just `created`; on
+-- Redis >= 7 (`gt`) PEXPIRE .. NX (the zset is new) and PEXPIRE .. GT,
+-- the one the caller thinks `likely_new` first; else a look at the PTTL.
+local function keep_leases(leases, ms, gt, created, likely_new)
+  if created then
+    redis.call('pexpire', leases, ms)
+  elseif gt then
+    local first_try, then_try = 'GT', 'NX'
+    if likely_new then
+      first_try, then_try = 'NX', 'GT'
+    end
+    if redis.call('pexpire', leases, ms, first_try) == 0 then
+      redis.call('pexpire', leases, ms, then_try)
+    end
+  else
+    local ttl = redis.call('pttl', leases)
+    if ttl == -1 or ttl < tonumber(ms) then
+      redis.call('pexpire', leases, ms)
+    end
+  end
+end
+
 -- Reclaims the permits of acquisitions whose lease ended by `now` (crashed
 -- holders). `used`: the permits in use before. Returns the permits in use
 -- after, the earliest lease end left (nil: none), whether anything was
@@ -185,7 +211,11 @@ local function reclaim_expired(leases, used, now, first)
   if err then
     return nil, nil, false, err
   end
-  if not first[2] or tonumber(first[2]) > now then
+  if not first[2] then
+    -- No lease left (the zset expired with its last lease): none in use.
+    return 0, nil, used ~= 0, nil
+  end
+  if tonumber(first[2]) > now then
     return used, tonumber(first[2]), false, nil
   end
   for _, old in ipairs(redis.call('zrangebyscore', leases, '-inf', now)) do
@@ -342,11 +372,18 @@ local function hand_permits(s, leases, queue, publish, channel, me)
     if wanted > 0 and wanted <= s.total then
       if wanted > s.total - s.used then
         redis.call('lpush', queue, entry)
+        -- The LPOP took the last entry, so the key was made anew.
+        if redis.call('pttl', queue) == -1 then
+          redis.call('pexpire', queue, 2 * tonumber(lease) + 1000)
+        end
         return false, mine
       end
+      -- Nothing in use: the zset is likely gone with its last lease.
+      local likely_new = s.used == 0
       s.used = s.used + wanted
       s.last = token_after(s.last, s.now_us)
       redis.call('zadd', leases, s.now + tonumber(lease), id)
+      keep_leases(leases, tonumber(lease), publish == 'spublish', false, likely_new)
       if s.used >= s.total then
         s.mark = mark_with(s.mark, client_of(id))
       end
