@@ -107,3 +107,197 @@ async fn a_crashed_semaphore_holder_and_waiter_leave_keys_that_expire() {
     let again = sem.try_acquire(1, Duration::ZERO).await.unwrap();
     assert!(again.is_some(), "the crashed holder's permit stayed taken");
 }
+
+/// The fencing counters' TTL of the clients of [`every_key_left_has_a_bounded_ttl`].
+const FENCE_TTL: Duration = Duration::from_hours(1);
+
+/// The count-down latch's TTL there.
+const LATCH_TTL: Duration = Duration::from_secs(3);
+
+/// How long the record of a latch outlives what it records (README
+/// "Key cost": a minute).
+const LATCH_RECORD: Duration = Duration::from_mins(1);
+
+/// Bound of the PTTL of any other key (holds, queues, reader tables, lease
+/// zsets) with the [`LEASE`] of 2 s: a lease, or a queue lease and a
+/// lease, or 2 x max(lease, watchdog period) + 1 s.
+const HELD_BOUND: Duration = Duration::from_secs(10);
+
+/// The documented PTTL bound of `key` (`None`: kept without one, a
+/// semaphore's configuration), and whether it stays once every lease ran
+/// out (the floor: fencing counters, a semaphore's hash, a latch's record
+/// and its index).
+fn bound(key: &str) -> (Option<Duration>, bool) {
+    let rest = key.strip_prefix("redisync:v1:").expect("a redisync key");
+    let mut parts = rest.splitn(3, ':');
+    let (kind, role) = (parts.next().unwrap(), parts.next().unwrap());
+    match (kind, role) {
+        (_, "fence") => (Some(FENCE_TTL), true),
+        ("sem", "hold") => (None, true),
+        ("latch", "hold") => (Some(LATCH_TTL), false),
+        ("latch", "record" | "forget") => (Some(LATCH_RECORD + LATCH_TTL), true),
+        _ => (Some(HELD_BOUND), false),
+    }
+}
+
+/// Every key of the server is redisync's and has a TTL within its bound;
+/// returns the keys above the floor.
+async fn check_ttls(env: &Env, when: &str) -> Vec<String> {
+    let mut above = Vec::new();
+    for key in common::all_keys(&env.admin).await {
+        let (most, floor) = bound(&key);
+        let ttl = pttl(&env, &key).await;
+        match most {
+            None => assert_eq!(ttl, -1, "{when}: {key} has a TTL"),
+            // Gone between KEYS and PTTL.
+            Some(_) if ttl == -2 => continue,
+            Some(most) => assert!(
+                ttl > 0 && ttl <= most.as_millis() as i64,
+                "{when}: {key}: PTTL {ttl}, not within {most:?}"
+            ),
+        }
+        eprintln!("{when}: {key} PTTL {ttl}");
+        if !floor {
+            above.push(key);
+        }
+    }
+    above
+}
+
+/// A client behind a proxy (see [`crashable`]) with the fencing TTL of
+/// [`FENCE_TTL`].
+async fn crashable_fenced(env: &Env) -> (Client, FaultProxy) {
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let client = Client::builder(&proxy.url())
+        .watchdog_timeout(LEASE)
+        .fence_ttl(FENCE_TTL)
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    (client, proxy)
+}
+
+/// Every primitive, crashed, cancelled and restarted: a client holds a
+/// lock, a fair lock, both sides of read-write locks, a semaphore permit
+/// and a leadership and checks in on a latch, and crashes with all of it
+/// (guards forgotten, its connections cut, dropped without a shutdown);
+/// another client's waiters queue behind each, are cancelled, and it
+/// crashes too. Every key has a TTL within its documented bound then,
+/// after a snapshot and a restart from it, and while a fresh client takes
+/// every primitive and lets go; once the leases ran out, only the
+/// documented floor is left (fencing counters, the semaphore's hash, the
+/// latch's record), each within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_left_has_a_bounded_ttl() {
+    let mut env = Env::start().await;
+    let (a, a_proxy) = crashable_fenced(&env).await;
+    std::mem::forget(a.lock("l").lock().await.unwrap());
+    std::mem::forget(a.fair_lock("f").lock().await.unwrap());
+    std::mem::forget(a.rw_lock("w").write().lock().await.unwrap());
+    std::mem::forget(a.rw_lock("r").read().lock().await.unwrap());
+    let sem = a.semaphore("s").with_permits(1);
+    std::mem::forget(sem.acquire(1).await.unwrap());
+    std::mem::forget(a.leader("ld").campaign().await.unwrap());
+    let latch = a.count_down_latch("c");
+    assert!(latch.try_set_count(2, LATCH_TTL).await.unwrap());
+    assert_eq!(latch.count_down_as("w1").await.unwrap(), 1);
+
+    let (b, b_proxy) = crashable_fenced(&env).await;
+    let mut waiters = Vec::new();
+    {
+        let l = b.lock("l");
+        waiters.push(tokio::spawn(async move { drop(l.lock().await) }));
+        let f = b.fair_lock("f");
+        waiters.push(tokio::spawn(async move { drop(f.lock().await) }));
+        let w = b.rw_lock("w").read();
+        waiters.push(tokio::spawn(async move { drop(w.lock().await) }));
+        let r = b.rw_lock("r").write();
+        waiters.push(tokio::spawn(async move { drop(r.lock().await) }));
+        let s = b.semaphore("s").with_permits(1);
+        waiters.push(tokio::spawn(async move { drop(s.acquire(1).await) }));
+        let latch = b.count_down_latch("c");
+        waiters.push(tokio::spawn(async move { drop(latch.wait().await) }));
+    }
+    let queues = [
+        common::key("lock", "queue", "l"),
+        common::key("fair", "queue", "f"),
+        common::key("rw", "queue", "w"),
+        common::key("rw", "queue", "r"),
+        common::key("sem", "queue", "s"),
+    ];
+    let queued = eventually(WITHIN, || async {
+        env.admin.exists::<i64, _>(queues.to_vec()).await.unwrap() == queues.len() as i64
+    })
+    .await;
+    assert!(queued, "not every waiter queued in Redis");
+    crash(a, &a_proxy);
+    // Half the waiters are cancelled (their client leaves the queue), then
+    // their client crashes with the rest.
+    for (i, w) in waiters.iter().enumerate() {
+        if i % 2 == 0 {
+            w.abort();
+        }
+    }
+    tokio::task::yield_now().await;
+    crash(b, &b_proxy);
+    for w in &waiters {
+        w.abort();
+    }
+    check_ttls(&env, "after the crashes").await;
+
+    // A snapshot, and a restart from it.
+    common::save(&env.admin).await;
+    env.server.kill().await;
+    env.server.restart().await;
+    let back = eventually(WITHIN, || async {
+        env.admin.ping::<String>(None).await.is_ok()
+    })
+    .await;
+    assert!(back, "the server did not come back");
+    check_ttls(&env, "after the restart").await;
+
+    // A fresh client takes every primitive once the crashed leases ended
+    // and lets go, and shuts down.
+    let d = Client::builder(&env.server.url())
+        .watchdog_timeout(LEASE)
+        .fence_ttl(FENCE_TTL)
+        .connect()
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(15);
+    let g = d.lock("l").try_lock(wait, None).await.unwrap().unwrap();
+    g.unlock().await.unwrap();
+    let g = d
+        .fair_lock("f")
+        .try_lock(wait, None)
+        .await
+        .unwrap()
+        .unwrap();
+    g.unlock().await.unwrap();
+    let p = d
+        .semaphore("s")
+        .with_permits(1)
+        .try_acquire(1, wait)
+        .await
+        .unwrap()
+        .unwrap();
+    p.release().await.unwrap();
+    check_ttls(&env, "after a fresh client's turn").await;
+    d.shutdown().await.unwrap();
+
+    // Once every lease ran out: the floor.
+    let floor = eventually(WITHIN, || async {
+        check_ttls(&env, "while the leases run out")
+            .await
+            .is_empty()
+    })
+    .await;
+    let left = check_ttls(&env, "after the leases ran out").await;
+    assert!(floor, "keys above the floor stayed: {left:?}");
+    let keys = common::all_keys(&env.admin).await;
+    assert!(
+        keys.iter().any(|k| k.contains(":sem:hold:")),
+        "the semaphore's configuration is gone: {keys:?}"
+    );
+}
