@@ -80,7 +80,7 @@ async fn a_crashed_semaphore_holder_and_waiter_leave_keys_that_expire() {
 
     let leases = common::key("sem", "leases", name);
     let queue = common::key("sem", "queue", name);
-    let lease_ms = LEASE.as_millis() as i64;
+    let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
     let ttl = pttl(&env, &leases).await;
     assert!(
         ttl > 0 && ttl <= lease_ms,
@@ -146,13 +146,13 @@ async fn check_ttls(env: &Env, when: &str) -> Vec<String> {
     let mut above = Vec::new();
     for key in common::all_keys(&env.admin).await {
         let (most, floor) = bound(&key);
-        let ttl = pttl(&env, &key).await;
+        let ttl = pttl(env, &key).await;
         match most {
             None => assert_eq!(ttl, -1, "{when}: {key} has a TTL"),
             // Gone between KEYS and PTTL.
             Some(_) if ttl == -2 => continue,
             Some(most) => assert!(
-                ttl > 0 && ttl <= most.as_millis() as i64,
+                ttl > 0 && ttl <= i64::try_from(most.as_millis()).unwrap(),
                 "{when}: {key}: PTTL {ttl}, not within {most:?}"
             ),
         }
@@ -178,6 +178,38 @@ async fn crashable_fenced(env: &Env) -> (Client, FaultProxy) {
     (client, proxy)
 }
 
+/// A fresh client takes the lock, the fair lock and the semaphore once the
+/// crashed leases ended, lets go, and shuts down; the keys are checked
+/// before its shutdown.
+async fn fresh_turn(env: &Env) {
+    let fresh = Client::builder(&env.server.url())
+        .watchdog_timeout(LEASE)
+        .fence_ttl(FENCE_TTL)
+        .connect()
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(15);
+    let guard = fresh.lock("l").try_lock(wait, None).await.unwrap().unwrap();
+    guard.unlock().await.unwrap();
+    let guard = fresh
+        .fair_lock("f")
+        .try_lock(wait, None)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
+    let permit = fresh
+        .semaphore("s")
+        .with_permits(1)
+        .try_acquire(1, wait)
+        .await
+        .unwrap()
+        .unwrap();
+    permit.release().await.unwrap();
+    check_ttls(env, "after a fresh client's turn").await;
+    fresh.shutdown().await.unwrap();
+}
+
 /// Every primitive, crashed, cancelled and restarted: a client holds a
 /// lock, a fair lock, both sides of read-write locks, a semaphore permit
 /// and a leadership and checks in on a latch, and crashes with all of it
@@ -191,32 +223,32 @@ async fn crashable_fenced(env: &Env) -> (Client, FaultProxy) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_left_has_a_bounded_ttl() {
     let mut env = Env::start().await;
-    let (a, a_proxy) = crashable_fenced(&env).await;
-    std::mem::forget(a.lock("l").lock().await.unwrap());
-    std::mem::forget(a.fair_lock("f").lock().await.unwrap());
-    std::mem::forget(a.rw_lock("w").write().lock().await.unwrap());
-    std::mem::forget(a.rw_lock("r").read().lock().await.unwrap());
-    let sem = a.semaphore("s").with_permits(1);
+    let (holder, holder_proxy) = crashable_fenced(&env).await;
+    std::mem::forget(holder.lock("l").lock().await.unwrap());
+    std::mem::forget(holder.fair_lock("f").lock().await.unwrap());
+    std::mem::forget(holder.rw_lock("w").write().lock().await.unwrap());
+    std::mem::forget(holder.rw_lock("r").read().lock().await.unwrap());
+    let sem = holder.semaphore("s").with_permits(1);
     std::mem::forget(sem.acquire(1).await.unwrap());
-    std::mem::forget(a.leader("ld").campaign().await.unwrap());
-    let latch = a.count_down_latch("c");
+    std::mem::forget(holder.leader("ld").campaign().await.unwrap());
+    let latch = holder.count_down_latch("c");
     assert!(latch.try_set_count(2, LATCH_TTL).await.unwrap());
     assert_eq!(latch.count_down_as("w1").await.unwrap(), 1);
 
-    let (b, b_proxy) = crashable_fenced(&env).await;
+    let (waiter, waiter_proxy) = crashable_fenced(&env).await;
     let mut waiters = Vec::new();
     {
-        let l = b.lock("l");
-        waiters.push(tokio::spawn(async move { drop(l.lock().await) }));
-        let f = b.fair_lock("f");
-        waiters.push(tokio::spawn(async move { drop(f.lock().await) }));
-        let w = b.rw_lock("w").read();
-        waiters.push(tokio::spawn(async move { drop(w.lock().await) }));
-        let r = b.rw_lock("r").write();
-        waiters.push(tokio::spawn(async move { drop(r.lock().await) }));
-        let s = b.semaphore("s").with_permits(1);
-        waiters.push(tokio::spawn(async move { drop(s.acquire(1).await) }));
-        let latch = b.count_down_latch("c");
+        let lock = waiter.lock("l");
+        waiters.push(tokio::spawn(async move { drop(lock.lock().await) }));
+        let fair = waiter.fair_lock("f");
+        waiters.push(tokio::spawn(async move { drop(fair.lock().await) }));
+        let reader = waiter.rw_lock("w").read();
+        waiters.push(tokio::spawn(async move { drop(reader.lock().await) }));
+        let writer = waiter.rw_lock("r").write();
+        waiters.push(tokio::spawn(async move { drop(writer.lock().await) }));
+        let sem = waiter.semaphore("s").with_permits(1);
+        waiters.push(tokio::spawn(async move { drop(sem.acquire(1).await) }));
+        let latch = waiter.count_down_latch("c");
         waiters.push(tokio::spawn(async move { drop(latch.wait().await) }));
     }
     let queues = [
@@ -226,23 +258,24 @@ async fn every_key_left_has_a_bounded_ttl() {
         common::key("rw", "queue", "r"),
         common::key("sem", "queue", "s"),
     ];
-    let queued = eventually(WITHIN, || async {
-        env.admin.exists::<i64, _>(queues.to_vec()).await.unwrap() == queues.len() as i64
+    let every_one = eventually(WITHIN, || async {
+        let there = env.admin.exists::<i64, _>(queues.to_vec()).await.unwrap();
+        usize::try_from(there).unwrap() == queues.len()
     })
     .await;
-    assert!(queued, "not every waiter queued in Redis");
-    crash(a, &a_proxy);
+    assert!(every_one, "not every waiter queued in Redis");
+    crash(holder, &holder_proxy);
     // Half the waiters are cancelled (their client leaves the queue), then
     // their client crashes with the rest.
-    for (i, w) in waiters.iter().enumerate() {
+    for (i, task) in waiters.iter().enumerate() {
         if i % 2 == 0 {
-            w.abort();
+            task.abort();
         }
     }
     tokio::task::yield_now().await;
-    crash(b, &b_proxy);
-    for w in &waiters {
-        w.abort();
+    crash(waiter, &waiter_proxy);
+    for task in &waiters {
+        task.abort();
     }
     check_ttls(&env, "after the crashes").await;
 
@@ -259,32 +292,7 @@ async fn every_key_left_has_a_bounded_ttl() {
 
     // A fresh client takes every primitive once the crashed leases ended
     // and lets go, and shuts down.
-    let d = Client::builder(&env.server.url())
-        .watchdog_timeout(LEASE)
-        .fence_ttl(FENCE_TTL)
-        .connect()
-        .await
-        .unwrap();
-    let wait = Duration::from_secs(15);
-    let g = d.lock("l").try_lock(wait, None).await.unwrap().unwrap();
-    g.unlock().await.unwrap();
-    let g = d
-        .fair_lock("f")
-        .try_lock(wait, None)
-        .await
-        .unwrap()
-        .unwrap();
-    g.unlock().await.unwrap();
-    let p = d
-        .semaphore("s")
-        .with_permits(1)
-        .try_acquire(1, wait)
-        .await
-        .unwrap()
-        .unwrap();
-    p.release().await.unwrap();
-    check_ttls(&env, "after a fresh client's turn").await;
-    d.shutdown().await.unwrap();
+    fresh_turn(&env).await;
 
     // Once every lease ran out: the floor.
     let floor = eventually(WITHIN, || async {

@@ -275,7 +275,9 @@ impl CountDownLatch {
     /// The count left: 0 when open or not set.
     ///
     /// # Errors
-    /// As [`count_down`](CountDownLatch::count_down).
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when the latch's key holds something else; [`Error::Redis`] when
+    /// Redis fails.
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
         let (left, _, _) = self.read(None).await?;
