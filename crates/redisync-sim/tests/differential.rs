@@ -917,6 +917,7 @@ fn semaphore_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 lit(ctx.number()),
                 lit(ctx.publish()),
                 lit(&ch),
+                lit(ctx.rng.pick(&["", "200", "5000"])),
             ];
             script_op("semaphore_acquire", full, args, semaphore_mask)
         }
@@ -995,6 +996,7 @@ fn latch_family() -> Family {
         keys: vec![
             "redisync:v1:latch:hold:{a}".into(),
             "redisync:v1:latch:record:{a}".into(),
+            "redisync:v1:latch:forget:{a}".into(),
         ],
         channel: "redisync:v1:latch:ch:{a}".into(),
         gen: latch_op,
@@ -1002,7 +1004,7 @@ fn latch_family() -> Family {
 }
 
 fn latch_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
-    let keys = vec![f.key(0), f.key(1)];
+    let keys = vec![f.key(0), f.key(1), f.key(2)];
     let ch = f.channel.clone();
     let ttl = || ["30", "100", "500", "3000"];
     match ctx.rng.below(10) {
@@ -1020,6 +1022,7 @@ fn latch_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 lit(ctx.publish()),
                 lit(&ch),
                 lit(ctx.rng.pick(&ttl())),
+                lit(ctx.rng.pick(&["", "", "m1", "m2"])),
             ];
             script_op("latch_count_down", keys, args, exact)
         }
