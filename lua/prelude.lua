@@ -172,28 +172,29 @@ local function client_of(id)
   return string.sub(id, 1, 36)
 end
 
--- Keeps a semaphore's lease zset `leases` for at least `ms` (the lease
--- just written there, from now), never shorter: it expires when its last
--- lease ended, so the entry of a crashed holder that nobody reclaims does
--- not stay for ever (the permits in use then count as none: see
--- reclaim_expired). One PEXPIRE for a zset the caller just `created`; on
--- Redis >= 7 (`gt`) PEXPIRE .. NX (the zset is new) and PEXPIRE .. GT,
--- the one the caller thinks `likely_new` first; else a look at the PTTL.
-local function keep_leases(leases, ms, gt, created, likely_new)
+-- Keeps `key` for at least `ms` from now, never shorter, also when it has
+-- no TTL yet: a semaphore's lease zset (the lease just written there: it
+-- expires when its last lease ended, so the entry of a crashed holder that
+-- nobody reclaims does not stay for ever; the permits in use then count as
+-- none, see reclaim_expired) and its wait queue. One PEXPIRE for a key the
+-- caller just `created`; on Redis >= 7 (`gt`) PEXPIRE .. GT and PEXPIRE ..
+-- NX (a key without a TTL), the one the caller thinks `likely_new` first;
+-- else a look at the PTTL.
+local function keep_at_least(key, ms, gt, created, likely_new)
   if created then
-    redis.call('pexpire', leases, ms)
+    redis.call('pexpire', key, ms)
   elseif gt then
     local first_try, then_try = 'GT', 'NX'
     if likely_new then
       first_try, then_try = 'NX', 'GT'
     end
-    if redis.call('pexpire', leases, ms, first_try) == 0 then
-      redis.call('pexpire', leases, ms, then_try)
+    if redis.call('pexpire', key, ms, first_try) == 0 then
+      redis.call('pexpire', key, ms, then_try)
     end
   else
-    local ttl = redis.call('pttl', leases)
+    local ttl = redis.call('pttl', key)
     if ttl == -1 or ttl < tonumber(ms) then
-      redis.call('pexpire', leases, ms)
+      redis.call('pexpire', key, ms)
     end
   end
 end
@@ -383,7 +384,7 @@ local function hand_permits(s, leases, queue, publish, channel, me)
       s.used = s.used + wanted
       s.last = token_after(s.last, s.now_us)
       redis.call('zadd', leases, s.now + tonumber(lease), id)
-      keep_leases(leases, tonumber(lease), publish == 'spublish', false, likely_new)
+      keep_at_least(leases, tonumber(lease), publish == 'spublish', false, likely_new)
       if s.used >= s.total then
         s.mark = mark_with(s.mark, client_of(id))
       end

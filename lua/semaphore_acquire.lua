@@ -159,7 +159,7 @@ local function handed_before()
   end
   save()
   redis.call('zadd', leases, now + lease, id)
-  keep_leases(leases, lease, ARGV[7] == 'spublish', false)
+  keep_at_least(leases, lease, ARGV[7] == 'spublish', false)
   return {1, state.last, total - state.used, lease_left()}
 end
 
@@ -175,7 +175,7 @@ if not queued and total - state.used >= wanted then
   end
   save()
   redis.call('zadd', leases, now + lease, id)
-  keep_leases(leases, lease, ARGV[7] == 'spublish', not first)
+  keep_at_least(leases, lease, ARGV[7] == 'spublish', not first)
   local ends = now + lease
   if first and first < ends then
     ends = first
@@ -201,7 +201,7 @@ if mode == '2' then
   end
   if at then
     save()
-    keep_for(queue, queue_keep, false, ARGV[7] == 'spublish')
+    keep_at_least(queue, queue_keep, ARGV[7] == 'spublish', false)
     return {0, wait_ms, 1}
   end
   local again = handed_before()
@@ -222,7 +222,7 @@ err = read_error(length, queue, 'semaphore queue')
 if err then
   return err
 end
-keep_for(queue, queue_keep, length == 1, ARGV[7] == 'spublish')
+keep_at_least(queue, queue_keep, ARGV[7] == 'spublish', length == 1)
 queued = true
 save()
 return {0, wait_ms, answer}
