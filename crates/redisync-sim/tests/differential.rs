@@ -300,6 +300,33 @@ fn replies_close(real: &Reply, sim: &Reply, mask: Mask) -> bool {
     close(real, sim, mask, real, &mut Vec::new())
 }
 
+/// An inspect reply ({time, {type, pttl, size, values}...}) with each
+/// zset's pairs sorted by member: scores that are server times match
+/// within the clock's tolerance, so their order may differ by a tie (a
+/// latch's count-downs a millisecond apart), as in [`dumps_close`].
+fn zsets_by_member(reply: &Reply) -> Reply {
+    let Reply::Array(parts) = reply else {
+        return reply.clone();
+    };
+    let sorted = parts
+        .iter()
+        .map(|part| match part {
+            Reply::Array(e) if e.len() == 4 && e[0].as_bytes() == Some(b"zset".as_slice()) => {
+                let Reply::Array(flat) = &e[3] else {
+                    return part.clone();
+                };
+                let mut pairs: Vec<&[Reply]> = flat.chunks(2).collect();
+                pairs.sort_by(|a, b| a[0].as_bytes().cmp(&b[0].as_bytes()));
+                let mut out = e.clone();
+                out[3] = Reply::Array(pairs.concat());
+                Reply::Array(out)
+            }
+            _ => part.clone(),
+        })
+        .collect();
+    Reply::Array(sorted)
+}
+
 /// Compares two dumps; a key on one side only is allowed when it is about
 /// to expire (its deadline within 5 ms: the sides read the clock a little
 /// apart).
@@ -1352,6 +1379,11 @@ fn run(
                 let undecidable =
                     deadline_within(&side.sim, &server_deadlines, now_us / 1000 - 2, ran_by + 2);
                 let sim = side.sim.eval(text, keys, &sim_args);
+                let (real, sim) = if *name == "inspect" {
+                    (zsets_by_member(&real), zsets_by_member(&sim))
+                } else {
+                    (real, sim)
+                };
                 let _ = write!(line, "\n   -> redis {real:?}\n   -> sim   {sim:?}");
                 *outcomes
                     .entry(format!("{name} {}", outcome(&real)))
