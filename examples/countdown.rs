@@ -10,6 +10,11 @@
 //!    coordinator's wait fails with `LatchExpired` when the TTL ends (it does
 //!    not read the expiry as an opening), and nothing of the latch is left
 //!    in Redis.
+//! 3. **A worker restarted after its check-in.** The next latch counts 2.
+//!    Worker 0 checks in (`count_down_as("worker-0")`) and is killed
+//!    (SIGKILL); restarted, it checks in again under its id: the count
+//!    stays 1 and the coordinator's wait does not return. Worker 1's
+//!    check-in opens it.
 //!
 //! The example prints what happened and exits 1 if any of it does not hold.
 //!
@@ -48,7 +53,8 @@ async fn main() -> Result<(), BoxError> {
     let client = redisync::Client::connect(&url).await?;
     phase(&client, &url, &run, &mut violations).await?;
     crashed_phase(&client, &url, &run, &mut violations).await?;
-    support::report(&violations, "the coordinator woke once all three workers had counted down (each count-down counted once), and a latch whose worker crashed expired with its TTL and told its waiter so instead of opening");
+    restarted_worker(&client, &url, &run, &mut violations).await?;
+    support::report(&violations, "the coordinator woke once all three workers had counted down (each count-down counted once), a latch whose worker crashed expired with its TTL and told its waiter so instead of opening, and a worker restarted after its check-in counted once");
     Ok(())
 }
 
@@ -61,9 +67,19 @@ struct Workers {
 impl Workers {
     /// Starts one worker per entry of `modes` ("work" or "hang") on `latch`.
     fn start(url: &str, latch: &str, modes: &[&str]) -> Result<Workers, BoxError> {
+        Workers::start_as(url, latch, modes.iter().copied().enumerate())
+    }
+
+    /// Starts one worker per (id, mode) of `workers` on `latch` ("work",
+    /// "hang", or "check-in" that hangs after its count-down).
+    fn start_as<'a>(
+        url: &str,
+        latch: &str,
+        workers: impl IntoIterator<Item = (usize, &'a str)>,
+    ) -> Result<Workers, BoxError> {
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         let mut children = Vec::new();
-        for (id, mode) in modes.iter().enumerate() {
+        for (id, mode) in workers {
             let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
             cmd.env(WORKER_ENV, format!("{id} {mode}"))
                 .env("COUNTDOWN_EXAMPLE_URL", url)
@@ -180,8 +196,43 @@ async fn crashed_phase(
     Ok(())
 }
 
+async fn restarted_worker(
+    client: &redisync::Client,
+    url: &str,
+    run: &str,
+    violations: &mut Vec<String>,
+) -> Result<(), BoxError> {
+    let name = format!("example:{run}:phase-3");
+    let latch = client.count_down_latch(&name);
+    latch.try_set_count(2, Duration::from_mins(1)).await?;
+    println!("phase 3: latch set to 2; worker 0 checks in and is killed");
+    let mut first = Workers::start_as(url, &name, [(0, "check-in")])?;
+    let (_, line) = first.next("counted").await?;
+    let pid = first.children[0].id().ok_or("worker gone")?;
+    support::signal(pid, "KILL").await?;
+    println!("phase 3: worker 0 {line}, killed; restarted, it checks in again");
+    let mut again = Workers::start_as(url, &name, [(0, "work")])?;
+    let (_, line) = again.next("counted").await?;
+    println!("phase 3: restarted worker 0 {line}");
+    if line != "counted down, 1 left" || latch.count().await? != 1 {
+        violations.push(format!("a restarted worker counted again: {line}"));
+    }
+    if latch.wait_timeout(Duration::from_millis(300)).await? {
+        violations.push("the latch opened with worker 1 missing".into());
+    }
+    let mut last = Workers::start_as(url, &name, [(1, "work")])?;
+    let (_, line) = last.next("counted").await?;
+    let opened = latch.wait_timeout(Duration::from_secs(30)).await?;
+    println!("phase 3: worker 1 {line}; the coordinator's wait returned {opened}");
+    if !opened {
+        violations.push("the latch did not open after worker 1's check-in".into());
+    }
+    Ok(())
+}
+
 /// One worker process: `"<id> work"` counts down once after a short job,
-/// `"<id> hang"` never does (it is killed).
+/// `"<id> hang"` never does (it is killed), `"<id> check-in"` hangs after
+/// its count-down (it is killed and restarted).
 async fn worker_main(spec: &str) -> Result<(), BoxError> {
     let url = std::env::var("COUNTDOWN_EXAMPLE_URL")?;
     let name = std::env::var("COUNTDOWN_EXAMPLE_LATCH")?;
@@ -194,8 +245,12 @@ async fn worker_main(spec: &str) -> Result<(), BoxError> {
         std::future::pending::<()>().await;
     }
     tokio::time::sleep(Duration::from_millis(100 + 100 * id)).await;
-    let left = latch.count_down().await?;
+    // By its id: a worker restarted after it counted counts once.
+    let left = latch.count_down_as(&format!("worker-{id}")).await?;
     println!("counted down, {left} left");
+    if mode == "check-in" {
+        std::future::pending::<()>().await;
+    }
     client.shutdown().await?;
     Ok(())
 }

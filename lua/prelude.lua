@@ -172,6 +172,33 @@ local function client_of(id)
   return string.sub(id, 1, 36)
 end
 
+-- Keeps `key` for at least `ms` from now, never shorter, also when it has
+-- no TTL yet: a semaphore's lease zset (the lease just written there: it
+-- expires when its last lease ended, so the entry of a crashed holder that
+-- nobody reclaims does not stay for ever; the permits in use then count as
+-- none, see reclaim_expired) and its wait queue. One PEXPIRE for a key the
+-- caller just `created`; on Redis >= 7 (`gt`) PEXPIRE .. GT and PEXPIRE ..
+-- NX (a key without a TTL), the one the caller thinks `likely_new` first;
+-- else a look at the PTTL.
+local function keep_at_least(key, ms, gt, created, likely_new)
+  if created then
+    redis.call('pexpire', key, ms)
+  elseif gt then
+    local first_try, then_try = 'GT', 'NX'
+    if likely_new then
+      first_try, then_try = 'NX', 'GT'
+    end
+    if redis.call('pexpire', key, ms, first_try) == 0 then
+      redis.call('pexpire', key, ms, then_try)
+    end
+  else
+    local ttl = redis.call('pttl', key)
+    if ttl == -1 or ttl < tonumber(ms) then
+      redis.call('pexpire', key, ms)
+    end
+  end
+end
+
 -- Reclaims the permits of acquisitions whose lease ended by `now` (crashed
 -- holders). `used`: the permits in use before. Returns the permits in use
 -- after, the earliest lease end left (nil: none), whether anything was
@@ -185,7 +212,11 @@ local function reclaim_expired(leases, used, now, first)
   if err then
     return nil, nil, false, err
   end
-  if not first[2] or tonumber(first[2]) > now then
+  if not first[2] then
+    -- No lease left (the zset expired with its last lease): none in use.
+    return 0, nil, used ~= 0, nil
+  end
+  if tonumber(first[2]) > now then
     return used, tonumber(first[2]), false, nil
   end
   for _, old in ipairs(redis.call('zrangebyscore', leases, '-inf', now)) do
@@ -342,11 +373,18 @@ local function hand_permits(s, leases, queue, publish, channel, me)
     if wanted > 0 and wanted <= s.total then
       if wanted > s.total - s.used then
         redis.call('lpush', queue, entry)
+        -- The LPOP took the last entry, so the key was made anew.
+        if redis.call('pttl', queue) == -1 then
+          redis.call('pexpire', queue, 2 * tonumber(lease) + 1000)
+        end
         return false, mine
       end
+      -- Nothing in use: the zset is likely gone with its last lease.
+      local likely_new = s.used == 0
       s.used = s.used + wanted
       s.last = token_after(s.last, s.now_us)
       redis.call('zadd', leases, s.now + tonumber(lease), id)
+      keep_at_least(leases, tonumber(lease), publish == 'spublish', false, likely_new)
       if s.used >= s.total then
         s.mark = mark_with(s.mark, client_of(id))
       end
@@ -369,7 +407,7 @@ end
 -- The latch hash read: {count left, id, TTL ms} (count nil when the latch
 -- is not set), or nil and an error reply naming the key when it is not a
 -- latch: another type, or a hash without a whole count, an id and a TTL.
-local function read_latch(latch, record)
+local function read_latch(latch, record, forget)
   local seen = redis.pcall('hmget', latch, 'n', 'id', 't')
   local err = read_error(seen, latch, 'count-down latch')
   if err then
@@ -379,6 +417,12 @@ local function read_latch(latch, record)
   if kind ~= 'none' and kind ~= 'hash' then
     return nil, redis.error_reply('WRONGTYPE ' .. record .. ' is not a redisync count-down record')
   end
+  if forget then
+    kind = redis.call('type', forget).ok
+    if kind ~= 'none' and kind ~= 'zset' then
+      return nil, redis.error_reply('WRONGTYPE ' .. forget .. ' is not a redisync count-down record index')
+    end
+  end
   if not (seen[1] or seen[2] or seen[3]) and redis.call('exists', latch) == 0 then
     return {nil, nil, nil}, nil
   end
@@ -387,6 +431,21 @@ local function read_latch(latch, record)
     return nil, redis.error_reply('WRONGTYPE ' .. latch .. ' is not a redisync count-down latch')
   end
   return {tonumber(n), seen[2], tonumber(t)}, nil
+end
+
+-- Forgets what the latch's record (a hash) no longer needs: the fields
+-- that its index `forget` (a zset: field -> when it may be forgotten,
+-- server ms) says ended by `now`. Each field is forgotten once, so the
+-- work is that of the writes that made them.
+local function forget_old(record, forget, now)
+  local old = redis.call('zrangebyscore', forget, '-inf', now)
+  if #old == 0 then
+    return
+  end
+  for i = 1, #old, 1000 do
+    redis.call('hdel', record, unpack(old, i, math.min(i + 999, #old)))
+  end
+  redis.call('zremrangebyscore', forget, '-inf', now)
 end
 
 -- Keeps `key` for at least `ms` from now (never shortens its TTL): one

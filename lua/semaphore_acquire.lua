@@ -19,6 +19,9 @@
 -- ARGV[6]  the number a new entry takes when the caller's ('2') is gone
 -- ARGV[7]  publish command: 'spublish' (Redis >= 7) or 'publish'
 -- ARGV[8]  release channel (hand-off messages)
+-- ARGV[9]  how long the queue is kept after a waiter queued or looked,
+--          milliseconds (2 x max(lease, watchdog period) + 1 s; missing:
+--          2 x lease + 1 s)
 -- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
 -- until the earliest lease ends; {0, ms, queued} busy (ms: -1 when no lease
 -- ends; queued: 0 no, 1 yes, 2 under the new number ARGV[6]); {-1, 0} not
@@ -34,6 +37,8 @@
 -- waiters are woken by the client itself.
 local sem, leases, queue = KEYS[1], KEYS[2], KEYS[3]
 local id, lease, mode = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+-- (Without ARGV[9], as a caller of an older layout sends it: two leases.)
+local queue_keep = tonumber(ARGV[9]) or 2 * lease + 1000
 local wanted = permits_of(id)
 local h = redis.pcall('hmget', sem, '~permits', '~used', '~t', '~w', '~q')
 local err = read_error(h, sem, 'semaphore')
@@ -154,6 +159,7 @@ local function handed_before()
   end
   save()
   redis.call('zadd', leases, now + lease, id)
+  keep_at_least(leases, lease, ARGV[7] == 'spublish', false)
   return {1, state.last, total - state.used, lease_left()}
 end
 
@@ -169,6 +175,7 @@ if not queued and total - state.used >= wanted then
   end
   save()
   redis.call('zadd', leases, now + lease, id)
+  keep_at_least(leases, lease, ARGV[7] == 'spublish', not first)
   local ends = now + lease
   if first and first < ends then
     ends = first
@@ -194,6 +201,7 @@ if mode == '2' then
   end
   if at then
     save()
+    keep_at_least(queue, queue_keep, ARGV[7] == 'spublish', false)
     return {0, wait_ms, 1}
   end
   local again = handed_before()
@@ -205,12 +213,16 @@ if mode == '2' then
   entry = ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. id
   answer = 2
 end
--- The queue has no TTL, as the hash: an entry of a crashed waiter is
--- handed permits in its turn, which come back when its lease ends.
-err = read_error(redis.pcall('rpush', queue, entry), queue, 'semaphore queue')
+-- An entry of a crashed waiter is handed permits in its turn, which come
+-- back when its lease ends; the queue expires ARGV[9] after its last
+-- waiter queued or looked (a live waiter looks again within a watchdog
+-- period): a crashed waiter's entry does not keep it for ever.
+local length = redis.pcall('rpush', queue, entry)
+err = read_error(length, queue, 'semaphore queue')
 if err then
   return err
 end
+keep_at_least(queue, queue_keep, ARGV[7] == 'spublish', length == 1)
 queued = true
 save()
 return {0, wait_ms, answer}

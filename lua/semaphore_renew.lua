@@ -19,6 +19,8 @@ for i, leases in ipairs(KEYS) do
     ends = tonumber(ends)
     if ends <= until_ms then
       redis.call('zadd', leases, 'XX', math.max(until_ms, ends + 1), ARGV[i + 1])
+      -- The zset lives as long as its last lease (see keep_at_least).
+      keep_at_least(leases, math.max(until_ms, ends + 1) - until_ms + tonumber(ARGV[1]), false)
     end
     ok = 1
   end

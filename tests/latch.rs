@@ -97,8 +97,9 @@ async fn raw_count_down(env: &Env, name: &str, op: &str, channel: &str) -> i64 {
             vec![
                 common::key("latch", "hold", name),
                 common::key("latch", "record", name),
+                common::key("latch", "forget", name),
             ],
-            vec![op, publish_command(env), channel, "60000"],
+            vec![op, publish_command(env), channel, "60000", ""],
         )
         .await
         .expect("the count-down script")
@@ -285,9 +286,19 @@ async fn set_count_is_refused_while_counting_and_unset_means_open() {
     assert!(!latch.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 4);
 
-    // Never set: open, and nothing is written.
+    // Never set: open for its waiters, a count-down is an error (it would
+    // be lost), and nothing is written.
     let unset = a.count_down_latch("never-set");
-    assert_eq!(unset.count_down().await.unwrap(), 0);
+    let got = unset.count_down().await;
+    assert!(
+        matches!(&got, Err(Error::LatchNotSet { name }) if name == "never-set"),
+        "a count-down of an unset latch: {got:?}"
+    );
+    let got = unset.count_down_as("w1").await;
+    assert!(
+        matches!(&got, Err(Error::LatchNotSet { .. })),
+        "a member count-down of an unset latch: {got:?}"
+    );
     assert_eq!(unset.count().await.unwrap(), 0);
     assert!(
         !exists(&env, &common::key("latch", "hold", "never-set")).await,
@@ -482,7 +493,7 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
     let both = format!(
         "{PRELUDE}\nlocal function count_down(KEYS, ARGV)\n{COUNT_DOWN}\nend\n\
          local function set_count(KEYS, ARGV)\n{SET_COUNT}\nend\n\
-         return {{count_down(KEYS, {{ARGV[1], ARGV[2], ARGV[3], ARGV[7]}}), \
+         return {{count_down(KEYS, {{ARGV[1], ARGV[2], ARGV[3], ARGV[7], ''}}), \
          set_count(KEYS, {{ARGV[4], ARGV[5], ARGV[6]}})}}"
     );
     let replies: Vec<i64> = env
@@ -492,6 +503,7 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
             vec![
                 common::key("latch", "hold", name),
                 common::key("latch", "record", name),
+                common::key("latch", "forget", name),
             ],
             vec![
                 "silent",
@@ -611,10 +623,10 @@ async fn a_count_down_whose_reply_is_lost_counts_once() {
     let counter = common::client_via(&proxy).await;
     let other = env.client().await;
     // Caches the count-down script: the EVALSHA below runs at once.
-    assert_eq!(
-        counter.count_down_latch("warm").count_down().await.unwrap(),
-        0
-    );
+    assert!(matches!(
+        counter.count_down_latch("warm").count_down().await,
+        Err(Error::LatchNotSet { .. })
+    ));
     let name = "lossy";
     let latch = other.count_down_latch(name);
     assert!(latch.try_set_count(3, LONG_TTL).await.unwrap());
@@ -649,10 +661,10 @@ async fn a_lost_opening_count_down_sent_again_does_not_count_the_next_phase() {
     let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
     let counter = common::client_via(&proxy).await;
     let coordinator = env.client().await;
-    assert_eq!(
-        counter.count_down_latch("warm").count_down().await.unwrap(),
-        0
-    );
+    assert!(matches!(
+        counter.count_down_latch("warm").count_down().await,
+        Err(Error::LatchNotSet { .. })
+    ));
     let name = "chained";
     let latch = coordinator.count_down_latch(name);
     assert!(latch.try_set_count(1, LONG_TTL).await.unwrap());

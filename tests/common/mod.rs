@@ -570,3 +570,16 @@ async fn sticky_serve(mut client: tokio::net::TcpStream, upstream_port: u16) {
         }
     }
 }
+
+/// Every key of the server (`KEYS *`), sorted.
+pub async fn all_keys(admin: &fred::clients::Client) -> Vec<String> {
+    let mut keys: Vec<String> = admin
+        .custom(
+            fred::types::CustomCommand::new_static("KEYS", fred::types::ClusterHash::Random, false),
+            vec!["*"],
+        )
+        .await
+        .expect("KEYS");
+    keys.sort();
+    keys
+}

@@ -300,6 +300,33 @@ fn replies_close(real: &Reply, sim: &Reply, mask: Mask) -> bool {
     close(real, sim, mask, real, &mut Vec::new())
 }
 
+/// An inspect reply ({time, {type, pttl, size, values}...}) with each
+/// zset's pairs sorted by member: scores that are server times match
+/// within the clock's tolerance, so their order may differ by a tie (a
+/// latch's count-downs a millisecond apart), as in [`dumps_close`].
+fn zsets_by_member(reply: &Reply) -> Reply {
+    let Reply::Array(parts) = reply else {
+        return reply.clone();
+    };
+    let sorted = parts
+        .iter()
+        .map(|part| match part {
+            Reply::Array(e) if e.len() == 4 && e[0].as_bytes() == Some(b"zset".as_slice()) => {
+                let Reply::Array(flat) = &e[3] else {
+                    return part.clone();
+                };
+                let mut pairs: Vec<&[Reply]> = flat.chunks(2).collect();
+                pairs.sort_by(|a, b| a[0].as_bytes().cmp(&b[0].as_bytes()));
+                let mut out = e.clone();
+                out[3] = Reply::Array(pairs.concat());
+                Reply::Array(out)
+            }
+            _ => part.clone(),
+        })
+        .collect();
+    Reply::Array(sorted)
+}
+
 /// Compares two dumps; a key on one side only is allowed when it is about
 /// to expire (its deadline within 5 ms: the sides read the clock a little
 /// apart).
@@ -917,6 +944,7 @@ fn semaphore_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 lit(ctx.number()),
                 lit(ctx.publish()),
                 lit(&ch),
+                lit(ctx.rng.pick(&["", "200", "5000"])),
             ];
             script_op("semaphore_acquire", full, args, semaphore_mask)
         }
@@ -995,6 +1023,7 @@ fn latch_family() -> Family {
         keys: vec![
             "redisync:v1:latch:hold:{a}".into(),
             "redisync:v1:latch:record:{a}".into(),
+            "redisync:v1:latch:forget:{a}".into(),
         ],
         channel: "redisync:v1:latch:ch:{a}".into(),
         gen: latch_op,
@@ -1002,7 +1031,7 @@ fn latch_family() -> Family {
 }
 
 fn latch_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
-    let keys = vec![f.key(0), f.key(1)];
+    let keys = vec![f.key(0), f.key(1), f.key(2)];
     let ch = f.channel.clone();
     let ttl = || ["30", "100", "500", "3000"];
     match ctx.rng.below(10) {
@@ -1020,6 +1049,7 @@ fn latch_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 lit(ctx.publish()),
                 lit(&ch),
                 lit(ctx.rng.pick(&ttl())),
+                lit(ctx.rng.pick(&["", "", "m1", "m2"])),
             ];
             script_op("latch_count_down", keys, args, exact)
         }
@@ -1349,6 +1379,11 @@ fn run(
                 let undecidable =
                     deadline_within(&side.sim, &server_deadlines, now_us / 1000 - 2, ran_by + 2);
                 let sim = side.sim.eval(text, keys, &sim_args);
+                let (real, sim) = if *name == "inspect" {
+                    (zsets_by_member(&real), zsets_by_member(&sim))
+                } else {
+                    (real, sim)
+                };
                 let _ = write!(line, "\n   -> redis {real:?}\n   -> sim   {sim:?}");
                 *outcomes
                     .entry(format!("{name} {}", outcome(&real)))

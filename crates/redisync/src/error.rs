@@ -111,6 +111,16 @@ pub enum Error {
         /// The latch's name.
         name: String,
     },
+    /// A count-down found the [`CountDownLatch`](crate::CountDownLatch)
+    /// not set: its count was never set, or it expired (before it opened,
+    /// or its TTL ended after it opened). Nothing was counted: a count-down
+    /// that comes before `try_set_count` is lost otherwise, so the caller
+    /// decides (set the count first, or treat the phase as over).
+    #[error("count-down latch {name:?} is not set (never set, or expired): nothing was counted")]
+    LatchNotSet {
+        /// The latch's name.
+        name: String,
+    },
     /// [`Client::shutdown`](crate::Client::shutdown) was called.
     #[error("the redisync client was shut down")]
     Shutdown,

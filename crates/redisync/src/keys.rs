@@ -87,6 +87,9 @@ pub(crate) enum Role {
     /// Count-down latch: what outlives a phase (the count-downs counted
     /// lately, the phases that opened).
     Record,
+    /// Count-down latch: when each field of the record may be forgotten
+    /// (a zset), so that the record is trimmed as it goes.
+    Forget,
 }
 
 impl Role {
@@ -99,10 +102,11 @@ impl Role {
             Role::Readers => "readers",
             Role::Leases => "leases",
             Role::Record => "record",
+            Role::Forget => "forget",
         }
     }
 
-    const ALL: [Role; 7] = [
+    const ALL: [Role; 8] = [
         Role::Hold,
         Role::Fence,
         Role::Channel,
@@ -110,6 +114,7 @@ impl Role {
         Role::Readers,
         Role::Leases,
         Role::Record,
+        Role::Forget,
     ];
 }
 
@@ -216,7 +221,7 @@ mod tests {
         "redisync:v1:lock:hold:{x}",
     ];
     const KINDS: [Kind; 5] = Kind::ALL;
-    const ROLES: [Role; 7] = Role::ALL;
+    const ROLES: [Role; 8] = Role::ALL;
 
     #[test]
     fn every_key_of_a_name_shares_one_tag() {

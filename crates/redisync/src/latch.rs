@@ -26,10 +26,15 @@ const COUNT_LIMIT: u64 = 1 << 53;
 /// is sent again: it counts once however often it runs.
 const COUNT_DOWN_RETRY_FOR: Duration = Duration::from_secs(10);
 
-/// How long Redis remembers a count-down (after the latch's last one, well
-/// past the re-sends of [`COUNT_DOWN_RETRY_FOR`]) and that a phase opened
-/// (after the open latch ended).
+/// How long Redis remembers a count-down (after it counted, well past the
+/// re-sends of [`COUNT_DOWN_RETRY_FOR`]) and that a phase opened (after the
+/// open latch ended): each count-down forgets what ended before it, so the
+/// record holds at most the count-downs of the last minute and the phases
+/// that opened within their TTL and a minute.
 const RECORD_FOR_MS: i64 = 60_000;
+
+/// The longest member id of [`CountDownLatch::count_down_as`], in bytes.
+const MEMBER_LIMIT: usize = 1024;
 
 /// A latch that tasks of any process wait on until its count, set once
 /// with [`try_set_count`](CountDownLatch::try_set_count), is counted down to
@@ -49,14 +54,27 @@ const RECORD_FOR_MS: i64 = 60_000;
 /// - **A count-down counts once**: it is sent again when the connection
 ///   drops before the answer (for up to 10 s), and a second run of it
 ///   changes nothing, also after the latch opened and was set again (Redis
-///   remembers each count-down for a minute after the latch's last one).
+///   remembers each count-down for a minute after it counted, then forgets
+///   it: the latch's keys do not grow with its count-downs).
+/// - **A member counts once per phase**:
+///   [`count_down_as`](CountDownLatch::count_down_as) counts down by a
+///   member id (a worker's name), and a second count-down of that member
+///   in the same phase counts nothing: a worker restarted after it checked
+///   in checks in again without counting twice, and the latch never opens
+///   with a member missing. The next phase (set again after it opened)
+///   counts every member afresh.
+/// - **Counting down a latch that is not set is an error**
+///   ([`Error::LatchNotSet`]), never a silent no-op: a count-down that
+///   comes before the count was set, or after the latch expired, would be
+///   lost.
 /// - A waiter stalled (a paused process) until more than a minute after
 ///   the open latch ended cannot tell an opening from an expiry any more
 ///   and reports [`Error::LatchExpired`]: an error, never a false opening.
-/// - **Not set means open**, as with Redisson and Java's latch: waiting on
-///   a latch whose count was never set (or that opened and ended) returns
-///   at once. Set the count before the waiters start; members that race can
-///   all call `try_set_count`, the first one sets it.
+/// - **Not set means open** for its waiters, as with Redisson and Java's
+///   latch: waiting on a latch whose count was never set (or that opened
+///   and ended) returns at once. Set the count before the waiters start;
+///   members that race can all call `try_set_count`, the first one sets
+///   it.
 /// - An open latch can be set again for the next phase; a waiter of the
 ///   phase before still sees its phase opened (Redis remembers that it
 ///   opened until a minute after the open latch ended).
@@ -83,6 +101,7 @@ pub struct CountDownLatch {
     /// The latch hash, as a string: also the key of the client's local slot.
     key: Arc<str>,
     record: Key,
+    forget: Key,
     channel: Key,
 }
 
@@ -103,6 +122,7 @@ impl Client {
             name: Arc::from(name),
             key: Arc::from(keys::key(Kind::Latch, Role::Hold, name)),
             record: Key::from(keys::key(Kind::Latch, Role::Record, name)),
+            forget: Key::from(keys::key(Kind::Latch, Role::Forget, name)),
             channel: Key::from(keys::key(Kind::Latch, Role::Channel, name)),
         }
     }
@@ -162,17 +182,64 @@ impl CountDownLatch {
     }
 
     /// Counts the latch down by one and returns the count left; at zero it
-    /// opens and its waiters wake. A latch that is open or not set stays as
-    /// it is (`Ok(0)`).
+    /// opens and its waiters wake. A latch that is open stays as it is
+    /// (`Ok(0)`).
     ///
     /// Counts once even when sent again: the connection dropping before
     /// the answer makes it send the same count-down again, for up to 10 s.
+    /// Each call counts, though: a worker that may run twice (restarted
+    /// after it counted) should count down with
+    /// [`count_down_as`](CountDownLatch::count_down_as).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
-    /// when the latch's key holds something else; [`Error::Redis`] when
-    /// Redis stays unreachable (it may have counted).
+    /// [`Error::LatchNotSet`] when the latch is not set (its count was never
+    /// set, or it expired): nothing counted; [`Error::InvalidArgument`] for
+    /// an empty name; [`Error::WrongType`] when the latch's key holds
+    /// something else; [`Error::Redis`] when Redis stays unreachable (it
+    /// may have counted).
     pub async fn count_down(&self) -> Result<u64> {
+        self.count_down_by("").await
+    }
+
+    /// Counts the latch down by one for `member` (a worker's id), unless
+    /// `member` counted down already in this phase: a member counts once
+    /// per phase however often it calls, so a worker restarted after its
+    /// check-in checks in again under its id without counting twice, and a
+    /// latch set to the number of members opens only when each of them
+    /// counted down. Returns the count left (unchanged for a member that
+    /// counted already); at zero the latch opens and its waiters wake. A
+    /// latch that is open stays as it is (`Ok(0)`); the next phase (set
+    /// again after it opened) counts every member afresh.
+    ///
+    /// Member and plain [`count_down`](CountDownLatch::count_down)s count
+    /// alike on one latch. Like `count_down`, it is sent again when the
+    /// connection drops before the answer (for up to 10 s) and counts once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client, worker: &str) -> redisync::Result<()> {
+    /// let phase = client.count_down_latch("import:phase-1");
+    /// // Each of the three workers, when its part is done (again after a restart):
+    /// phase.count_down_as(worker).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty `member` or one longer than
+    /// 1024 bytes, and otherwise as [`count_down`](CountDownLatch::count_down)
+    /// ([`Error::LatchNotSet`] when the latch is not set: nothing counted).
+    pub async fn count_down_as(&self, member: &str) -> Result<u64> {
+        if member.is_empty() || member.len() > MEMBER_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "latch member id must be 1 to {MEMBER_LIMIT} bytes, not {}",
+                member.len()
+            )));
+        }
+        self.count_down_by(member).await
+    }
+
+    /// A count-down, by `member` ('' for none).
+    async fn count_down_by(&self, member: &str) -> Result<u64> {
         self.check()?;
         let inner = &self.client.inner;
         let id = Uuid::new_v4().to_string();
@@ -184,24 +251,33 @@ impl CountDownLatch {
                 COUNT_DOWN.run(
                     inner.link(),
                     &self.key,
-                    vec![Key::from(&*self.key), self.record.clone()],
+                    vec![
+                        Key::from(&*self.key),
+                        self.record.clone(),
+                        self.forget.clone(),
+                    ],
                     vec![
                         Value::from(id.as_str()),
                         Value::from(inner.hub.publish_command()),
                         Value::from(self.channel.clone()),
                         Value::Integer(RECORD_FOR_MS),
+                        Value::from(member),
                     ],
                 )
             },
         )
         .await?;
-        Ok(u64::try_from(left).unwrap_or(0))
+        u64::try_from(left).map_err(|_| Error::LatchNotSet {
+            name: self.name.to_string(),
+        })
     }
 
     /// The count left: 0 when open or not set.
     ///
     /// # Errors
-    /// As [`count_down`](CountDownLatch::count_down).
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]
+    /// when the latch's key holds something else; [`Error::Redis`] when
+    /// Redis fails.
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
         let (left, _, _) = self.read(None).await?;

@@ -29,6 +29,18 @@ lua_script!(FORCE_RELEASE, "semaphore_force_release.lua");
 /// Poll bound when no held permit has a lease end to wait for.
 const NO_LEASE_POLL: Duration = Duration::from_secs(1);
 
+/// How long the semaphore's wait queue is kept after a waiter queued or
+/// looked: 2 x max(lease, watchdog period) + 1 s. A live waiter looks again
+/// within a watchdog period (or its lease's quarter), so its entry stays;
+/// a crashed waiter's entry does not keep the queue for ever.
+fn queue_keep_ms(lease_ms: i64, period: Duration) -> i64 {
+    let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX);
+    lease_ms
+        .max(period_ms)
+        .saturating_mul(2)
+        .saturating_add(1000)
+}
+
 /// Makes permit ids unique within the process (the owner id adds the client).
 static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 
@@ -502,8 +514,9 @@ impl Spec for Semaphore {
             Value::String(t.next_number.to_string().into()),
             Value::String(client.hub.publish_command().into()),
             Value::from(named.channel.clone()),
+            Value::Integer(queue_keep_ms(t.lease_ms, client.settings.watchdog_timeout)),
         ];
-        self.named().push_restart_guard(&mut args, 8);
+        self.named().push_restart_guard(&mut args, 9);
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

@@ -632,22 +632,52 @@ pub(super) async fn latch(ctx: &mut Ctx, h: &Handles) {
     tokio::time::sleep(Duration::from_millis(pause)).await;
 }
 
-/// Counts `latch` down, counted as started before it is sent and as
-/// answered once it replied (what [`latch_waiter`] checks against).
+/// The members that count down [`latch_waiter`]'s latch, and `plain`
+/// for its count-downs without a member: the keys of their count-downs
+/// (`<latch>#<member>`) in the stats.
+const COUNTERS: [&str; 4] = ["plain", "m0", "m1", "m2"];
+
+/// Counts `latch` down (half the time as one of three members, which
+/// count once per phase), counted as started before it is sent and as
+/// answered once it replied, for the latch and for its member (or
+/// `plain`): what [`latch_waiter`] checks against.
 async fn count_down(ctx: &mut Ctx, latch: &CountDownLatch) {
+    let member = if ctx.chance(50) {
+        match ctx.rng.below(3) {
+            0 => COUNTERS[1],
+            1 => COUNTERS[2],
+            _ => COUNTERS[3],
+        }
+    } else {
+        COUNTERS[0]
+    };
+    let by = format!("{}#{member}", latch.name());
     ctx.stats.count_down_started(latch.name());
+    ctx.stats.count_down_started(&by);
     let how = ctx.how(30);
-    let counted = ctx.call("CountDownLatch::count_down", how, latch.count_down());
-    if let Some(Ok(_)) = counted.await {
+    let answered = if member == COUNTERS[0] {
+        let counted = latch.count_down();
+        let counted = ctx.call("CountDownLatch::count_down", how, counted);
+        matches!(counted.await, Some(Ok(_)))
+    } else {
+        let counted = latch.count_down_as(member);
+        let counted = ctx.call("CountDownLatch::count_down_as", how, counted);
+        matches!(counted.await, Some(Ok(_)))
+    };
+    if answered {
         ctx.stats.count_down_answered(latch.name());
+        ctx.stats.count_down_answered(&by);
     }
 }
 
 /// Reads the count `c` of the latch, waits for it (`wait` under the
 /// workload's deadline, or `wait_timeout`), and, when it says open, checks
 /// that at least `c` count-downs could have reached the latch since the
-/// read: those started by now minus those answered before the read (a
-/// count-down answered before the read counted before it). A restart of
+/// read: the plain ones started by now minus those answered before the
+/// read (a count-down answered before the read counted before it), and
+/// one per member with a count-down started by now and not answered
+/// before the read (a member counts once per phase, however often it
+/// counts down: the latch never opens with a member missing). A restart of
 /// the server in between (its uptime went back) may lose the latch, which
 /// then reads as open: no check.
 async fn latch_waiter(ctx: &mut Ctx, h: &Handles) {
@@ -656,7 +686,8 @@ async fn latch_waiter(ctx: &mut Ctx, h: &Handles) {
     let Some((up0, t0)) = uptime(ctx, &m.client).await else {
         return;
     };
-    let answered0 = ctx.stats.count_downs(latch.name()).1;
+    let by = COUNTERS.map(|k| format!("{}#{k}", latch.name()));
+    let answered0 = by.clone().map(|k| ctx.stats.count_downs(&k).1);
     let counted = ctx.call("CountDownLatch::count", How::Await, latch.count());
     let Some(Ok(c)) = counted.await else {
         return;
@@ -680,18 +711,21 @@ async fn latch_waiter(ctx: &mut Ctx, h: &Handles) {
     if !opened || c == 0 {
         return;
     }
-    let started = ctx.stats.count_downs(latch.name()).0;
-    if started.saturating_sub(answered0) >= c {
+    let started = by.clone().map(|k| ctx.stats.count_downs(&k).0);
+    let members = (1..COUNTERS.len())
+        .filter(|&i| started[i] > answered0[i])
+        .count() as u64;
+    let could = started[0].saturating_sub(answered0[0]) + members;
+    if could >= c {
         return;
     }
     if restarted(ctx, &m.client, up0, t0).await != Some(false) {
         return;
     }
     ctx.stats.violation(&format!(
-        "{}: a waiter saw latch {:?} open after at most {} count-downs since it read a count of {c}",
+        "{}: a waiter saw latch {:?} open after at most {could} count-downs (plain, or of distinct members) since it read a count of {c}",
         ctx.client,
         latch.name(),
-        started.saturating_sub(answered0)
     ));
 }
 
@@ -1042,6 +1076,10 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         (
             "CountDownLatch::count_down",
             Box::pin(shut(latch.count_down())),
+        ),
+        (
+            "CountDownLatch::count_down_as",
+            Box::pin(shut(latch.count_down_as("m0"))),
         ),
         ("CountDownLatch::count", Box::pin(shut(latch.count()))),
         ("CountDownLatch::wait", Box::pin(shut(latch.wait()))),
