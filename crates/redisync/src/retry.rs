@@ -2,7 +2,6 @@
 //! (a reset connection, a failover, a Redis restart), and the plain-words
 //! error it ends with when its wait runs out first.
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -140,22 +139,26 @@ impl AcquireRetry {
         Ok(())
     }
 
-    /// The pause before retry number `n` (0: the first): a random
-    /// duration between 1 ms and `min(max_delay, min_delay * 2^n)`.
-    pub(crate) fn pause(&self, n: u32) -> Duration {
+    /// The pause before retry number `n` (0: the first) of the waiter
+    /// `salt` names: a duration between 1 ms and `min(max_delay, min_delay
+    /// * 2^n)` spread by a hash of both (waiters of different clients and
+    /// tasks draw apart; a simulation with fixed client ids replays).
+    pub(crate) fn pause(&self, n: u32, salt: u64) -> Duration {
         let bound = self
             .min_delay
             .saturating_mul(1u32 << n.min(20))
             .min(self.max_delay);
         let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
-        Duration::from_millis(1 + random() % ms)
+        Duration::from_millis(1 + spread(salt, n) % ms)
     }
 }
 
-/// A random number (std's randomly keyed hasher: no dependency).
-fn random() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
+/// A hash of `salt` and `n` with std's fixed-key hasher (no dependency).
+fn spread(salt: u64, n: u32) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write_u64(salt);
+    h.write_u32(n);
     h.finish()
 }
 
@@ -188,9 +191,24 @@ pub(crate) fn is_blip(e: &Error) -> bool {
 pub(crate) struct Outage {
     since: Option<Instant>,
     pauses: u32,
+    /// Spreads this waiter's pauses (see [`AcquireRetry::pause`]).
+    salt: u64,
 }
 
 impl Outage {
+    /// The outages of client `client`'s waiters on `key` (one contends at
+    /// a time: the local gate). Not the task: task ids differ between two
+    /// runs of one simulated seed.
+    pub(crate) fn of(client: uuid::Uuid, key: &str) -> Outage {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (client, key).hash(&mut h);
+        Outage {
+            salt: h.finish(),
+            ..Outage::default()
+        }
+    }
+
     /// Redis answered: the outage (if any) is over.
     pub(crate) fn over(&mut self) {
         self.since = None;
@@ -219,7 +237,7 @@ impl Outage {
         if end.is_some_and(|end| now >= end) {
             return None;
         }
-        let pause = crate::engine::after(policy.pause(self.pauses));
+        let pause = crate::engine::after(policy.pause(self.pauses, self.salt));
         self.pauses = self.pauses.saturating_add(1);
         Some(end.map_or(pause, |end| end.min(pause)))
     }
@@ -277,7 +295,7 @@ mod tests {
     fn pauses_stay_within_their_bounds() {
         let p = AcquireRetry::exponential(Duration::from_millis(10), Duration::from_millis(80));
         for n in 0..40 {
-            let pause = p.pause(n);
+            let pause = p.pause(n, 7);
             assert!(pause >= Duration::from_millis(1), "{pause:?}");
             let bound = Duration::from_millis(10 * (1 << n.min(3)) + 1);
             assert!(pause <= bound, "{n}: {pause:?} > {bound:?}");

@@ -140,7 +140,7 @@ async fn acquire_unboxed<S: Spec>(
     }
     // A pending undo that meets a blip is tried again while the wait
     // lasts (see `AcquireRetry`): the attempt may only follow it.
-    let mut outage = Outage::default();
+    let mut outage = Outage::of(client.id, &slot.key);
     let waits = deadline.is_none_or(|d| d > Instant::now());
     loop {
         match settle_pending(spec, &slot, &holder, gate, turn.is_some()).await {

@@ -48,6 +48,7 @@ async fn run(client: Weak<ClientInner>) {
         // Every period, and at once when the connection is back (holds
         // lost meanwhile are then known).
         tokio::select! {
+            biased;
             _ = ticker.tick() => {}
             () = renew_now.notified() => ticker.reset(),
         }
