@@ -140,9 +140,10 @@ impl AcquireRetry {
     }
 
     /// The pause before retry number `n` (0: the first) of the waiter
-    /// `salt` names: a duration between 1 ms and `min(max_delay, min_delay
-    /// * 2^n)` spread by a hash of both (waiters of different clients and
-    /// tasks draw apart; a simulation with fixed client ids replays).
+    /// `salt` names: a duration between 1 ms and
+    /// `min(max_delay, min_delay * 2^n)`, spread by a hash of both
+    /// (waiters of different clients and names draw apart; a simulation
+    /// with fixed client ids replays).
     pub(crate) fn pause(&self, n: u32, salt: u64) -> Duration {
         let bound = self
             .min_delay
