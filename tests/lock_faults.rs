@@ -212,10 +212,10 @@ async fn dead_server_is_an_error_in_bounded_time() {
         "try_lock took {elapsed:?}"
     );
 
-    let r = timeout(Duration::from_secs(5), lock.lock())
-        .await
-        .expect("lock() hangs on a dead server");
-    assert!(r.is_err(), "lock() on a dead server: {r:?}");
+    // `lock()` has no deadline: it rides the outage out (`AcquireRetry`),
+    // waiting for Redis to come back rather than failing.
+    let r = timeout(Duration::from_secs(2), lock.lock()).await;
+    assert!(r.is_err(), "lock() on a dead server did not wait: {r:?}");
 
     // Connecting to a port nobody listens on.
     let started = Instant::now();
