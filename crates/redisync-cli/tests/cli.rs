@@ -397,11 +397,16 @@ async fn inspect_shows_a_leaders_identity_and_ended_leases_as_free() {
     // Like a crash: nothing released it, nobody reclaimed it yet.
     std::mem::forget(permit);
     // The client's clock gave up first (it counts from the send): wait for
-    // Redis's lease end too.
+    // Redis's lease end too (an ended permit reads as a lease of zero, or
+    // is gone with its key, whose TTL is its longest lease).
     let seen = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let seen = sem.inspect().await.unwrap();
-            if seen.holders.first().and_then(|h| h.lease_left) == Some(Duration::ZERO) {
+            if seen
+                .holders
+                .first()
+                .is_none_or(|h| h.lease_left == Some(Duration::ZERO))
+            {
                 return seen;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -409,7 +414,6 @@ async fn inspect_shows_a_leaders_identity_and_ended_leases_as_free() {
     })
     .await
     .expect("the lease ends in Redis");
-    assert_eq!(seen.holders.len(), 1, "{seen:?}");
     assert!(!seen.is_held(), "an ended lease counts as held: {seen:?}");
     let text = redisync(&url, &["inspect", "payments"]).await;
     assert!(text.stdout.contains("state    free"), "{}", text.stdout);
