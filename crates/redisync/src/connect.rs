@@ -222,24 +222,11 @@ impl ReconnectPolicy {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.min_delay < MIN_RECONNECT_DELAY {
-            return Err(Error::InvalidArgument(format!(
-                "reconnect_policy: min_delay must be at least {MIN_RECONNECT_DELAY:?}, got {:?}",
-                self.min_delay
-            )));
-        }
-        if self.max_delay > MAX_RECONNECT_DELAY {
-            return Err(Error::InvalidArgument(format!(
-                "reconnect_policy: max_delay must be at most {MAX_RECONNECT_DELAY:?}, got {:?}",
-                self.max_delay
-            )));
-        }
-        if self.min_delay > self.max_delay {
-            return Err(Error::InvalidArgument(format!(
-                "reconnect_policy: min_delay ({:?}) must not exceed max_delay ({:?})",
-                self.min_delay, self.max_delay
-            )));
-        }
+        crate::retry::check_delays(
+            "reconnect_policy",
+            (self.min_delay, self.max_delay),
+            (MIN_RECONNECT_DELAY, MAX_RECONNECT_DELAY),
+        )?;
         if self.max_attempts == Some(0) {
             return Err(Error::InvalidArgument(
                 "reconnect_policy: max_attempts must be at least 1 (leave it unset for no limit)"

@@ -111,24 +111,11 @@ impl AcquireRetry {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.min_delay < MIN_RETRY_DELAY {
-            return Err(Error::InvalidArgument(format!(
-                "acquire_retry: min_delay must be at least {MIN_RETRY_DELAY:?}, got {:?}",
-                self.min_delay
-            )));
-        }
-        if self.max_delay > MAX_RETRY_DELAY {
-            return Err(Error::InvalidArgument(format!(
-                "acquire_retry: max_delay must be at most {MAX_RETRY_DELAY:?}, got {:?}",
-                self.max_delay
-            )));
-        }
-        if self.min_delay > self.max_delay {
-            return Err(Error::InvalidArgument(format!(
-                "acquire_retry: min_delay ({:?}) must not exceed max_delay ({:?})",
-                self.min_delay, self.max_delay
-            )));
-        }
+        check_delays(
+            "acquire_retry",
+            (self.min_delay, self.max_delay),
+            (MIN_RETRY_DELAY, MAX_RETRY_DELAY),
+        )?;
         if let Some(outage) = self.max_outage {
             if outage.is_zero() || outage > MAX_OUTAGE {
                 return Err(Error::InvalidArgument(format!(
@@ -152,6 +139,32 @@ impl AcquireRetry {
         let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
         Duration::from_millis(1 + spread(salt, n) % ms)
     }
+}
+
+/// Refuses a back-off's `(min_delay, max_delay)` outside `(floor, cap)`
+/// or out of order, naming `setting` and the bound (`acquire_retry`,
+/// `reconnect_policy`).
+pub(crate) fn check_delays(
+    setting: &str,
+    (min_delay, max_delay): (Duration, Duration),
+    (floor, cap): (Duration, Duration),
+) -> Result<()> {
+    if min_delay < floor {
+        return Err(Error::InvalidArgument(format!(
+            "{setting}: min_delay must be at least {floor:?}, got {min_delay:?}"
+        )));
+    }
+    if max_delay > cap {
+        return Err(Error::InvalidArgument(format!(
+            "{setting}: max_delay must be at most {cap:?}, got {max_delay:?}"
+        )));
+    }
+    if min_delay > max_delay {
+        return Err(Error::InvalidArgument(format!(
+            "{setting}: min_delay ({min_delay:?}) must not exceed max_delay ({max_delay:?})"
+        )));
+    }
+    Ok(())
 }
 
 /// A hash of `salt` and `n` with std's fixed-key hasher (no dependency).
