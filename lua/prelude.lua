@@ -297,12 +297,13 @@ end
 -- acquisition of its client). `queue` and `fence` may be nil (a release
 -- while the slot migrates: waiters are woken, not handed the lock).
 -- Returns 0 not held by this owner/acquisition (nothing written, nothing
--- published), 1 still held (re-entrant), 2 released (nobody had tried:
--- nothing published), 3 released and waiters of other clients woken (they
+-- published), 1 still held (re-entrant), 2 released (nobody had tried: no
+-- waiter woken; an election's watchers told with 'i' when the hold had
+-- published an identity), 3 released and waiters of other clients woken (they
 -- tried, none is queued), 4 handed to the oldest queued waiter; or an error
 -- reply (the lock key of another type; nothing written).
 local function release_lock(lock, fence, queue, owner, token, last, publish, channel, fence_ttl)
-  local held = redis.pcall('hmget', lock, owner, '~t', '~w', '~f')
+  local held = redis.pcall('hmget', lock, owner, '~t', '~w', '~f', '~i')
   local err = read_error(held, lock, 'lock')
   if err then
     return err
@@ -318,6 +319,10 @@ local function release_lock(lock, fence, queue, owner, token, last, publish, cha
   -- client), and each marked '~w' when it found the lock busy.
   if not held[3] then
     redis.call('del', lock)
+    if held[5] then
+      -- A leader's term ended: its election's watchers read again now.
+      redis.call(publish, channel, 'i')
+    end
     return 2
   end
   -- Handed to the oldest queued waiter, or (nobody queued, or the queue or

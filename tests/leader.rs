@@ -553,3 +553,230 @@ async fn a_watch_across_restarts_reports_only_real_terms() {
     );
     assert!(!seen.is_empty(), "the watch saw terms");
 }
+
+/// `Leader::status` also follows a `campaign` user's leadership: idle
+/// before, campaigning while `campaign` waits, leading under the
+/// leadership's token once it returns, and idle again the moment the
+/// leadership is known lost (forced away) or dropped, with no `run`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn campaign_status_follows_the_leadership_until_it_is_lost_or_dropped() {
+    use redisync::LeaderStatus;
+    let env = Env::start().await;
+    let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
+    let other = env.client().await;
+    let leader = client.leader("campaign-status");
+    let status = leader.status();
+    let seen = |want: fn(&LeaderStatus) -> bool| {
+        let mut status = status.clone();
+        async move {
+            let got = tokio::time::timeout(WITHIN, status.wait_for(want)).await;
+            *got.expect("status within the bound").expect("sender alive")
+        }
+    };
+    assert_eq!(*status.borrow(), LeaderStatus::Idle);
+
+    let first = other.leader("campaign-status").campaign().await.unwrap();
+    let campaign = {
+        let leader = leader.clone();
+        tokio::spawn(async move { leader.campaign().await })
+    };
+    seen(|s| *s == LeaderStatus::Campaigning).await;
+    first.resign().await.unwrap();
+    let won = campaign.await.unwrap().unwrap();
+    assert_eq!(
+        *status.borrow(),
+        LeaderStatus::Leading { token: won.token() },
+        "leading under its token once campaign returned"
+    );
+
+    // Forced away: the status leaves the term once the loss is known.
+    let operator = env.client().await;
+    assert!(operator
+        .lock("campaign-status")
+        .force_unlock()
+        .await
+        .unwrap());
+    seen(|s| *s == LeaderStatus::Idle).await;
+    assert!(won.is_lost());
+    drop(won);
+
+    // A zero-wait campaign that finds another leading leaves it idle.
+    let again = other.leader("campaign-status").campaign().await.unwrap();
+    assert!(leader.try_campaign(Duration::ZERO).await.unwrap().is_none());
+    assert_eq!(*status.borrow(), LeaderStatus::Idle);
+    again.resign().await.unwrap();
+
+    // Dropped: idle at once.
+    let second = leader.campaign().await.unwrap();
+    assert_eq!(
+        *status.borrow(),
+        LeaderStatus::Leading {
+            token: second.token()
+        }
+    );
+    drop(second);
+    assert_eq!(*status.borrow(), LeaderStatus::Idle);
+}
+
+/// The job of `Leader::run_with_term` reaches its leadership: it
+/// publishes another identity (watchers see it) and holds its loss signal,
+/// which fires when the lead is forced away; a term kept past the run is
+/// over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_job_reaches_its_leadership() {
+    let env = Env::start().await;
+    let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
+    let leader = client.leader("job-reach").with_identity("before");
+    let terms: Arc<Mutex<Vec<redisync::LeaderTerm>>> = Arc::default();
+    let run = {
+        let (leader, terms) = (leader.clone(), terms.clone());
+        tokio::spawn(async move {
+            leader
+                .run_with_term(Duration::from_millis(20), |term| {
+                    let terms = terms.clone();
+                    async move {
+                        let first = {
+                            let mut s = terms.lock().unwrap();
+                            let first = s.is_empty();
+                            s.push(term.clone());
+                            first
+                        };
+                        if first {
+                            term.set_identity("after").await.unwrap();
+                        }
+                    }
+                })
+                .await
+        })
+    };
+    let observer = env.client().await;
+    assert!(
+        eventually(WITHIN, || async {
+            observer
+                .leader("job-reach")
+                .current()
+                .await
+                .unwrap()
+                .and_then(|i| i.identity)
+                .as_deref()
+                == Some("after")
+        })
+        .await
+    );
+    let first = terms.lock().unwrap()[0].clone();
+    let (token, lost) = (first.token(), first.lost_signal());
+    assert!(!lost.is_lost());
+    assert!(observer.lock("job-reach").force_unlock().await.unwrap());
+    tokio::time::timeout(WITHIN, lost)
+        .await
+        .expect("the job's loss signal fires once the lead is forced away");
+    // The next term's job sees the next token.
+    assert!(
+        eventually(WITHIN, || async {
+            terms.lock().unwrap().iter().any(|t| t.token() > token)
+        })
+        .await
+    );
+    // A term kept past its run's end is over: its calls answer NotHeld.
+    let last = terms.lock().unwrap().last().unwrap().clone();
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    assert!(eventually(WITHIN, || async { last.is_lost() }).await);
+    assert_eq!(last.validity(), Duration::ZERO);
+    let e = last.set_identity("late").await.unwrap_err();
+    assert!(e.is_not_held(), "{e:?}");
+}
+
+/// A leadership dropped without `resign` (a task that ended, a panic) is
+/// given back in the background, and watchers hear of it at once, not at
+/// the end of its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sees_a_dropped_leadership_at_once() {
+    let env = Env::start().await;
+    let client = client_with_lease(&env.server.url(), Duration::from_mins(1)).await;
+    let leading = client
+        .leader("dropping")
+        .with_identity("only")
+        .campaign()
+        .await
+        .unwrap();
+    let observer = client_with_lease(&env.server.url(), Duration::from_mins(1)).await;
+    let mut watch = observer.leader("dropping").watch().await.unwrap();
+    assert_eq!(
+        watch.current().and_then(|i| i.identity).as_deref(),
+        Some("only")
+    );
+    drop(leading);
+    let now = tokio::time::timeout(WITHIN, watch.changed())
+        .await
+        .expect("the dropped leadership is seen well before the lease would end")
+        .unwrap();
+    assert_eq!(now, None, "nobody leads once the leadership is dropped");
+}
+
+/// A campaign dropped after its publish ran in Redis but before its reply
+/// came makes no `Leadership`: the lead is given back in the background
+/// and a watch that saw the published identity hears at once that nobody
+/// leads (found by review: it kept reporting the identity until the lease
+/// or its watchdog period ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_dropped_after_its_publish_leaves_no_leader_in_the_watch() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let candidate = Client::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_mins(1))
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    // Scripts loaded (no NOSCRIPT round trip under the latency).
+    let warm = candidate.leader("warm").campaign().await.unwrap();
+    warm.resign().await.unwrap();
+    let observer = client_with_lease(&env.server.url(), Duration::from_mins(1)).await;
+    let mut watch = observer.leader("election").watch().await.unwrap();
+    assert!(watch.current().is_none());
+
+    // Replies to the candidate come late; its commands reach Redis at once.
+    proxy.set_latency_in(Direction::Downstream, Duration::from_millis(600));
+    let campaign = tokio::spawn({
+        let candidate = candidate.clone();
+        async move {
+            candidate
+                .leader("election")
+                .with_identity("abandoned")
+                .campaign()
+                .await
+        }
+    });
+    let admin = env.client().await;
+    assert!(
+        eventually(WITHIN, || async {
+            admin
+                .leader("election")
+                .current()
+                .await
+                .unwrap()
+                .and_then(|i| i.identity)
+                .is_some()
+        })
+        .await,
+        "the publish never ran"
+    );
+    // Its reply is still on the way: dropped, no Leadership is made.
+    campaign.abort();
+    assert!(campaign.await.unwrap_err().is_cancelled());
+    proxy.heal();
+    let nobody = tokio::time::timeout(WITHIN, async {
+        loop {
+            if watch.changed().await.unwrap().is_none() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        nobody.is_ok(),
+        "the watch still reports {:?} long after the campaign was dropped",
+        watch.current()
+    );
+}

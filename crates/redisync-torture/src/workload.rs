@@ -35,8 +35,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redisync::{
-    run_locked, Client, FairLock, FairLockGuard, Leader, Lock, LockGuard, Outcome, ReadLock,
-    RwLockGuard, Semaphore, SemaphorePermit, WriteLock,
+    run_locked, Client, FairLock, FairLockGuard, Leader, LeaderTerm, Lock, LockGuard, Outcome,
+    ReadLock, RwLockGuard, Semaphore, SemaphorePermit, WriteLock,
 };
 use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;
@@ -1963,7 +1963,20 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
     let lease_us = micros(ctx.settings.lease);
     let client = ctx.client.clone();
     let job_log = log.clone();
-    let run = leader.run(every, move |token| {
+    // Half the runs give their job the term: its first run of each term
+    // names it (`LeaderTerm::set_identity`, ending every way).
+    let with_term = ctx.chance(50);
+    let (set_roll, set_polls, set_budget) = (
+        ctx.rng.below(100),
+        1 + ctx.rng.below(6),
+        Duration::from_millis(ctx.rng.below(30)),
+    );
+    let set_rng = Rng::new(ctx.rng.next_u64());
+    let coverage = ctx.stats.coverage.clone();
+    let kept: Arc<Mutex<Option<LeaderTerm>>> = Arc::default();
+    let kept_by_job = kept.clone();
+    let mut named = 0;
+    let mut job = move |token: u64, term: Option<LeaderTerm>| {
         let log = job_log.clone();
         let work = Work {
             lock: lock.clone(),
@@ -1974,7 +1987,27 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
             requested_us: started,
             steps: Vec::new(),
         };
+        // Its first run of a term names it, as `Leadership::set_identity`
+        // does in the campaign step: a watch must report it with that token.
+        let set = term.filter(|_| std::mem::replace(&mut named, token) != token);
+        let identity = format!("{client}@{token}");
+        let mut set_rng = set_rng.clone();
+        let (coverage, kept) = (coverage.clone(), kept_by_job.clone());
         async move {
+            if let Some(term) = set {
+                let op = "LeaderTerm::set_identity";
+                let call = term.set_identity(&identity);
+                if set_roll < 10 {
+                    let cut = Recorded::new(&coverage, op, call, Ending::Dropped);
+                    drop(poll_then_drop(cut, set_polls, &mut set_rng).await);
+                } else if set_roll < 20 {
+                    let cut = Recorded::new(&coverage, op, call, Ending::Timeout);
+                    drop(tokio::time::timeout(set_budget, cut).await);
+                } else {
+                    drop(Recorded::new(&coverage, op, call, Ending::Dropped).await);
+                }
+                *kept.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
+            }
             let i = {
                 let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
                 l.push(work);
@@ -1997,15 +2030,39 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
                 }
             }
         }
-    });
+    };
+    let (op, run): (_, std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>>) = if with_term {
+        let run = leader.run_with_term(every, move |term| job(term.token(), Some(term)));
+        ("Leader::run_with_term", Box::pin(run))
+    } else {
+        (
+            "Leader::run",
+            Box::pin(leader.run(every, move |token| job(token, None))),
+        )
+    };
     // Mostly for its time; now and then dropped after a few polls.
     let how = if ctx.chance(10) {
         How::Drop(1 + ctx.rng.below(6))
     } else {
         How::Timeout(run_for)
     };
-    if let Some(Err(e)) = ctx.call("Leader::run", how, run).await {
+    if let Some(Err(e)) = ctx.call(op, how, run).await {
         ctx.stats.error(kind, &e.to_string());
+    }
+    // A term kept past its run is over: nothing is published.
+    let kept = kept.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(term) = kept {
+        let how = ctx.how(30);
+        let late = ctx
+            .call("LeaderTerm::set_identity", how, term.set_identity("over"))
+            .await;
+        if let Some(Ok(())) = late {
+            ctx.stats.violation(&format!(
+                "{}: a term of {name:?} (token {}) kept past its run published an identity",
+                ctx.client,
+                term.token()
+            ));
+        }
     }
     let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
     // A leadership was asked for when the one before ended (or at the start).

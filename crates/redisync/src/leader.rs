@@ -51,9 +51,9 @@ pub struct Leader {
     status: Arc<RunStatus>,
 }
 
-/// The `run`s of a handle and its clones: each run's state (`None`:
-/// campaigning, `Some(token)`: leading), and what [`Leader::status`] shows
-/// of them all.
+/// What a handle and its clones do, as [`Leader::status`] shows it: one
+/// entry per `run` and `campaign` under way (`None`: campaigning) and per
+/// leadership they won that is not known lost (`Some(token)`).
 #[derive(Debug)]
 struct RunStatus {
     runs: std::sync::Mutex<(u64, std::collections::HashMap<u64, Option<u64>>)>,
@@ -61,23 +61,17 @@ struct RunStatus {
 }
 
 impl RunStatus {
-    /// Registers a run; it campaigns.
-    fn start(&self) -> u64 {
+    /// Registers an entry.
+    fn start(&self, token: Option<u64>) -> u64 {
         let mut runs = crate::hold::lock_unpoisoned(&self.runs);
         runs.0 += 1;
         let id = runs.0;
-        runs.1.insert(id, None);
+        runs.1.insert(id, token);
         self.show(&runs.1);
         id
     }
 
-    /// Run `id` now leads under `token` (`None`: campaigns).
-    fn set(&self, id: u64, token: Option<u64>) {
-        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
-        runs.1.insert(id, token);
-        self.show(&runs.1);
-    }
-
+    /// Ends entry `id` (again: nothing).
     fn end(&self, id: u64) {
         let mut runs = crate::hold::lock_unpoisoned(&self.runs);
         runs.1.remove(&id);
@@ -154,7 +148,11 @@ pub struct LeaderInfo {
     /// publish), or a plain [`Lock`] on the election's name. Only
     /// [`Leader::current`] reports such a grant; a [`LeaderWatch`] never
     /// does (it reports nobody leading until an identity is published), so
-    /// every term a watch reports is one a [`Leadership`] was made for.
+    /// every term a watch reports is one whose candidate published its
+    /// identity. That is the last step of `campaign`: a campaign dropped
+    /// (or failing) after the publish reached Redis but before its reply
+    /// made no [`Leadership`], gives the lead back in the background, and
+    /// its watchers hear at once that the term ended.
     pub identity: Option<String>,
     /// The fencing token of its leadership.
     pub token: Option<u64>,
@@ -193,6 +191,8 @@ impl Leader {
     }
 
     /// Waits until this candidate leads, and publishes its identity.
+    /// [`status`](Leader::status) shows it campaigning meanwhile, then
+    /// leading until the leadership is known lost or dropped.
     ///
     /// # Errors
     /// As [`Lock::lock`].
@@ -201,6 +201,7 @@ impl Leader {
     /// Cancel safe: a lead won in flight is given back in the background.
     pub async fn campaign(&self) -> Result<Leadership> {
         self.check_name()?;
+        let _campaigning = StatusEntry::new(&self.status, None);
         loop {
             let guard = self.lock.lock().await?;
             if let Some(won) = self.publish(guard).await? {
@@ -220,6 +221,7 @@ impl Leader {
     /// As [`Leader::campaign`].
     pub async fn try_campaign(&self, wait: Duration) -> Result<Option<Leadership>> {
         self.check_name()?;
+        let _campaigning = StatusEntry::new(&self.status, None);
         // A wait too long for the clock (`Duration::MAX`) has no deadline:
         // it waits as long as `campaign`.
         let deadline = tokio::time::Instant::now().checked_add(wait);
@@ -240,7 +242,7 @@ impl Leader {
     /// when the lead was lost before.
     async fn publish(&self, guard: LockGuard) -> Result<Option<Leadership>> {
         let published = guard.publish_identity(&self.identity).await?;
-        Ok(published.then_some(Leadership { guard }))
+        Ok(published.then(|| Leadership::new(guard, &self.status)))
     }
 
     /// Who leads now; `None` when nobody does.
@@ -271,6 +273,8 @@ impl Leader {
     /// published (see [`LeaderInfo::identity`]), so a grant that never led
     /// (undone by the restart guard after a server restart, or a plain
     /// [`Lock`] on the name) shows as nobody leading, never as a leader.
+    /// The end of a term is heard at once when it is given back (resigned,
+    /// dropped), and at its lease's end when the leader crashed.
     ///
     /// # Errors
     /// As [`Leader::current`]; [`Error::Shutdown`] after the client's
@@ -328,15 +332,18 @@ impl Leader {
         })
     }
 
-    /// What [`run`](Leader::run) does on this handle and its clones (when
-    /// several run: leading when one leads, else campaigning while one
-    /// runs), for "elected" and "lost the lead" events: it moves from
-    /// [`Campaigning`](LeaderStatus::Campaigning) to
-    /// [`Leading`](LeaderStatus::Leading) when elected and back when the
-    /// lead is lost (the moment `run` knows, before its next run), and to
-    /// [`Idle`](LeaderStatus::Idle) when `run` ends. A status read late
-    /// skips what came between: two `Leading` with different tokens are two
-    /// terms, with a loss between them.
+    /// What this handle and its clones do, for "elected" and "lost the
+    /// lead" events, whether they [`run`](Leader::run) or
+    /// [`campaign`](Leader::campaign): [`Leading`](LeaderStatus::Leading)
+    /// while a [`Leadership`] they won is not known lost (the newest term
+    /// when several), else [`Campaigning`](LeaderStatus::Campaigning) while
+    /// a `run`, `campaign` or `try_campaign` is under way, else
+    /// [`Idle`](LeaderStatus::Idle). A term ends in the status the moment
+    /// the client knows it is lost (the lease ran out by its clock, the
+    /// watchdog found it gone) or the leadership is dropped or resigned; a
+    /// `run` then shows campaigning again. A status read late skips what
+    /// came between: two `Leading` with different tokens are two terms,
+    /// with a loss between them.
     ///
     /// ```no_run
     /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
@@ -394,16 +401,54 @@ impl Leader {
         F: FnMut(u64) -> Fut,
         Fut: Future<Output = ()>,
     {
+        self.run_with_term(every, move |term| job(term.token()))
+            .await
+    }
+
+    /// [`run`](Leader::run), with each run given a [`LeaderTerm`] rather
+    /// than only its token: the job can publish another identity
+    /// ([`LeaderTerm::set_identity`]), hand the loss signal
+    /// ([`LeaderTerm::lost_signal`]) to work it starts, or read the time
+    /// left. The leadership stays `run`'s: it is given back when the lead
+    /// is lost or `run` is dropped, whatever the job kept (a kept term is
+    /// lost by then, and its calls answer [`Error::NotHeld`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let leader = client.leader("jobs:nightly").with_identity("worker-3");
+    /// leader
+    ///     .run_with_term(Duration::from_secs(10), |term| async move {
+    ///         // Followers reach the leader at the address of this term.
+    ///         let _ = term.set_identity("10.0.0.3:8080").await;
+    ///         // ... the job, writing with `term.token()`, stopping when
+    ///         // `term.lost_signal()` fires ...
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run`](Leader::run).
+    ///
+    /// # Cancel safety
+    /// As [`run`](Leader::run).
+    pub async fn run_with_term<F, Fut>(&self, every: Duration, mut job: F) -> Result<Infallible>
+    where
+        F: FnMut(LeaderTerm) -> Fut,
+        Fut: Future<Output = ()>,
+    {
         // Whole milliseconds, as leases: 1 ns runs the job every 1 ms,
         // not in a hot loop.
         let every = Duration::from_millis(
             u64::try_from(crate::script::checked_ms("run period", every)?).unwrap_or(u64::MAX),
         );
         self.check_name()?;
-        // Ended however `run` ends: returned, or its future dropped.
-        let run = RunEnd(&self.status, self.status.start());
+        // Campaigning between terms; ended however `run` ends: returned,
+        // or its future dropped. Each term shows as its leadership's entry.
+        let _running = StatusEntry::new(&self.status, None);
         loop {
-            self.status.set(run.1, None);
             let leadership = match self.campaign().await {
                 Ok(won) => won,
                 Err(e) if e.redis_kind().is_some() => {
@@ -413,29 +458,48 @@ impl Leader {
                 }
                 Err(e) => return Err(e),
             };
-            self.status.set(run.1, Some(leadership.token()));
+            let leadership = Arc::new(leadership);
             lead(&leadership, every, &mut job).await;
-            // Lost: its release (if any) runs in the background.
+            // Lost: its release (if any) runs in the background. The job's
+            // terms hold it weakly: this is its last strong reference.
             drop(leadership);
         }
     }
 }
 
-/// Ends a `run`'s status when dropped.
-struct RunEnd<'a>(&'a RunStatus, u64);
+/// An entry of [`RunStatus`] for as long as it lives.
+struct StatusEntry {
+    status: Arc<RunStatus>,
+    id: u64,
+}
 
-impl Drop for RunEnd<'_> {
+impl StatusEntry {
+    fn new(status: &Arc<RunStatus>, token: Option<u64>) -> StatusEntry {
+        StatusEntry {
+            status: status.clone(),
+            id: status.start(token),
+        }
+    }
+}
+
+impl Drop for StatusEntry {
     fn drop(&mut self) {
-        self.0.end(self.1);
+        self.status.end(self.id);
     }
 }
 
 /// Runs `job` every `every` until `leadership` is lost.
-async fn lead<F, Fut>(leadership: &Leadership, every: Duration, job: &mut F)
+async fn lead<F, Fut>(leadership: &Arc<Leadership>, every: Duration, job: &mut F)
 where
-    F: FnMut(u64) -> Fut,
+    F: FnMut(LeaderTerm) -> Fut,
     Fut: Future<Output = ()>,
 {
+    let term = LeaderTerm {
+        token: leadership.token(),
+        lost: leadership.lost_signal(),
+        leadership: Arc::downgrade(leadership),
+        name: Arc::from(leadership.guard.lock_handle().name()),
+    };
     let lost = leadership.lost_signal();
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -453,27 +517,8 @@ where
         tokio::select! {
             biased;
             () = lost.clone() => return,
-            () = job(leadership.token()) => {}
+            () = job(term.clone()) => {}
         }
-    }
-}
-
-/// Tells the election's watchers to read again: a release that nobody
-/// waited for publishes nothing (best effort: a watch reads again at the
-/// lease's end anyway).
-async fn announce(lock: &Lock) {
-    let named = lock.named();
-    let client = named.client_inner();
-    let publish = crate::link::Command {
-        name: client.hub.publish_command(),
-        route: Some(&named.key),
-        args: vec![
-            fred::types::Value::from(named.channel.clone()),
-            fred::types::Value::from("i"),
-        ],
-    };
-    if let Err(e) = client.link().command(publish).await {
-        tracing::debug!(leader = %lock.name(), error = %e, "telling watchers of a resignation failed");
     }
 }
 
@@ -536,9 +581,49 @@ impl Drop for LeaderWatch {
 #[derive(Debug)]
 pub struct Leadership {
     guard: LockGuard,
+    /// Kept for its drop: the status shows the term while this lives.
+    _term: TermShown,
+}
+
+/// A leadership's entry in the status of the handle that won it: ended
+/// when the leadership is dropped or (by `watcher`) the moment it is known
+/// lost.
+#[derive(Debug)]
+struct TermShown {
+    status: Arc<RunStatus>,
+    entry: u64,
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for TermShown {
+    fn drop(&mut self) {
+        self.watcher.abort();
+        self.status.end(self.entry);
+    }
 }
 
 impl Leadership {
+    /// A leadership shown as leading in `status` until it is lost.
+    fn new(guard: LockGuard, status: &Arc<RunStatus>) -> Leadership {
+        let entry = status.start(Some(guard.fencing_token()));
+        let lost = guard.lost_signal();
+        let watcher = {
+            let status = status.clone();
+            tokio::spawn(async move {
+                lost.await;
+                status.end(entry);
+            })
+        };
+        Leadership {
+            guard,
+            _term: TermShown {
+                status: status.clone(),
+                entry,
+                watcher: watcher.abort_handle(),
+            },
+        }
+    }
+
     /// The fencing token of this leadership: higher than every earlier
     /// leader's of the name.
     pub fn token(&self) -> u64 {
@@ -583,15 +668,15 @@ impl Leadership {
     }
 
     /// Gives the lead back now: a waiting candidate takes it. Watchers
-    /// hear of it at once (nobody leads, or the next leader).
+    /// hear of it at once (nobody leads, or the next leader), as they do
+    /// of a leadership dropped (given back in the background).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when it was lost already; [`Error::Redis`].
     pub async fn resign(self) -> Result<()> {
-        let lock = self.guard.lock_handle().clone();
-        self.guard.unlock().await?;
-        announce(&lock).await;
-        Ok(())
+        // The release tells the watchers (a published identity's release
+        // publishes to the election's channel).
+        self.guard.unlock().await
     }
 }
 
@@ -620,5 +705,62 @@ impl Guard for Leadership {
 
     fn release(self) -> impl Future<Output = Result<()>> + Send {
         self.guard.unlock()
+    }
+}
+
+/// A term of [`Leader::run_with_term`], as its job sees it: the token, the
+/// loss signal and the identity of the leadership `run` holds. It does not
+/// keep the lead: `run` gives the leadership back when the lead is lost or
+/// `run` is dropped, and a term kept past that is lost.
+#[derive(Debug, Clone)]
+pub struct LeaderTerm {
+    token: u64,
+    lost: LostSignal,
+    leadership: std::sync::Weak<Leadership>,
+    /// The election's name, for `NotHeld`.
+    name: Arc<str>,
+}
+
+impl LeaderTerm {
+    /// The term's fencing token: higher than every earlier leader's.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Whether the term is known to be over (the lead lost, or given back
+    /// by `run`).
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// An owned signal that fires when the term is over.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    /// Time left of the lead by this client's clock; zero once the term
+    /// is over.
+    pub fn validity(&self) -> Duration {
+        self.leadership
+            .upgrade()
+            .map_or(Duration::ZERO, |l| l.validity())
+    }
+
+    /// Publishes another identity while the term lasts, as
+    /// [`Leadership::set_identity`].
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the term is over; else as
+    /// [`Leadership::set_identity`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn set_identity(&self, identity: &str) -> Result<()> {
+        let Some(leadership) = self.leadership.upgrade() else {
+            return Err(Error::NotHeld {
+                name: self.name.to_string(),
+            });
+        };
+        leadership.set_identity(identity).await
     }
 }

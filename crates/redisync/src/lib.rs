@@ -48,7 +48,7 @@ pub use guard::{run_locked, try_run_locked, Guard, GuardError, LostSignal, Outco
 pub use inspect::{HoldMode, Holder, Inspection, LockKind, Permits, Waiter};
 pub use keys::KEY_LAYOUT;
 pub use latch::CountDownLatch;
-pub use leader::{Leader, LeaderInfo, LeaderStatus, LeaderWatch, Leadership};
+pub use leader::{Leader, LeaderInfo, LeaderStatus, LeaderTerm, LeaderWatch, Leadership};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
 pub use restart::RestartGuard;

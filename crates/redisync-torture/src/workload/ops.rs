@@ -1100,6 +1100,10 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
             Box::pin(shut(leader.run(d, |_| std::future::ready(())))),
         ),
         (
+            "Leader::run_with_term",
+            Box::pin(shut(leader.run_with_term(d, |_| std::future::ready(())))),
+        ),
+        (
             "Fenced::write_with_token",
             Box::pin(shut(fenced.write_with_token(1, "x"))),
         ),
