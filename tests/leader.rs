@@ -678,12 +678,12 @@ async fn a_run_job_reaches_its_leadership() {
         .await
     );
     // A term kept past its run's end is over: its calls answer NotHeld.
-    let last = terms.lock().unwrap().last().unwrap().clone();
+    let kept = terms.lock().unwrap().last().unwrap().clone();
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    assert!(eventually(WITHIN, || async { last.is_lost() }).await);
-    assert_eq!(last.validity(), Duration::ZERO);
-    let e = last.set_identity("late").await.unwrap_err();
+    assert!(eventually(WITHIN, || async { kept.is_lost() }).await);
+    assert_eq!(kept.validity(), Duration::ZERO);
+    let e = kept.set_identity("late").await.unwrap_err();
     assert!(e.is_not_held(), "{e:?}");
 }
 

@@ -1995,40 +1995,11 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
         let (coverage, kept) = (coverage.clone(), kept_by_job.clone());
         async move {
             if let Some(term) = set {
-                let op = "LeaderTerm::set_identity";
-                let call = term.set_identity(&identity);
-                if set_roll < 10 {
-                    let cut = Recorded::new(&coverage, op, call, Ending::Dropped);
-                    drop(poll_then_drop(cut, set_polls, &mut set_rng).await);
-                } else if set_roll < 20 {
-                    let cut = Recorded::new(&coverage, op, call, Ending::Timeout);
-                    drop(tokio::time::timeout(set_budget, cut).await);
-                } else {
-                    drop(Recorded::new(&coverage, op, call, Ending::Dropped).await);
-                }
+                let how = (set_roll, set_polls, set_budget);
+                name_term(&coverage, &term, &identity, how, &mut set_rng).await;
                 *kept.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
             }
-            let i = {
-                let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
-                l.push(work);
-                l.len() - 1
-            };
-            for k in 0..job_steps {
-                let at_us = now_us();
-                if let Some(w) = log
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get_mut(i)
-                {
-                    w.steps.push(Step {
-                        at_us,
-                        left_us: None,
-                    });
-                }
-                if k + 1 < job_steps {
-                    tokio::time::sleep(LOOK_EVERY).await;
-                }
-            }
+            job_run(&log, work, job_steps).await;
         }
     };
     let (op, run): (_, std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>>) = if with_term {
@@ -2049,20 +2020,9 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
     if let Some(Err(e)) = ctx.call(op, how, run).await {
         ctx.stats.error(kind, &e.to_string());
     }
-    // A term kept past its run is over: nothing is published.
     let kept = kept.lock().unwrap_or_else(PoisonError::into_inner).take();
     if let Some(term) = kept {
-        let how = ctx.how(30);
-        let late = ctx
-            .call("LeaderTerm::set_identity", how, term.set_identity("over"))
-            .await;
-        if let Some(Ok(())) = late {
-            ctx.stats.violation(&format!(
-                "{}: a term of {name:?} (token {}) kept past its run published an identity",
-                ctx.client,
-                term.token()
-            ));
-        }
+        term_kept_past_its_run(ctx, name, &term).await;
     }
     let mut works = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
     // A leadership was asked for when the one before ended (or at the start).
@@ -2085,6 +2045,70 @@ async fn leader(ctx: &mut Ctx, name: &str, leader: &Leader) {
         let r = *first_request.entry(w.token).or_insert(w.requested_us);
         w.requested_us = r;
         let _ = ctx.sink.send(Record::Work(w.clone()));
+    }
+}
+
+/// One run of a leader's job: `steps` steps, `LOOK_EVERY` apart, logged
+/// as `work`'s.
+async fn job_run(log: &Mutex<Vec<Work>>, work: Work, steps: u64) {
+    let i = {
+        let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
+        l.push(work);
+        l.len() - 1
+    };
+    for k in 0..steps {
+        let at_us = now_us();
+        if let Some(w) = log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(i)
+        {
+            w.steps.push(Step {
+                at_us,
+                left_us: None,
+            });
+        }
+        if k + 1 < steps {
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+    }
+}
+
+/// A `run_with_term` job names its term (`LeaderTerm::set_identity`),
+/// awaited, cut by a timeout or dropped after a few polls, as `how` (a
+/// roll, the polls, the budget) says.
+async fn name_term(
+    coverage: &Arc<Recorder>,
+    term: &LeaderTerm,
+    identity: &str,
+    (roll, polls, budget): (u64, u64, Duration),
+    rng: &mut Rng,
+) {
+    let op = "LeaderTerm::set_identity";
+    let call = term.set_identity(identity);
+    if roll < 10 {
+        let cut = Recorded::new(coverage, op, call, Ending::Dropped);
+        drop(poll_then_drop(cut, polls, rng).await);
+    } else if roll < 20 {
+        let cut = Recorded::new(coverage, op, call, Ending::Timeout);
+        drop(tokio::time::timeout(budget, cut).await);
+    } else {
+        drop(Recorded::new(coverage, op, call, Ending::Dropped).await);
+    }
+}
+
+/// A term kept past its run is over: nothing is published.
+async fn term_kept_past_its_run(ctx: &mut Ctx, name: &str, term: &LeaderTerm) {
+    let how = ctx.how(30);
+    let late = ctx
+        .call("LeaderTerm::set_identity", how, term.set_identity("over"))
+        .await;
+    if let Some(Ok(())) = late {
+        ctx.stats.violation(&format!(
+            "{}: a term of {name:?} (token {}) kept past its run published an identity",
+            ctx.client,
+            term.token()
+        ));
     }
 }
 
