@@ -499,3 +499,64 @@ async fn the_credential_provider_is_asked_again_on_reconnect() {
     client.shutdown().await.expect("shutdown");
     other.shutdown().await.expect("shutdown");
 }
+
+/// A Redis Cluster over TLS (`rediss-cluster://`, `--tls-cluster yes`: the
+/// slot map announces TLS ports): locks on names spread over the slots
+/// take, refuse and release, and a waiter on another client is handed the
+/// lock when its holder releases (sharded pub/sub over TLS), long before
+/// the holder's lease would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls() {
+    let certs = TestCerts::generate().expect("certificates");
+    let cluster = match redisync_testkit::RedisCluster::try_start_tls(3, 0, &certs).await {
+        Ok(cluster) => cluster,
+        Err(e @ (TestkitError::NoTls { .. } | TestkitError::BinaryNotFound)) if !tls_required() => {
+            eprintln!("skipped: no TLS-enabled redis-server ({e})");
+            return;
+        }
+        Err(e) => panic!(
+            "no TLS cluster (REDISYNC_REQUIRE_TLS={}): {e}",
+            tls_required()
+        ),
+    };
+    let url = cluster.tls_url().expect("a TLS cluster");
+    let connect = || {
+        Client::builder(&url)
+            .tls_ca_pem(certs.ca_pem.clone())
+            .connect()
+    };
+    let (holder, waiter) = (
+        connect().await.expect("connect over TLS"),
+        connect().await.expect("connect over TLS"),
+    );
+    for i in 0..6 {
+        lock_round_trip(&holder, &waiter, &format!("tls:cluster:{i}")).await;
+    }
+    let guard = holder
+        .lock("tls:cluster:wake")
+        .lock_with_lease(Duration::from_secs(90))
+        .await
+        .expect("lock");
+    let lock = waiter.lock("tls:cluster:wake");
+    let waiting = tokio::spawn(async move { lock.try_lock(PATIENCE, None).await });
+    let deadline = Instant::now() + PATIENCE;
+    while holder
+        .lock("tls:cluster:wake")
+        .inspect()
+        .await
+        .expect("inspect")
+        .waiters
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.unlock().await.expect("unlock");
+    let got = waiting.await.expect("task").expect("try_lock");
+    got.expect("handed the lock before its wait ran out")
+        .unlock()
+        .await
+        .expect("unlock");
+    holder.shutdown().await.expect("shutdown");
+    waiter.shutdown().await.expect("shutdown");
+}

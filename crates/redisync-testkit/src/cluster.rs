@@ -43,27 +43,56 @@ impl RedisCluster {
         primaries: usize,
         replicas: usize,
     ) -> Result<RedisCluster, TestkitError> {
+        RedisCluster::try_start_with(primaries, replicas, None).await
+    }
+
+    /// As [`RedisCluster::try_start`], every node over TLS with `certs`
+    /// (`--tls-cluster yes`: the cluster announces its TLS ports, and the
+    /// bus and replication run over TLS). Each node keeps a plain port for
+    /// the set-up; clients connect with [`RedisCluster::tls_url`].
+    ///
+    /// # Errors
+    /// As [`RedisCluster::try_start`]; [`TestkitError::NoTls`] when the
+    /// server binary has no TLS.
+    pub async fn try_start_tls(
+        primaries: usize,
+        replicas: usize,
+        certs: &crate::TestCerts,
+    ) -> Result<RedisCluster, TestkitError> {
+        RedisCluster::try_start_with(primaries, replicas, Some(certs)).await
+    }
+
+    async fn try_start_with(
+        primaries: usize,
+        replicas: usize,
+        tls: Option<&crate::TestCerts>,
+    ) -> Result<RedisCluster, TestkitError> {
+        const ARGS: [&str; 10] = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            // A replica always takes over (test clusters are idle, and
+            // the data-age check can refuse a failover).
+            "--cluster-replica-validity-factor",
+            "0",
+            // Replicas sync at once (the default waits 5 s).
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
         let total = primaries * (1 + replicas);
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
-            nodes.push(
-                RedisServer::try_start_with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    // A replica always takes over (test clusters are idle, and
-                    // the data-age check can refuse a failover).
-                    "--cluster-replica-validity-factor",
-                    "0",
-                    // Replicas sync at once (the default waits 5 s).
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-                .await?,
-            );
+            nodes.push(match tls {
+                None => RedisServer::try_start_with_args(&ARGS).await?,
+                Some(certs) => {
+                    let mut args = ARGS.to_vec();
+                    args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    RedisServer::try_start_tls(certs, false, &args).await?
+                }
+            });
         }
         let cluster = RedisCluster { nodes, primaries };
         cluster.join().await?;
@@ -99,7 +128,12 @@ impl RedisCluster {
             let epoch = (i + 1).to_string();
             let _ = command(n.port(), &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
         }
-        let first = self.nodes[0].port().to_string();
+        // The bus listens 10000 above the port clients use: the TLS one
+        // with `--tls-cluster yes`.
+        let first = self.nodes[0]
+            .tls_port()
+            .unwrap_or(self.nodes[0].port())
+            .to_string();
         for n in self.nodes.iter().skip(1) {
             let reply = command(n.port(), &["CLUSTER", "MEET", "127.0.0.1", &first]).await?;
             if reply != "OK" {
@@ -204,6 +238,28 @@ impl RedisCluster {
             let _ = write!(url, "node=127.0.0.1:{}", n.port());
         }
         url
+    }
+
+    /// A `rediss-cluster://` URL listing every node's TLS port, for a
+    /// cluster started with [`RedisCluster::try_start_tls`]; `None` for a
+    /// plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        let mut url = String::from("rediss-cluster://");
+        for (i, n) in self.nodes.iter().enumerate() {
+            let port = n.tls_port()?;
+            match i {
+                0 => {
+                    let _ = write!(url, "127.0.0.1:{port}");
+                }
+                1 => {
+                    let _ = write!(url, "?node=127.0.0.1:{port}");
+                }
+                _ => {
+                    let _ = write!(url, "&node=127.0.0.1:{port}");
+                }
+            }
+        }
+        Some(url)
     }
 
     /// Every node (primaries and replicas, in creation order).
