@@ -560,3 +560,37 @@ async fn a_cluster_over_tls() {
     holder.shutdown().await.expect("shutdown");
     waiter.shutdown().await.expect("shutdown");
 }
+
+/// Sentinel over TLS (`rediss-sentinel://`): the sentinels are asked over
+/// TLS, the primary they name (its TLS port: they monitor it over TLS) is
+/// reached over TLS; locks take, refuse and release through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls() {
+    let certs = TestCerts::generate().expect("certificates");
+    let setup = match redisync_testkit::RedisSentinels::try_start_tls(&certs).await {
+        Ok(setup) => setup,
+        Err(e @ (TestkitError::NoTls { .. } | TestkitError::BinaryNotFound)) if !tls_required() => {
+            eprintln!("skipped: no TLS-enabled redis-server ({e})");
+            return;
+        }
+        Err(e) => panic!(
+            "no TLS sentinels (REDISYNC_REQUIRE_TLS={}): {e}",
+            tls_required()
+        ),
+    };
+    let url = setup.tls_url().expect("TLS sentinels");
+    let connect = || {
+        Client::builder(&url)
+            .tls_ca_pem(certs.ca_pem.clone())
+            .connect()
+    };
+    let (a, b) = (
+        connect().await.expect("connect over TLS"),
+        connect().await.expect("connect over TLS"),
+    );
+    for i in 0..3 {
+        lock_round_trip(&a, &b, &format!("tls:sentinel:{i}")).await;
+    }
+    a.shutdown().await.expect("shutdown");
+    b.shutdown().await.expect("shutdown");
+}

@@ -25,6 +25,8 @@ pub struct RedisSentinels {
 struct Sentinel {
     child: Child,
     port: u16,
+    /// Its TLS port, when started with [`RedisSentinels::try_start_tls`].
+    tls_port: Option<u16>,
     _dir: tempfile::TempDir,
 }
 
@@ -54,13 +56,48 @@ impl RedisSentinels {
     /// # Errors
     /// When a process does not start or the setup does not converge.
     pub async fn try_start() -> Result<RedisSentinels, TestkitError> {
-        let primary = RedisServer::try_start().await?;
-        let port = primary.port().to_string();
-        let replica =
-            RedisServer::try_start_with_args(&["--replicaof", "127.0.0.1", &port]).await?;
+        RedisSentinels::try_start_with(None).await
+    }
+
+    /// As [`RedisSentinels::try_start`], everything over TLS with `certs`:
+    /// the servers replicate over TLS, the sentinels monitor the primary's
+    /// TLS port and talk to each other over TLS (`tls-replication yes`), so
+    /// the address a sentinel gives is a TLS one. Every process keeps a
+    /// plain port for the set-up; clients connect with
+    /// [`RedisSentinels::tls_url`].
+    ///
+    /// # Errors
+    /// As [`RedisSentinels::try_start`]; [`TestkitError::NoTls`] when the
+    /// server binary has no TLS.
+    pub async fn try_start_tls(certs: &crate::TestCerts) -> Result<RedisSentinels, TestkitError> {
+        RedisSentinels::try_start_with(Some(certs)).await
+    }
+
+    async fn try_start_with(
+        tls: Option<&crate::TestCerts>,
+    ) -> Result<RedisSentinels, TestkitError> {
+        let (primary, replica) = match tls {
+            None => {
+                let primary = RedisServer::try_start().await?;
+                let port = primary.port().to_string();
+                let replica =
+                    RedisServer::try_start_with_args(&["--replicaof", "127.0.0.1", &port]).await?;
+                (primary, replica)
+            }
+            Some(certs) => {
+                let over_tls = ["--tls-replication", "yes"];
+                let primary = RedisServer::try_start_tls(certs, false, &over_tls).await?;
+                let port = primary.tls_port().unwrap_or(primary.port()).to_string();
+                let mut args = over_tls.to_vec();
+                args.extend(["--replicaof", "127.0.0.1", &port]);
+                let replica = RedisServer::try_start_tls(certs, false, &args).await?;
+                (primary, replica)
+            }
+        };
+        let monitored = primary.tls_port().unwrap_or(primary.port());
         let mut sentinels = Vec::new();
         for _ in 0..3 {
-            sentinels.push(start_sentinel(primary.port())?);
+            sentinels.push(start_sentinel(monitored, tls)?);
         }
         let setup = RedisSentinels {
             primary,
@@ -111,6 +148,20 @@ impl RedisSentinels {
         url
     }
 
+    /// A `rediss-sentinel://` URL naming all three sentinels' TLS ports,
+    /// for a setup started with [`RedisSentinels::try_start_tls`]; `None`
+    /// for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        let mut url = format!(
+            "rediss-sentinel://127.0.0.1:{}/0?sentinelServiceName={SENTINEL_SERVICE}",
+            self.sentinels[0].tls_port?
+        );
+        for s in &self.sentinels[1..] {
+            let _ = write!(url, "&node=127.0.0.1:{}", s.tls_port?);
+        }
+        Some(url)
+    }
+
     /// The server that was primary at start.
     pub fn primary(&self) -> &RedisServer {
         &self.primary
@@ -137,7 +188,10 @@ impl RedisSentinels {
     }
 }
 
-fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
+fn start_sentinel(
+    primary_port: u16,
+    tls: Option<&crate::TestCerts>,
+) -> Result<Sentinel, TestkitError> {
     let dir = tempfile::Builder::new()
         .prefix("redisync-sentinel-")
         .tempdir()
@@ -153,7 +207,7 @@ fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
         })?
         .port();
     let conf = dir.path().join("sentinel.conf");
-    let text = format!(
+    let mut text = format!(
         "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
          sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {primary_port} 2\n\
          sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
@@ -161,6 +215,19 @@ fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
          sentinel parallel-syncs {SENTINEL_SERVICE} 1\n",
         dir = dir.path().display()
     );
+    let tls_port = match tls {
+        None => None,
+        Some(certs) => {
+            let tls_port = crate::free_port()?;
+            // The files as a server's, written as config lines.
+            let args = crate::write_tls_files(dir.path(), certs, false)?;
+            for pair in args.chunks(2) {
+                let _ = writeln!(text, "{} {}", pair[0].trim_start_matches("--"), pair[1]);
+            }
+            let _ = writeln!(text, "tls-port {tls_port}\ntls-replication yes");
+            Some(tls_port)
+        }
+    };
     std::fs::write(&conf, text).map_err(|e| TestkitError::Io {
         context: "cannot write sentinel.conf".into(),
         source: e,
@@ -179,6 +246,7 @@ fn start_sentinel(primary_port: u16) -> Result<Sentinel, TestkitError> {
     Ok(Sentinel {
         child,
         port,
+        tls_port,
         _dir: dir,
     })
 }
