@@ -596,3 +596,45 @@ async fn a_stall_past_the_lease_wins_over_the_work() {
     })
     .await;
 }
+
+/// Ten tasks (ten clients of one process each: ten owners) ask for the same
+/// three free locks with a zero wait, all at once: exactly one of them gets
+/// all three, every time (Redisson's `RedissonMultiLock` has one winner;
+/// members tried all at once could leave each task one member and none all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_race_over_free_locks_has_one_winner() {
+    let nodes = RedisNodes::start(2).await;
+    let mut pairs = Vec::new();
+    for _ in 0..10 {
+        pairs.push(pair(&nodes).await);
+    }
+    for round in 0..20 {
+        let start = Arc::new(tokio::sync::Barrier::new(pairs.len()));
+        let tasks: Vec<_> = pairs
+            .iter()
+            .map(|p| {
+                let multi = xyz(p);
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    multi.try_lock(Duration::ZERO, None).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in tasks {
+            if let Some(g) = t.await.expect("task").expect("try_lock") {
+                winners.push(g);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: one winner");
+        for g in winners {
+            g.unlock().await.expect("unlock");
+        }
+        assert!(
+            all_free(&pairs[0].a, &["x", "y"], Duration::from_secs(10)).await
+                && all_free(&pairs[0].b, &["z"], Duration::from_secs(10)).await,
+            "round {round}: the losers left nothing held"
+        );
+    }
+}

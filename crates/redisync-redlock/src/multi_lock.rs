@@ -32,7 +32,10 @@ const BACKOFF_CAP: Duration = Duration::from_millis(100);
 /// deadlock; members are tried and waited for in one canonical order (by
 /// name, then client id), and repeated collisions back off a random pause
 /// (full jitter, 5 ms doubling up to 100 ms) so two of them cannot chase
-/// each other forever.
+/// each other forever. A zero wait (`try_lock(Duration::ZERO, ..)`) tries
+/// the members one after another in that order instead, stopping at the
+/// first busy one: of tasks racing for the same free members, exactly one
+/// gets them all (one round trip per member).
 ///
 /// # Leases
 ///
@@ -217,15 +220,33 @@ impl MultiLock {
                     Err(e) => return Err(Error::Member(MemberError::new(i, &inner.locks[i], e))),
                 }
             }
-            let tries = inner
-                .order
-                .iter()
-                .copied()
-                .filter(|&j| Some(j) != first)
+            let others = inner.order.iter().copied().filter(|&j| Some(j) != first);
+            let tries = others
+                .clone()
                 .map(|j| async move { (j, inner.locks[j].try_lock(Duration::ZERO, lease).await) });
+            // With no time left (a zero wait) the members are tried one
+            // after another in the canonical order, stopping at the first
+            // busy one: of tasks racing for the same free members, the one
+            // that takes the first takes them all (tried all at once, each
+            // could take one and none all). With time left, all at once (one
+            // round trip); a collision is waited out below.
+            let results = if deadline.is_some_and(|d| Instant::now() >= d) {
+                let mut results = Vec::with_capacity(n);
+                for j in others {
+                    let result = inner.locks[j].try_lock(Duration::ZERO, lease).await;
+                    let stop = !matches!(result, Ok(Some(_)));
+                    results.push((j, result));
+                    if stop {
+                        break;
+                    }
+                }
+                results
+            } else {
+                join_all(tries).await
+            };
             let mut busy = None;
             let mut failure = None;
-            for (j, result) in join_all(tries).await {
+            for (j, result) in results {
                 match result {
                     Ok(Some(g)) => held[j] = Some(g),
                     Ok(None) => {
