@@ -696,3 +696,28 @@ async fn a_read_reentry_after_the_readers_key_ran_out_is_a_fresh_read() {
         "the lapsed read was re-entered on its old token"
     );
 }
+
+/// `is_locked` of a side counts every hold of that side: a writer that
+/// also reads (a downgrade's first step) has both sides locked, as
+/// Redisson answers; once the write is let go only the read is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_locked_counts_every_hold_of_its_side() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let observer = env.client().await;
+    let rw = client.rw_lock("both-sides");
+    let w = rw.write().lock().await.unwrap();
+    let r = rw.read().lock().await.unwrap();
+    assert_eq!(rw.read().hold_count().await.unwrap(), 1);
+    let seen = observer.rw_lock("both-sides");
+    assert!(seen.write().is_locked().await.unwrap());
+    assert!(
+        seen.read().is_locked().await.unwrap(),
+        "a read held beside the write counts"
+    );
+    w.unlock().await.unwrap();
+    assert!(!seen.write().is_locked().await.unwrap());
+    assert!(seen.read().is_locked().await.unwrap());
+    r.unlock().await.unwrap();
+    assert!(!seen.read().is_locked().await.unwrap());
+}

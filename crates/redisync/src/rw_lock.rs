@@ -528,7 +528,7 @@ macro_rules! side_handle {
                 self.rw.acquire($side, Instant::now().checked_add(wait), lease).await
             }
 
-            #[doc = concat!("Whether the lock is held in ", $what, " mode by anybody.")]
+            #[doc = concat!("Whether the lock is held in ", $what, " mode by anybody: every hold of this side counts, a read held beside a write (a downgrade's first step) too.")]
             ///
             /// # Errors
             /// [`Error::WrongType`], [`Error::Redis`].
@@ -536,13 +536,11 @@ macro_rules! side_handle {
             /// # Cancel safety
             /// Cancel safe (read-only).
             pub async fn is_locked(&self) -> Result<bool> {
-                // A writer that also reads (a downgrade) is write mode.
                 let seen = self.rw.inspect().await?;
-                let write = seen.is_held_as(HoldMode::Write);
-                Ok(match $side {
-                    Side::Read => !write && seen.is_held_as(HoldMode::Read),
-                    Side::Write => write,
-                })
+                Ok(seen.is_held_as(match $side {
+                    Side::Read => HoldMode::Read,
+                    Side::Write => HoldMode::Write,
+                }))
             }
 
             #[doc = concat!("Whether the calling task holds the ", $what, " side.")]
