@@ -18,6 +18,11 @@ use crate::hold::Hold;
 /// `guard.lost()`, it borrows nothing: move it into another task to cancel
 /// work there when the lock goes.
 ///
+/// A release fires it too: `unlock`, `release` or the guard dropped. A
+/// signal combined from several guards (`select` over their signals) fires
+/// when the first of them is let go, so let the guards go after the work
+/// the signal watches, not one by one before it ends.
+///
 /// It is a future (`signal.await`, or a branch of `tokio::select!`) that
 /// resolves once and then stays resolved; clones resolve together.
 ///
