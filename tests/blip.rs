@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, Env};
-use redisync::{Client, Error, Inspection};
+use redisync::{AcquireRetry, Client, Error, Inspection};
 use redisync_testkit::{Direction, FaultProxy};
 use tokio::time::Instant;
 
@@ -376,4 +376,164 @@ async fn a_campaign_rides_out_a_reset() {
         .expect("task")
         .unwrap_or_else(|e| panic!("the campaign failed: {e}"));
     won.resign().await.expect("resign");
+}
+
+/// A latch's waiter through `proxy`: it looks again every
+/// [`LATCH_LOOK`] (its watchdog period), so a look falls into an outage.
+async fn latch_waiter(proxy: &FaultProxy, retry: AcquireRetry) -> Client {
+    Client::builder(&proxy.url())
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(LATCH_LOOK)
+        .acquire_retry(retry)
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
+/// How often a latch's waiter looks again without a message.
+const LATCH_LOOK: Duration = Duration::from_millis(200);
+
+/// A latch's TTL that outlives every test here.
+const LATCH_TTL: Duration = Duration::from_mins(10);
+
+/// Waits until the latch `name` has a subscriber (its waiter's).
+async fn until_latch_waits(env: &Env, name: &str) {
+    let channel = common::key("latch", "ch", name);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            common::subscribers(&env.admin, &channel).await >= 1
+        })
+        .await,
+        "the latch's waiter never subscribed"
+    );
+}
+
+/// A latch's waiter (`wait`, or `wait_timeout` when `bounded`) rides out a
+/// reset and refused connections; the latch opens during the outage, and
+/// the wait sees it once Redis is back.
+async fn a_latch_wait_rides_out_a_reset(bounded: bool) {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let setter = env.client().await;
+    let b = latch_waiter(&proxy, AcquireRetry::default()).await;
+    let name = "latch-blip";
+    let latch = setter.count_down_latch(name);
+    assert!(latch.try_set_count(1, LATCH_TTL).await.unwrap());
+    let task = tokio::spawn({
+        let latch = b.count_down_latch(name);
+        async move {
+            if bounded {
+                latch.wait_timeout(LONG_WAIT).await
+            } else {
+                latch.wait().await.map(|()| true)
+            }
+        }
+    });
+    until_latch_waits(&env, name).await;
+
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    assert_eq!(latch.count_down().await.unwrap(), 0, "opened");
+    tokio::time::sleep(OUTAGE).await; // the outage's length
+    assert!(!task.is_finished(), "the wait ended during the outage");
+    proxy.refuse_connections(false);
+
+    let opened = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("saw the opening in time")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
+    assert!(opened, "the opening during the outage was not seen");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_wait_rides_out_a_reset_unbounded() {
+    a_latch_wait_rides_out_a_reset(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_wait_timeout_rides_out_a_reset() {
+    a_latch_wait_rides_out_a_reset(true).await;
+}
+
+/// With connections refused, a latch's zero wait answers at once with the
+/// error in plain words; a wait whose time runs out during the outage ends
+/// with it too (not `Ok(false)`: whether it opened is unknown), as an
+/// acquisition's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_wait_fails_in_plain_words() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let setter = env.client().await;
+    let b = latch_waiter(&proxy, AcquireRetry::default()).await;
+    let name = "latch-plain";
+    assert!(setter
+        .count_down_latch(name)
+        .try_set_count(1, LATCH_TTL)
+        .await
+        .unwrap());
+    let latch = b.count_down_latch(name);
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+
+    let start = Instant::now();
+    let Err(e) = latch.wait_timeout(Duration::ZERO).await else {
+        panic!("a zero wait during the outage did not fail")
+    };
+    assert!(
+        start.elapsed() < COMMAND_TIMEOUT + Duration::from_millis(500),
+        "a zero wait took {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+
+    let start = Instant::now();
+    let wait = Duration::from_millis(1500);
+    let Err(e) = latch.wait_timeout(wait).await else {
+        panic!("a wait through the outage did not fail")
+    };
+    assert!(
+        start.elapsed() >= wait,
+        "gave up after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < wait + COMMAND_TIMEOUT + Duration::from_secs(1),
+        "gave up after {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+    assert!(e.to_string().contains("while waiting for latch"), "{e}");
+}
+
+/// With `AcquireRetry::never()`, a latch's wait ends at the first blip, as
+/// it always did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_wait_without_retries_ends_at_a_blip() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let setter = env.client().await;
+    let b = latch_waiter(&proxy, AcquireRetry::never()).await;
+    let name = "latch-never";
+    assert!(setter
+        .count_down_latch(name)
+        .try_set_count(1, LATCH_TTL)
+        .await
+        .unwrap());
+    let task = tokio::spawn({
+        let latch = b.count_down_latch(name);
+        async move { latch.wait().await }
+    });
+    until_latch_waits(&env, name).await;
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    let ended = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the wait ended at the blip")
+        .expect("task");
+    let Err(e) = ended else {
+        panic!("the wait did not fail: {ended:?}")
+    };
+    assert!(e.is_retryable(), "{e}");
+    proxy.refuse_connections(false);
 }

@@ -32,6 +32,7 @@
 //! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
 //! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
 //! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
+//! | `CountDownLatch::wait` (a read; so is its subscription) | not ran | looked at again while the wait lasts, as an acquisition rides a blip out ([`AcquireRetry`](crate::AcquireRetry)); its deadline passing in the outage is the error, not "timed out" |
 //!
 //! Why a retried acquisition never holds twice, without an attempt id: the
 //! attempt sent again is the same holder id, and before it is sent the undo
