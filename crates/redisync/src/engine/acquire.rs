@@ -252,7 +252,18 @@ async fn contend<S: Spec>(
         if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
             // A release handed us the hold (whatever the deadline says: it
             // is ours, and cheaper to keep than to give back).
-            let held = handed(grant, holder, gate, &mut undo, token, place.busy_at).await?;
+            let held = match handed(grant, holder, gate, &mut undo, token, place.busy_at).await {
+                Ok(held) => held,
+                // What was handed to us is still to be given back (a blip
+                // met while it was judged or synced): undone in order
+                // before the next attempt.
+                Err(e) if undo.is_armed() => {
+                    let r = &mut ride;
+                    ride_out(grant, holder, &mut undo, &mut place, r, e, true, false).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if held.is_some() {
                 return Ok(held);
             }
@@ -351,9 +362,32 @@ async fn contend<S: Spec>(
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
                     slot.note_exhausted(exhausted_since, exhausted);
-                    let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
-                    let held = grant.new_held(holder.clone(), token, sent_at, permit);
-                    return grant.synced(held).await.map(Some);
+                    // The local turn stays with the acquisition until the
+                    // grant is synced: one given back below tries again as
+                    // its client's first task.
+                    let held = grant.new_held(holder.clone(), token, sent_at, None);
+                    match grant.synced(held).await? {
+                        Synced::Held(held) => {
+                            keep_turn_if(&held, &mut undo, gate);
+                            return Ok(Some(held));
+                        }
+                        Synced::Blip(held, e) => {
+                            // Whether the replicas have the grant is
+                            // unknown: it is given back in order, as a grant
+                            // in doubt, before the next attempt (never a
+                            // background release under the holder id the
+                            // next attempt uses).
+                            if !held.forget() {
+                                return Err(e);
+                            }
+                            undo.arm(Instant::now() + spec.linger(lease));
+                            ride_out(
+                                grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
+                            )
+                            .await?;
+                            continue;
+                        }
+                    }
                 }
             }
             Ok(Reply::Busy {
@@ -650,7 +684,10 @@ async fn leave_at_shutdown<S: Spec>(
 /// the last busy attempt was sent; the hold was granted after that attempt
 /// ran, so its lease counts from its sending. A server too young under the
 /// client's restart guard gets the hold back (`Ok(None)`: the caller tries
-/// again).
+/// again). An error with `undo` still armed leaves the hold handed to us
+/// in Redis, in doubt (a blip met while the server's age was read, or while
+/// the hold was renewed and synced): the caller undoes it before its next
+/// attempt.
 async fn handed<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
@@ -684,6 +721,15 @@ async fn handed<S: Spec>(
     // the writes of ours, so a write after it (renewing the lease it gave
     // us) comes first. Unacknowledged, the hold goes on to the next waiter.
     if let Err(e) = held.extend(grant.lease).await {
+        if is_blip(&e) {
+            // Whether the renewal ran, or the replicas have the hold, is
+            // unknown: the undo gives it back in order (see `contend`),
+            // unless a flow of the owner re-entered it meanwhile.
+            if held.forget() {
+                undo.arm(Instant::now() + grant.spec.linger(grant.lease));
+            }
+            return Err(e);
+        }
         // Given back before anything else is sent: the next attempt uses
         // the same holder id, and a release in the background could land
         // after that attempt's grant and free it (a semaphore's release
@@ -712,8 +758,13 @@ async fn handed<S: Spec>(
 /// while held ([`Gate::WhileHeld`]); otherwise the turn is given up here.
 fn keep_turn_if<S: Spec>(held: &Held, undo: &mut Undo<S>, gate: Gate) {
     let turn = undo.turn.take();
-    held.hold()
-        .keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
+    let kept = held.hold();
+    kept.keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
+    if kept.is_lost() {
+        // Lost meanwhile (force-unlocked, say): its loss let the turn go
+        // already, or this does.
+        kept.keep_turn(None);
+    }
 }
 
 /// The command connection's generation when the client has a restart
@@ -935,17 +986,30 @@ impl<S: Spec> Grant<'_, S> {
         )
     }
 
-    /// Replica sync of an acquisition (see [`crate::replica::synced`]).
-    async fn synced(&self, held: Held) -> Result<Held> {
-        crate::replica::synced(
-            &self.spec.named().client.inner,
-            &self.spec.named().name,
-            &self.spec.named().key,
-            held,
-            Held::release,
-        )
-        .await
+    /// Replica sync of an acquisition: with replica sync on, `WAIT`s (see
+    /// [`crate::replica::writes_synced`]); too few acknowledgements (or a
+    /// failing `WAIT`) undo it and answer the error (see
+    /// [`crate::replica::unsynced`]), but for a `WAIT` that met a blip: its
+    /// guard comes back unreleased, for the caller to give back in order
+    /// ([`Synced::Blip`]). With replica sync off, the guard at once.
+    async fn synced(&self, held: Held) -> Result<Synced> {
+        let named = self.spec.named();
+        let client = &named.client.inner;
+        match crate::replica::writes_synced(client, &named.name, &named.key).await {
+            Ok(()) => Ok(Synced::Held(held)),
+            Err(e) if is_blip(&e) => Ok(Synced::Blip(held, e)),
+            Err(e) => Err(crate::replica::unsynced(&named.key, held, Held::release, e).await),
+        }
     }
+}
+
+/// What the replica sync of an acquisition came to.
+enum Synced {
+    /// Synced (or replica sync is off).
+    Held(Held),
+    /// The `WAIT` met a blip `e`: whether the replicas have the grant is
+    /// unknown, and the guard is not yet released.
+    Blip(Held, Error),
 }
 
 /// The calling owner holds already: count one more hold on the same token,
@@ -997,7 +1061,13 @@ async fn reenter<S: Spec>(
             // undo (releasing this guard) counts the hold down in Redis.
             // The lease the re-entry raised there stays longer than the
             // estimate: it only outlives our belief, which is safe.
-            let guard = grant.synced(grant.held(reserved.confirm())).await?;
+            let guard = match grant.synced(grant.held(reserved.confirm())).await? {
+                Synced::Held(guard) => guard,
+                Synced::Blip(guard, e) => {
+                    drop(guard); // counted down in the background
+                    return Err(e);
+                }
+            };
             hold.extend_validity(sent_at, grant.lease);
             Ok(Some(guard))
         }
