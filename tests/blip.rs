@@ -793,3 +793,100 @@ async fn a_blip_while_a_hand_off_is_judged_is_ridden_out() {
     got.release().await;
     assert!(!checker.lock(name).is_locked().await.unwrap(), "left held");
 }
+
+/// An owner that holds a lock takes it again (a re-entry) while the
+/// connection is reset and refused: the re-entry waits the outage out and
+/// re-enters the same hold, instead of ending with the IO error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_rides_out_a_reset() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let checker = env.client().await;
+    // A lease that outlives the outage: the hold is still ours after it.
+    let b = Client::builder(&proxy.url())
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let lock = b.lock("reentry");
+    let outer = lock.lock().await.expect("lock");
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    // One task (one owner): the re-entry, and the outage's end.
+    let (inner, ()) = tokio::join!(lock.lock(), async {
+        tokio::time::sleep(OUTAGE).await; // the outage's length
+        proxy.refuse_connections(false);
+    });
+    let inner = inner.unwrap_or_else(|e| panic!("the re-entry failed: {e}"));
+    assert_eq!(
+        inner.fencing_token(),
+        outer.fencing_token(),
+        "not the same hold"
+    );
+    inner.unlock().await.expect("unlock");
+    assert!(!outer.is_lost(), "the outer hold was lost");
+    outer.unlock().await.expect("unlock");
+    assert!(
+        !checker.lock("reentry").is_locked().await.unwrap(),
+        "left held"
+    );
+}
+
+/// A re-entry during an outage: a zero wait answers at once, a wait whose
+/// deadline passes in the outage after it, each with the error in plain
+/// words (said once); the outer hold stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_fails_in_plain_words() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let b = Client::builder(&proxy.url())
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let lock = b.lock("reentry-plain");
+    let outer = lock.lock().await.expect("lock");
+    proxy.refuse_connections(true);
+    proxy.reset_connections();
+    let at = format!("127.0.0.1:{}", proxy.port());
+
+    let start = Instant::now();
+    let Err(e) = lock.try_lock(Duration::ZERO, None).await else {
+        panic!("a zero-wait re-entry during the outage did not fail")
+    };
+    assert!(
+        start.elapsed() < COMMAND_TIMEOUT + Duration::from_millis(500),
+        "a zero wait took {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+    assert_eq!(e.to_string().matches(&at).count(), 1, "{e}");
+
+    let start = Instant::now();
+    let wait = Duration::from_millis(1500);
+    let Err(e) = lock.try_lock(wait, None).await else {
+        panic!("a re-entry through the outage did not fail")
+    };
+    assert!(
+        start.elapsed() >= wait,
+        "gave up after {:?}",
+        start.elapsed()
+    );
+    assert_plain(&e, &proxy);
+    assert!(e.to_string().contains("while waiting for"), "{e}");
+    assert_eq!(e.to_string().matches(&at).count(), 1, "{e}");
+
+    proxy.refuse_connections(false);
+    let connection = b.connection_state();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            connection.state() == redisync::ConnectionState::Reconnected
+        })
+        .await,
+        "never reconnected"
+    );
+    assert!(!outer.is_lost(), "the outer hold was lost");
+    outer.unlock().await.expect("unlock");
+}

@@ -77,7 +77,12 @@ async fn acquire_unboxed<S: Spec>(
         lease,
         owner_turn: None,
     };
-    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+    // A blip is ridden out while the wait lasts (see `AcquireRetry`): a
+    // re-entry's, a pending undo's, and each attempt's in `contend`.
+    let mut outage = Outage::of(client.id, &slot.key);
+    let waits = deadline.is_none_or(|d| d > Instant::now());
+    let mut patience = Patience::new(&mut outage, deadline, waits);
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms, &mut patience).await? {
         return Ok(Some(held));
     }
 
@@ -135,17 +140,16 @@ async fn acquire_unboxed<S: Spec>(
     // Re-entry is decided again once the turns are ours: a hold of this
     // owner made meanwhile is re-entered, never taken over by a fresh
     // attempt (a script would replace its field as stale).
-    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+    let mut patience = Patience::new(&mut outage, deadline, waits);
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms, &mut patience).await? {
         return Ok(Some(held));
     }
     // A pending undo that meets a blip is tried again while the wait
-    // lasts (see `AcquireRetry`): the attempt may only follow it.
-    let mut outage = Outage::of(client.id, &slot.key);
-    let waits = deadline.is_none_or(|d| d > Instant::now());
+    // lasts: the attempt may only follow it.
     loop {
         match settle_pending(spec, &slot, &holder, gate, turn.is_some()).await {
             Ok(()) => break,
-            Err(e) => pause_or_give_up(spec, &mut outage, deadline, waits, e).await?,
+            Err(e) => patience.pause(spec, e).await?,
         }
     }
     contend(&grant, &holder, gate, turn, deadline, lease_ms, outage).await
@@ -176,6 +180,39 @@ async fn pause_or_give_up<S: Spec>(
     }
 }
 
+/// How long a call before its attempt loop rides out blips (see
+/// [`pause_or_give_up`]).
+struct Patience<'o> {
+    outage: &'o mut Outage,
+    deadline: Option<Instant>,
+    /// Not a zero wait: a blip may be ridden out.
+    waits: bool,
+    /// It gave up: the error it answered goes up as it is.
+    spent: bool,
+}
+
+impl<'o> Patience<'o> {
+    fn new(outage: &'o mut Outage, deadline: Option<Instant>, waits: bool) -> Patience<'o> {
+        Patience {
+            outage,
+            deadline,
+            waits,
+            spent: false,
+        }
+    }
+
+    /// [`pause_or_give_up`]: `Ok(())` after a pause, to try again. Once it
+    /// gave up, `e` (its answer, on its way up) as it is.
+    async fn pause<S: Spec>(&mut self, spec: &S, e: Error) -> Result<()> {
+        if self.spent {
+            return Err(e);
+        }
+        let paused = pause_or_give_up(spec, self.outage, self.deadline, self.waits, e).await;
+        self.spent = paused.is_err();
+        paused
+    }
+}
+
 /// `e` in plain words naming the address (see [`retry::plain`]).
 fn plain_error<S: Spec>(spec: &S, e: Error, lasted: Duration) -> Error {
     let named = spec.named();
@@ -184,11 +221,33 @@ fn plain_error<S: Spec>(spec: &S, e: Error, lasted: Duration) -> Error {
 
 /// Re-enters the live hold `holder` has on this client, if any (`None`:
 /// there is none, or it turned out to be lost; the caller then acquires
-/// anew).
+/// anew). A blip is ridden out while the wait lasts: after a pause, the
+/// re-entry is judged and sent again (a guard of it that met the blip
+/// counts down in the background; see [`reenter`] for why a re-entry sent
+/// again is never a second hold).
 async fn reenter_held<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     lease_ms: i64,
+    patience: &mut Patience<'_>,
+) -> Result<Option<Held>> {
+    loop {
+        match reenter_held_once(grant, holder, lease_ms, patience).await {
+            Ok(held) => {
+                patience.outage.over();
+                return Ok(held);
+            }
+            Err(e) => patience.pause(grant.spec, e).await?,
+        }
+    }
+}
+
+/// One try of [`reenter_held`].
+async fn reenter_held_once<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    lease_ms: i64,
+    patience: &mut Patience<'_>,
 ) -> Result<Option<Held>> {
     let spec = grant.spec;
     let client = spec.named().client_inner();
@@ -206,7 +265,7 @@ async fn reenter_held<S: Spec>(
     let generation = guarded_generation(client);
     if restart_young(client).await?.is_some() {
         hold.mark_lost("the server restarted");
-    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms).await? {
+    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms, patience).await? {
         if restart_young_since(client, generation).await?.is_none() {
             return Ok(Some(held));
         }
@@ -1015,11 +1074,20 @@ enum Synced {
 /// The calling owner holds already: count one more hold on the same token,
 /// replica synced (see [`Grant::synced`]). `Ok(None)` when that hold turned
 /// out to be lost (the caller then waits like anybody else).
+///
+/// A re-entry whose outcome a blip made unknown is sent again after a
+/// pause while the wait lasts (`patience`), and its reply settles both: the
+/// first one either did nothing, or counted the hold up once more in Redis
+/// (harmless: the owner's last release drops its field whatever its count),
+/// or, the hold having expired, granted afresh; the next one then finds
+/// that fresh field under another token and replaces it with one more
+/// fresh grant, which is given back as any fresh grant of a re-entry is.
 async fn reenter<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     hold: &Arc<Hold>,
     lease_ms: i64,
+    patience: &mut Patience<'_>,
 ) -> Result<Option<Held>> {
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, a hold already released is never revived, and one
@@ -1028,33 +1096,51 @@ async fn reenter<S: Spec>(
         return Ok(None);
     };
     let (spec, slot) = (grant.spec, grant.slot);
-    let sent_at = Instant::now();
     // Dropped after the undo (declared before it): see `Hold::turns`.
     let _turns = hold.turns();
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
-    undo.arm(sent_at + spec.linger(grant.lease));
-    let reply = run_attempt(
-        spec,
-        Try {
-            holder,
-            lease_ms,
-            keep: Some(hold.token),
-            enqueue: false,
-            queued: false,
-            number: 0,
-            next_number: 0,
-            expect_busy: false,
-            ask: grant.ask,
-            release: None,
-        },
-    )
-    .await;
-    if !matches!(&reply, Err(e) if e.outcome_unknown()) {
-        undo.disarm();
-    }
-    match reply? {
+    let (reply, sent_at) = loop {
+        let sent_at = Instant::now();
+        undo.arm(sent_at + spec.linger(grant.lease));
+        let reply = run_attempt(
+            spec,
+            Try {
+                holder,
+                lease_ms,
+                keep: Some(hold.token),
+                enqueue: false,
+                queued: false,
+                number: 0,
+                next_number: 0,
+                expect_busy: false,
+                ask: grant.ask,
+                release: None,
+            },
+        )
+        .await;
+        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
+            // A reply settles an earlier try in doubt too (see above).
+            undo.disarm();
+        }
+        match reply {
+            Ok(reply) => break (reply, sent_at),
+            Err(e) => {
+                // Gives up with `e` unless it may be ridden out (the undo,
+                // armed while the outcome is unknown, then runs in the
+                // background).
+                patience.pause(spec, e).await?;
+                if hold.is_lost() {
+                    // Lost during the outage: nothing to re-enter; the
+                    // undo settles a try in doubt before the owner's next
+                    // acquisition.
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    match reply {
         Reply::Granted { token, .. } if token == hold.token => {
             // The lease estimate grows only once replicas acknowledged the
             // re-entry: undone, the outer hold keeps its estimate, and the
@@ -1064,7 +1150,10 @@ async fn reenter<S: Spec>(
             let guard = match grant.synced(grant.held(reserved.confirm())).await? {
                 Synced::Held(guard) => guard,
                 Synced::Blip(guard, e) => {
-                    drop(guard); // counted down in the background
+                    // Counted down in the background (in any order with a
+                    // re-entry sent again: counts only); the caller tries
+                    // again after a pause.
+                    drop(guard);
                     return Err(e);
                 }
             };
