@@ -13,6 +13,7 @@ use crate::engine::held::retry_until_deadline;
 use crate::error::{Error, Result};
 use crate::inspect::{inspect_kind, Inspection};
 use crate::keys::{self, Kind, Role};
+use crate::retry::{is_blip, plain_while, Outage};
 use crate::script::{checked_ms, lua_script};
 
 lua_script!(SET_COUNT, "latch_set_count.lua");
@@ -287,12 +288,22 @@ impl CountDownLatch {
     /// Waits until the latch opens (its count reaches zero). Returns at
     /// once when it is open or not set.
     ///
+    /// A blip (a reset connection, a failover, a Redis restart) does not end
+    /// the wait: it looks again once Redis is back, after pauses with
+    /// back-off and jitter as the client's
+    /// [`acquire_retry`](crate::ClientBuilder::acquire_retry) sets them, so
+    /// an opening during the outage is seen after it.
+    ///
     /// # Errors
     /// [`Error::LatchExpired`] when the latch expires (its TTL ends) before
     /// it opened; [`Error::InvalidArgument`] for an empty name;
     /// [`Error::WrongType`] when its key holds something else;
-    /// [`Error::Redis`] when Redis fails; [`Error::Shutdown`] after the
-    /// client's shutdown.
+    /// [`Error::Redis`] when Redis fails otherwise than by a blip, or stays
+    /// unreachable for the policy's
+    /// [`max_outage`](crate::AcquireRetry::max_outage) (in plain words
+    /// naming the address), or at the first blip with
+    /// [`AcquireRetry::never`](crate::AcquireRetry::never);
+    /// [`Error::Shutdown`] after the client's shutdown.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -304,7 +315,13 @@ impl CountDownLatch {
     /// the latch opened, `Ok(false)` when the time ran out first.
     ///
     /// # Errors
-    /// As [`wait`](CountDownLatch::wait).
+    /// As [`wait`](CountDownLatch::wait). A blip is ridden out until
+    /// `timeout` runs out; when it runs out while Redis is unreachable, the
+    /// answer is that error, in plain words naming the address, not
+    /// `Ok(false)` (whether the latch opened meanwhile is unknown), as an
+    /// acquisition's wait ends (see
+    /// [`AcquireRetry`](crate::AcquireRetry)). A zero `timeout` answers a
+    /// blip at once with it.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -317,14 +334,35 @@ impl CountDownLatch {
         self.check()?;
         let inner = &self.client.inner;
         let slot = inner.hub.slot(&self.key, &self.channel);
-        // Subscribed before the first look: an opening after it is heard.
-        inner.hub.ensure_subscribed(&slot).await?;
         let period = inner.settings.watchdog_timeout;
         // The phase (setting id) this wait is for, once seen counting.
         let mut waited_for: Option<String> = None;
+        // A blip is ridden out while the wait lasts, as an acquisition's
+        // (see `AcquireRetry`): it only reads, so a look sent again is safe.
+        let mut outage = Outage::of(inner.id, &slot.key);
+        let waits = deadline.is_none_or(|d| d > Instant::now());
         loop {
-            let since = slot.wakeup.generation();
-            let (_, look, opened) = self.read(waited_for.as_deref()).await?;
+            // Subscribed before each look (again, if a blip cut the first
+            // try): an opening after it is heard.
+            let looked = match inner.hub.ensure_subscribed(&slot).await {
+                Ok(()) => {
+                    let since = slot.wakeup.generation();
+                    self.read(waited_for.as_deref())
+                        .await
+                        .map(|read| (since, read))
+                }
+                Err(e) => Err(e),
+            };
+            let (since, (_, look, opened)) = match looked {
+                Ok(looked) => {
+                    outage.over();
+                    looked
+                }
+                Err(e) => {
+                    self.ride_out(&mut outage, deadline, waits, e).await?;
+                    continue;
+                }
+            };
             if opened {
                 return Ok(true);
             }
@@ -351,6 +389,53 @@ impl CountDownLatch {
             }
             slot.wakeup.wait(since, next).await;
             inner.check_open()?;
+        }
+    }
+
+    /// A look of a wait met `e`. A blip is ridden out while the wait lasts
+    /// (the client's [`AcquireRetry`](crate::AcquireRetry)): a pause with
+    /// back-off and jitter, until Redis is reachable again, then `Ok(())` to
+    /// look again. Otherwise `e`: as it is with retries off or for any other
+    /// error; in plain words naming the address for a zero wait, or once the
+    /// deadline (or the policy's outage bound) passed during the outage.
+    async fn ride_out(
+        &self,
+        outage: &mut Outage,
+        deadline: Option<Instant>,
+        waits: bool,
+        e: Error,
+    ) -> Result<()> {
+        let inner = &self.client.inner;
+        let policy = inner.settings.acquire_retry;
+        if !policy.is_enabled() || !is_blip(&e) {
+            return Err(e);
+        }
+        loop {
+            let until = if waits {
+                outage.next_pause(&policy, deadline)
+            } else {
+                None
+            };
+            let Some(until) = until else {
+                let thing = format!("latch {:?}", self.name);
+                return Err(plain_while(
+                    e,
+                    &self.client.endpoints(),
+                    &format!("read {thing}"),
+                    &thing,
+                    outage.lasted(),
+                ));
+            };
+            tokio::select! {
+                biased;
+                () = inner.hub.closing() => return Err(Error::Shutdown),
+                () = tokio::time::sleep_until(until) => {}
+            }
+            // Nothing is sent while fred reconnects (it would wait in its
+            // queue, or fail at once): the next pause first.
+            if inner.check_reachable().is_ok() {
+                return Ok(());
+            }
         }
     }
 

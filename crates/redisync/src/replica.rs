@@ -43,37 +43,24 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
     }
 }
 
-/// After an acquisition (new or re-entrant) of `name` (Redis key `key`)
-/// returned `guard`: with replica sync on, `WAIT`s; too few acknowledgements
-/// (or a failing `WAIT`) undo this acquisition with `undo` (one hold: an
-/// outer re-entrant hold stays) and report [`Error::ReplicaSync`] (or the
-/// error). With replica sync off, returns the guard at once.
-///
-/// Cancel safe: dropping the future drops the guard, whose `Drop` releases.
-pub(crate) async fn synced<G, U, F>(
-    client: &ClientInner,
-    name: &str,
-    key: &str,
-    guard: G,
-    undo: U,
-) -> Result<G>
+/// An acquisition (new or re-entrant) of `key` (returned `guard`) whose
+/// replica sync ([`writes_synced`]) failed with `e` (returned): too few
+/// acknowledgements undo this acquisition with `undo` (one hold: an outer
+/// re-entrant hold stays); any other failure drops the guard (released in
+/// the background).
+pub(crate) async fn unsynced<G, U, F>(key: &str, guard: G, undo: U, e: Error) -> Error
 where
     U: FnOnce(G) -> F,
     F: Future<Output = Result<()>>,
 {
-    match writes_synced(client, name, key).await {
-        Ok(()) => Ok(guard),
-        Err(e @ Error::ReplicaSync { .. }) => {
-            if let Err(undone) = undo(guard).await {
-                tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %undone, "undoing an unsynced acquisition failed; it expires with its lease");
-            }
-            Err(e)
+    if let Error::ReplicaSync { .. } = e {
+        if let Err(undone) = undo(guard).await {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %undone, "undoing an unsynced acquisition failed; it expires with its lease");
         }
-        Err(e) => {
-            drop(guard); // released in the background
-            Err(e)
-        }
+    } else {
+        drop(guard); // released in the background
     }
+    e
 }
 
 /// After a write to `name` (Redis key `key`), e.g. an `extend` that raised

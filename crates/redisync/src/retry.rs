@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 
 /// How a *waiting* acquisition (`lock()`, `try_lock` with a wait, a
-/// semaphore's `acquire`, `run_locked`, `Leader::campaign`, ...) rides out
+/// semaphore's `acquire`, `run_locked`, `Leader::campaign`, ...) and a
+/// latch's `wait` / `wait_timeout` (which only read) ride out
 /// a connection blip: an attempt that fails with a connection error, a
 /// timeout or a server that is loading or read-only is tried again, after a
 /// pause, while the wait has time left and the client is open; the client
@@ -267,6 +268,20 @@ impl Outage {
 /// stays the same (an IO error stays one, so is its outcome unknown); any
 /// other error is returned as it is.
 pub(crate) fn plain(e: Error, at: &[String], what: &str, name: &str, lasted: Duration) -> Error {
+    let thing = format!("{what} {name:?}");
+    plain_while(e, at, &format!("take {thing}"), &thing, lasted)
+}
+
+/// [`plain`] for a caller that was trying to `try_to` (a wait that ended
+/// at once: "read latch \"x\"") or waiting for `wait_for` ("latch \"x\"")
+/// for `lasted`.
+pub(crate) fn plain_while(
+    e: Error,
+    at: &[String],
+    try_to: &str,
+    wait_for: &str,
+    lasted: Duration,
+) -> Error {
     let Error::Redis(inner) = &e else {
         return e;
     };
@@ -280,10 +295,10 @@ pub(crate) fn plain(e: Error, at: &[String], what: &str, name: &str, lasted: Dur
     };
     let details = crate::connect::tidy(inner.details());
     let waited = if lasted.is_zero() {
-        format!("while trying to take {what} {name:?}")
+        format!("while trying to {try_to}")
     } else {
         format!(
-            "for {:.1} s while waiting for {what} {name:?}",
+            "for {:.1} s while waiting for {wait_for}",
             lasted.as_secs_f64()
         )
     };

@@ -77,7 +77,12 @@ async fn acquire_unboxed<S: Spec>(
         lease,
         owner_turn: None,
     };
-    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+    // A blip is ridden out while the wait lasts (see `AcquireRetry`): a
+    // re-entry's, a pending undo's, and each attempt's in `contend`.
+    let mut outage = Outage::of(client.id, &slot.key);
+    let waits = deadline.is_none_or(|d| d > Instant::now());
+    let mut patience = Patience::new(&mut outage, deadline, waits);
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms, &mut patience).await? {
         return Ok(Some(held));
     }
 
@@ -135,17 +140,16 @@ async fn acquire_unboxed<S: Spec>(
     // Re-entry is decided again once the turns are ours: a hold of this
     // owner made meanwhile is re-entered, never taken over by a fresh
     // attempt (a script would replace its field as stale).
-    if let Some(held) = reenter_held(&grant, &holder, lease_ms).await? {
+    let mut patience = Patience::new(&mut outage, deadline, waits);
+    if let Some(held) = reenter_held(&grant, &holder, lease_ms, &mut patience).await? {
         return Ok(Some(held));
     }
     // A pending undo that meets a blip is tried again while the wait
-    // lasts (see `AcquireRetry`): the attempt may only follow it.
-    let mut outage = Outage::of(client.id, &slot.key);
-    let waits = deadline.is_none_or(|d| d > Instant::now());
+    // lasts: the attempt may only follow it.
     loop {
         match settle_pending(spec, &slot, &holder, gate, turn.is_some()).await {
             Ok(()) => break,
-            Err(e) => pause_or_give_up(spec, &mut outage, deadline, waits, e).await?,
+            Err(e) => patience.pause(spec, e).await?,
         }
     }
     contend(&grant, &holder, gate, turn, deadline, lease_ms, outage).await
@@ -176,6 +180,39 @@ async fn pause_or_give_up<S: Spec>(
     }
 }
 
+/// How long a call before its attempt loop rides out blips (see
+/// [`pause_or_give_up`]).
+struct Patience<'o> {
+    outage: &'o mut Outage,
+    deadline: Option<Instant>,
+    /// Not a zero wait: a blip may be ridden out.
+    waits: bool,
+    /// It gave up: the error it answered goes up as it is.
+    spent: bool,
+}
+
+impl<'o> Patience<'o> {
+    fn new(outage: &'o mut Outage, deadline: Option<Instant>, waits: bool) -> Patience<'o> {
+        Patience {
+            outage,
+            deadline,
+            waits,
+            spent: false,
+        }
+    }
+
+    /// [`pause_or_give_up`]: `Ok(())` after a pause, to try again. Once it
+    /// gave up, `e` (its answer, on its way up) as it is.
+    async fn pause<S: Spec>(&mut self, spec: &S, e: Error) -> Result<()> {
+        if self.spent {
+            return Err(e);
+        }
+        let paused = pause_or_give_up(spec, self.outage, self.deadline, self.waits, e).await;
+        self.spent = paused.is_err();
+        paused
+    }
+}
+
 /// `e` in plain words naming the address (see [`retry::plain`]).
 fn plain_error<S: Spec>(spec: &S, e: Error, lasted: Duration) -> Error {
     let named = spec.named();
@@ -184,11 +221,33 @@ fn plain_error<S: Spec>(spec: &S, e: Error, lasted: Duration) -> Error {
 
 /// Re-enters the live hold `holder` has on this client, if any (`None`:
 /// there is none, or it turned out to be lost; the caller then acquires
-/// anew).
+/// anew). A blip is ridden out while the wait lasts: after a pause, the
+/// re-entry is judged and sent again (a guard of it that met the blip
+/// counts down in the background; see [`reenter`] for why a re-entry sent
+/// again is never a second hold).
 async fn reenter_held<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     lease_ms: i64,
+    patience: &mut Patience<'_>,
+) -> Result<Option<Held>> {
+    loop {
+        match reenter_held_once(grant, holder, lease_ms, patience).await {
+            Ok(held) => {
+                patience.outage.over();
+                return Ok(held);
+            }
+            Err(e) => patience.pause(grant.spec, e).await?,
+        }
+    }
+}
+
+/// One try of [`reenter_held`].
+async fn reenter_held_once<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    lease_ms: i64,
+    patience: &mut Patience<'_>,
 ) -> Result<Option<Held>> {
     let spec = grant.spec;
     let client = spec.named().client_inner();
@@ -206,7 +265,7 @@ async fn reenter_held<S: Spec>(
     let generation = guarded_generation(client);
     if restart_young(client).await?.is_some() {
         hold.mark_lost("the server restarted");
-    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms).await? {
+    } else if let Some(held) = reenter(grant, holder, &hold, lease_ms, patience).await? {
         if restart_young_since(client, generation).await?.is_none() {
             return Ok(Some(held));
         }
@@ -252,7 +311,18 @@ async fn contend<S: Spec>(
         if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
             // A release handed us the hold (whatever the deadline says: it
             // is ours, and cheaper to keep than to give back).
-            let held = handed(grant, holder, gate, &mut undo, token, place.busy_at).await?;
+            let held = match handed(grant, holder, gate, &mut undo, token, place.busy_at).await {
+                Ok(held) => held,
+                // What was handed to us is still to be given back (a blip
+                // met while it was judged or synced): undone in order
+                // before the next attempt.
+                Err(e) if undo.is_armed() => {
+                    let r = &mut ride;
+                    ride_out(grant, holder, &mut undo, &mut place, r, e, true, false).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if held.is_some() {
                 return Ok(held);
             }
@@ -351,9 +421,32 @@ async fn contend<S: Spec>(
                     undo.disarm();
                     let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
                     slot.note_exhausted(exhausted_since, exhausted);
-                    let permit = undo.turn.take().filter(|_| gate == Gate::WhileHeld);
-                    let held = grant.new_held(holder.clone(), token, sent_at, permit);
-                    return grant.synced(held).await.map(Some);
+                    // The local turn stays with the acquisition until the
+                    // grant is synced: one given back below tries again as
+                    // its client's first task.
+                    let held = grant.new_held(holder.clone(), token, sent_at, None);
+                    match grant.synced(held).await? {
+                        Synced::Held(held) => {
+                            keep_turn_if(&held, &mut undo, gate);
+                            return Ok(Some(held));
+                        }
+                        Synced::Blip(held, e) => {
+                            // Whether the replicas have the grant is
+                            // unknown: it is given back in order, as a grant
+                            // in doubt, before the next attempt (never a
+                            // background release under the holder id the
+                            // next attempt uses).
+                            if !held.forget() {
+                                return Err(e);
+                            }
+                            undo.arm(Instant::now() + spec.linger(lease));
+                            ride_out(
+                                grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
+                            )
+                            .await?;
+                            continue;
+                        }
+                    }
                 }
             }
             Ok(Reply::Busy {
@@ -650,7 +743,10 @@ async fn leave_at_shutdown<S: Spec>(
 /// the last busy attempt was sent; the hold was granted after that attempt
 /// ran, so its lease counts from its sending. A server too young under the
 /// client's restart guard gets the hold back (`Ok(None)`: the caller tries
-/// again).
+/// again). An error with `undo` still armed leaves the hold handed to us
+/// in Redis, in doubt (a blip met while the server's age was read, or while
+/// the hold was renewed and synced): the caller undoes it before its next
+/// attempt.
 async fn handed<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
@@ -684,6 +780,15 @@ async fn handed<S: Spec>(
     // the writes of ours, so a write after it (renewing the lease it gave
     // us) comes first. Unacknowledged, the hold goes on to the next waiter.
     if let Err(e) = held.extend(grant.lease).await {
+        if is_blip(&e) {
+            // Whether the renewal ran, or the replicas have the hold, is
+            // unknown: the undo gives it back in order (see `contend`),
+            // unless a flow of the owner re-entered it meanwhile.
+            if held.forget() {
+                undo.arm(Instant::now() + grant.spec.linger(grant.lease));
+            }
+            return Err(e);
+        }
         // Given back before anything else is sent: the next attempt uses
         // the same holder id, and a release in the background could land
         // after that attempt's grant and free it (a semaphore's release
@@ -712,8 +817,13 @@ async fn handed<S: Spec>(
 /// while held ([`Gate::WhileHeld`]); otherwise the turn is given up here.
 fn keep_turn_if<S: Spec>(held: &Held, undo: &mut Undo<S>, gate: Gate) {
     let turn = undo.turn.take();
-    held.hold()
-        .keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
+    let kept = held.hold();
+    kept.keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
+    if kept.is_lost() {
+        // Lost meanwhile (force-unlocked, say): its loss let the turn go
+        // already, or this does.
+        kept.keep_turn(None);
+    }
 }
 
 /// The command connection's generation when the client has a restart
@@ -935,27 +1045,49 @@ impl<S: Spec> Grant<'_, S> {
         )
     }
 
-    /// Replica sync of an acquisition (see [`crate::replica::synced`]).
-    async fn synced(&self, held: Held) -> Result<Held> {
-        crate::replica::synced(
-            &self.spec.named().client.inner,
-            &self.spec.named().name,
-            &self.spec.named().key,
-            held,
-            Held::release,
-        )
-        .await
+    /// Replica sync of an acquisition: with replica sync on, `WAIT`s (see
+    /// [`crate::replica::writes_synced`]); too few acknowledgements (or a
+    /// failing `WAIT`) undo it and answer the error (see
+    /// [`crate::replica::unsynced`]), but for a `WAIT` that met a blip: its
+    /// guard comes back unreleased, for the caller to give back in order
+    /// ([`Synced::Blip`]). With replica sync off, the guard at once.
+    async fn synced(&self, held: Held) -> Result<Synced> {
+        let named = self.spec.named();
+        let client = &named.client.inner;
+        match crate::replica::writes_synced(client, &named.name, &named.key).await {
+            Ok(()) => Ok(Synced::Held(held)),
+            Err(e) if is_blip(&e) => Ok(Synced::Blip(held, e)),
+            Err(e) => Err(crate::replica::unsynced(&named.key, held, Held::release, e).await),
+        }
     }
+}
+
+/// What the replica sync of an acquisition came to.
+enum Synced {
+    /// Synced (or replica sync is off).
+    Held(Held),
+    /// The `WAIT` met a blip `e`: whether the replicas have the grant is
+    /// unknown, and the guard is not yet released.
+    Blip(Held, Error),
 }
 
 /// The calling owner holds already: count one more hold on the same token,
 /// replica synced (see [`Grant::synced`]). `Ok(None)` when that hold turned
 /// out to be lost (the caller then waits like anybody else).
+///
+/// A re-entry whose outcome a blip made unknown is sent again after a
+/// pause while the wait lasts (`patience`), and its reply settles both: the
+/// first one either did nothing, or counted the hold up once more in Redis
+/// (harmless: the owner's last release drops its field whatever its count),
+/// or, the hold having expired, granted afresh; the next one then finds
+/// that fresh field under another token and replaces it with one more
+/// fresh grant, which is given back as any fresh grant of a re-entry is.
 async fn reenter<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     hold: &Arc<Hold>,
     lease_ms: i64,
+    patience: &mut Patience<'_>,
 ) -> Result<Option<Held>> {
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, a hold already released is never revived, and one
@@ -964,40 +1096,67 @@ async fn reenter<S: Spec>(
         return Ok(None);
     };
     let (spec, slot) = (grant.spec, grant.slot);
-    let sent_at = Instant::now();
     // Dropped after the undo (declared before it): see `Hold::turns`.
     let _turns = hold.turns();
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
-    undo.arm(sent_at + spec.linger(grant.lease));
-    let reply = run_attempt(
-        spec,
-        Try {
-            holder,
-            lease_ms,
-            keep: Some(hold.token),
-            enqueue: false,
-            queued: false,
-            number: 0,
-            next_number: 0,
-            expect_busy: false,
-            ask: grant.ask,
-            release: None,
-        },
-    )
-    .await;
-    if !matches!(&reply, Err(e) if e.outcome_unknown()) {
-        undo.disarm();
-    }
-    match reply? {
+    let (reply, sent_at) = loop {
+        let sent_at = Instant::now();
+        undo.arm(sent_at + spec.linger(grant.lease));
+        let reply = run_attempt(
+            spec,
+            Try {
+                holder,
+                lease_ms,
+                keep: Some(hold.token),
+                enqueue: false,
+                queued: false,
+                number: 0,
+                next_number: 0,
+                expect_busy: false,
+                ask: grant.ask,
+                release: None,
+            },
+        )
+        .await;
+        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
+            // A reply settles an earlier try in doubt too (see above).
+            undo.disarm();
+        }
+        match reply {
+            Ok(reply) => break (reply, sent_at),
+            Err(e) => {
+                // Gives up with `e` unless it may be ridden out (the undo,
+                // armed while the outcome is unknown, then runs in the
+                // background).
+                patience.pause(spec, e).await?;
+                if hold.is_lost() {
+                    // Lost during the outage: nothing to re-enter; the
+                    // undo settles a try in doubt before the owner's next
+                    // acquisition.
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    match reply {
         Reply::Granted { token, .. } if token == hold.token => {
             // The lease estimate grows only once replicas acknowledged the
             // re-entry: undone, the outer hold keeps its estimate, and the
             // undo (releasing this guard) counts the hold down in Redis.
             // The lease the re-entry raised there stays longer than the
             // estimate: it only outlives our belief, which is safe.
-            let guard = grant.synced(grant.held(reserved.confirm())).await?;
+            let guard = match grant.synced(grant.held(reserved.confirm())).await? {
+                Synced::Held(guard) => guard,
+                Synced::Blip(guard, e) => {
+                    // Counted down in the background (in any order with a
+                    // re-entry sent again: counts only); the caller tries
+                    // again after a pause.
+                    drop(guard);
+                    return Err(e);
+                }
+            };
             hold.extend_validity(sent_at, grant.lease);
             Ok(Some(guard))
         }

@@ -189,6 +189,24 @@ impl Held {
         }
     }
 
+    /// Leaves this guard's hold locally without a release (its renewal
+    /// stops, it leaves the slot), for an acquisition that gives it back in
+    /// Redis itself, in order, before its next attempt under the same
+    /// holder id (an undo: see `acquire::contend`): `true`. When other
+    /// guards share the hold (a flow of the same owner re-entered it
+    /// meanwhile) it is theirs: this guard counts down the ordinary way (in
+    /// the background), and `false`: nothing may undo the hold then.
+    pub(crate) fn forget(mut self) -> bool {
+        let Some(hold) = self.hold.take() else {
+            return false;
+        };
+        let last = detach(&self.slot, &hold, self.watchdog);
+        if !last {
+            release_in_background(self.client.clone(), self.slot.clone(), hold, false);
+        }
+        last
+    }
+
     /// Releases this guard's hold (the acquisition once its owner's last
     /// guard goes). Renewal stops before the release is sent. A final
     /// release that fails for a retryable reason, or whose future is

@@ -67,6 +67,11 @@ impl<S: Spec> Undo<S> {
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
+
+    /// Whether what an attempt may have left is still to be undone.
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed
+    }
 }
 
 impl<S: Spec> Drop for Undo<S> {
