@@ -315,22 +315,150 @@ pub(crate) fn scaling_summary(c: &Value) -> String {
 /// The peer every ratio of the peer table is taken against.
 pub(crate) const PEER: &str = "rslock";
 
-/// The columns of the peer table: (title, key, scale); the first is the
-/// headline, shown with its min-max and its ratio to the peer.
-fn peer_columns(scenario: &str) -> &'static [(&'static str, &'static str, f64)] {
+/// A column of a ratio table: the median of `key` over a variant's ok
+/// runs, times `scale`; with `range` also its min-max, with `ratio` a
+/// second column with the median's ratio to the reference variant's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Column {
+    title: &'static str,
+    key: &'static str,
+    scale: f64,
+    range: bool,
+    ratio: bool,
+}
+
+impl Column {
+    const fn new(title: &'static str, key: &'static str) -> Self {
+        Self {
+            title,
+            key,
+            scale: 1.0,
+            range: false,
+            ratio: false,
+        }
+    }
+
+    /// Shown in milliseconds (the key is in microseconds).
+    const fn ms(self) -> Self {
+        Self {
+            scale: 0.001,
+            ..self
+        }
+    }
+
+    const fn range(self) -> Self {
+        Self {
+            range: true,
+            ..self
+        }
+    }
+
+    const fn ratio(self) -> Self {
+        Self {
+            ratio: true,
+            ..self
+        }
+    }
+}
+
+/// A markdown table per scenario: every variant's medians of `columns`,
+/// with ratios to the `reference` variant's medians.
+pub(crate) struct RatioTable {
+    /// The scenarios (labels) with a table, in order.
+    pub(crate) scenarios: &'static [&'static str],
+    /// The variant every ratio divides by.
+    pub(crate) reference: &'static str,
+    /// The title of the ratio columns ("x rslock").
+    pub(crate) ratio_title: &'static str,
+    pub(crate) columns: fn(&str) -> &'static [Column],
+    /// The ratio cells also show the min-max of the per-repeat ratios: the
+    /// k-th ok run of a variant over the k-th ok run of the reference (the
+    /// two ran next to each other when the variants are interleaved).
+    pub(crate) paired: bool,
+}
+
+/// The columns of the peer table; the first is the headline, shown with
+/// its min-max and its ratio to the peer.
+fn peer_columns(scenario: &str) -> &'static [Column] {
+    const S1: &[Column] = &[
+        Column::new("ops/s", "ops_per_s").range().ratio(),
+        Column::new("p50 µs", "lat_p50_us").ratio(),
+        Column::new("p99 µs", "lat_p99_us"),
+        Column::new("cmds/op", "cmds_per_acq"),
+    ];
+    const S2: &[Column] = &[
+        Column::new("acq/s", "acq_per_s").range().ratio(),
+        Column::new("wait p99 ms", "wait_p99_us").ms().ratio(),
+        Column::new("per-worker min/max", FAIRNESS),
+        Column::new("cmds/acq", "cmds_per_acq"),
+    ];
     match scenario {
-        "S1" | "S4.1" => &[
-            ("ops/s", "ops_per_s", 1.0),
-            ("p50 µs", "lat_p50_us", 1.0),
-            ("p99 µs", "lat_p99_us", 1.0),
-            ("cmds/op", "cmds_per_acq", 1.0),
-        ],
-        _ => &[
-            ("acq/s", "acq_per_s", 1.0),
-            ("wait p99 ms", "wait_p99_us", 0.001),
-            ("per-worker min/max", FAIRNESS, 1.0),
-            ("cmds/acq", "cmds_per_acq", 1.0),
-        ],
+        "S1" | "S4.1" => S1,
+        _ => S2,
+    }
+}
+
+/// The table of `--compare`: per scenario (S1, S2, S4.1, S4.2) and variant,
+/// the median of every column over the ok runs, the headline's min-max, and
+/// the ratio of each variant's headline median to rslock's (and of p50 /
+/// wait p99 likewise).
+pub(crate) const PEER_TABLE: RatioTable = RatioTable {
+    scenarios: &["S1", "S2", "S4.1", "S4.2"],
+    reference: PEER,
+    ratio_title: "x rslock",
+    columns: peer_columns,
+    paired: false,
+};
+
+impl RatioTable {
+    /// The markdown tables of `rows` (scenarios without ok runs left out).
+    pub(crate) fn render(&self, rows: &[Map<String, Value>]) -> String {
+        let mut s = String::new();
+        for &scenario in self.scenarios {
+            let groups = by_variant(rows, scenario);
+            if groups.is_empty() {
+                continue;
+            }
+            let reference = runs_of(&groups, self.reference);
+            let columns = (self.columns)(scenario);
+            let _ = writeln!(s, "\n**{scenario}**\n");
+            let mut head = String::from("| variant | runs |");
+            let mut rule = String::from("|---|---:|");
+            for c in columns {
+                let _ = write!(head, " {} |", c.title);
+                rule.push_str("---:|");
+                if c.ratio {
+                    let _ = write!(head, " {} |", self.ratio_title);
+                    rule.push_str("---:|");
+                }
+            }
+            let _ = writeln!(s, "{head}\n{rule}");
+            for (v, mine) in &groups {
+                let _ = write!(s, "| {v} | {} |", mine.len());
+                for c in columns {
+                    let values = values(mine, c.key);
+                    let med = median(&values);
+                    let text = if c.range {
+                        headline(&values, c.scale)
+                    } else {
+                        opt_cell(med, c.scale)
+                    };
+                    let _ = write!(s, " {text} |");
+                    if c.ratio {
+                        let r = med
+                            .zip(median_of(&reference, c.key))
+                            .and_then(|(a, b)| ratio(a, b));
+                        let mut text = ratio_cell(r);
+                        if self.paired && *v != self.reference {
+                            text.push_str(&paired_range(mine, &reference, c.key));
+                        }
+                        let _ = write!(s, " {text} |");
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s
     }
 }
 
@@ -345,59 +473,29 @@ fn cell(x: f64) -> String {
     }
 }
 
-/// The markdown table of `--compare`: per scenario (S1, S2, S4.1, S4.2) and
-/// variant, the median of every column over the ok runs, the headline's
-/// min-max, and the ratio of each variant's headline median to rslock's
-/// (and of p50 / wait p99 likewise).
-pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
-    let mut s = String::new();
-    for scenario in ["S1", "S2", "S4.1", "S4.2"] {
-        let groups = by_variant(rows, scenario);
-        if groups.is_empty() {
-            continue;
-        }
-        let peer = runs_of(&groups, PEER);
-        let columns = peer_columns(scenario);
-        let _ = writeln!(s, "\n**{scenario}**\n");
-        let mut head = String::from("| variant | runs |");
-        let mut rule = String::from("|---|---:|");
-        for (i, (title, _, _)) in columns.iter().enumerate() {
-            let _ = write!(head, " {title} |");
-            rule.push_str("---:|");
-            if i <= 1 {
-                let _ = write!(head, " x {PEER} |");
-                rule.push_str("---:|");
-            }
-        }
-        let _ = writeln!(s, "{head}\n{rule}");
-        for (v, mine) in &groups {
-            let _ = write!(s, "| {v} | {} |", mine.len());
-            for (i, &(_, key, scale)) in columns.iter().enumerate() {
-                let values: Vec<f64> = mine.iter().filter_map(|r| value_of(r, key)).collect();
-                let med = median(&values);
-                let text = med.map_or_else(|| "-".into(), |m| cell(m * scale));
-                if i == 0 && values.len() > 1 {
-                    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let _ = write!(s, " {text} ({}-{}) |", cell(lo * scale), cell(hi * scale));
-                } else {
-                    let _ = write!(s, " {text} |");
-                }
-                if i <= 1 {
-                    let r = med
-                        .zip(median_of(&peer, key))
-                        .and_then(|(a, b)| ratio(a, b));
-                    let _ = write!(
-                        s,
-                        " {} |",
-                        r.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
-                    );
-                }
-            }
-            s.push('\n');
-        }
+/// " (lo-hi)": the min-max of the ratios of the k-th run of `mine` to the
+/// k-th of `reference`; empty with fewer than two pairs.
+fn paired_range(
+    mine: &[&Map<String, Value>],
+    reference: &[&Map<String, Value>],
+    key: &str,
+) -> String {
+    let ratios: Vec<f64> = mine
+        .iter()
+        .zip(reference)
+        .filter_map(|(a, b)| ratio(value_of(a, key)?, value_of(b, key)?))
+        .collect();
+    if ratios.len() < 2 {
+        return String::new();
     }
-    s
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(" ({lo:.2}-{hi:.2})")
+}
+
+/// The markdown table of `--compare` (see [`PEER_TABLE`]).
+pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
+    PEER_TABLE.render(rows)
 }
 
 /// The label of S6's reference rows: `Lock` with all 16 workers in one
