@@ -410,6 +410,50 @@ pub(crate) const PEER_TABLE: RatioTable = RatioTable {
     paired: false,
 };
 
+/// The `variant` of the TLS runs of `--tls` is the plain one's with this
+/// suffix.
+pub(crate) const TLS_SUFFIX: &str = " (TLS)";
+
+/// The columns of the TLS table: every metric the TLS cost is read from
+/// with its min-max and its ratio TLS / plain; the commands per operation
+/// as a check (the same scripts run either way: ratio 1).
+fn tls_columns(scenario: &str) -> &'static [Column] {
+    const S1: &[Column] = &[
+        Column::new("ops/s", "ops_per_s").range().ratio(),
+        Column::new("p50 µs", "lat_p50_us").range().ratio(),
+        Column::new("p99 µs", "lat_p99_us"),
+        Column::new("cmds/op", "cmds_per_acq").ratio(),
+    ];
+    const S2: &[Column] = &[
+        Column::new("acq/s", "acq_per_s").range().ratio(),
+        Column::new("wait p50 ms", "wait_p50_us")
+            .ms()
+            .range()
+            .ratio(),
+        Column::new("wait p99 ms", "wait_p99_us")
+            .ms()
+            .range()
+            .ratio(),
+        Column::new("per-worker min/max", FAIRNESS),
+        Column::new("cmds/acq", "cmds_per_acq").ratio(),
+    ];
+    if scenario == "S1" {
+        S1
+    } else {
+        S2
+    }
+}
+
+/// The table of `--tls`: S1 and S2 with `Lock` over TLS and over plain TCP,
+/// ratios TLS / plain (of the medians, and min-max of the per-repeat pairs).
+pub(crate) const TLS_TABLE: RatioTable = RatioTable {
+    scenarios: &["S1", "S2"],
+    reference: "Lock",
+    ratio_title: "x plain",
+    columns: tls_columns,
+    paired: true,
+};
+
 impl RatioTable {
     /// The markdown tables of `rows` (scenarios without ok runs left out).
     pub(crate) fn render(&self, rows: &[Map<String, Value>]) -> String {
@@ -697,6 +741,69 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("**S2**"), "{table}");
+    }
+
+    #[test]
+    fn the_tls_table_has_ratios_tls_over_plain_with_the_pairs_range() {
+        let s1 = |variant: &str, ops: f64, p50: f64| {
+            row(json!({"ok": true, "scenario": "S1", "variant": variant,
+                "ops_per_s": ops, "lat_p50_us": p50, "lat_p99_us": 400.0, "cmds_per_acq": 11.0}))
+        };
+        let s2 = |variant: &str, acq: f64, p50: f64, p99: f64| {
+            row(json!({"ok": true, "scenario": "S2", "variant": variant,
+                "acq_per_s": acq, "wait_p50_us": p50, "wait_p99_us": p99,
+                "worker_acq_min": 100, "worker_acq_max": 100, "cmds_per_acq": 11.0}))
+        };
+        let tls = "Lock (TLS)";
+        let rows = vec![
+            // Pairs (plain, TLS): ops ratios 0.8, 0.9, 0.7.
+            s1("Lock", 5000.0, 200.0),
+            s1(tls, 4000.0, 250.0),
+            s1("Lock", 6000.0, 180.0),
+            s1(tls, 5400.0, 200.0),
+            s1("Lock", 4000.0, 220.0),
+            s1(tls, 2800.0, 300.0),
+            s2("Lock", 400.0, 30_000.0, 40_000.0),
+            s2(tls, 380.0, 33_000.0, 44_000.0),
+            // Not ok: left out.
+            row(json!({"ok": false, "scenario": "S2", "variant": tls, "acq_per_s": 1.0})),
+        ];
+        let table = TLS_TABLE.render(&rows);
+        assert!(
+            table.contains(
+                "| variant | runs | ops/s | x plain | p50 µs | x plain | p99 µs | cmds/op | x plain |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| Lock | 3 | 5000 (4000-6000) | 1.00 | 200 (180-220) | 1.00 | 400 | 11.0 | 1.00 |"
+            ),
+            "{table}"
+        );
+        // 4000 / 5000; 250 / 200; pairs 0.8, 0.9, 0.7 and 1.25, 1.11, 1.36.
+        assert!(
+            table.contains(
+                "| Lock (TLS) | 3 | 4000 (2800-5400) | 0.80 (0.70-0.90) | 250 (200-300) \
+                 | 1.25 (1.11-1.36) | 400 | 11.0 | 1.00 (1.00-1.00) |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| variant | runs | acq/s | x plain | wait p50 ms | x plain | wait p99 ms | x plain \
+                 | per-worker min/max | cmds/acq | x plain |"
+            ),
+            "{table}"
+        );
+        // One pair: no range of the pairs.
+        assert!(
+            table.contains(
+                "| Lock (TLS) | 1 | 380 | 0.95 | 33.0 | 1.10 | 44.0 | 1.10 | 1.00 | 11.0 | 1.00 |"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("**S4.1**"), "{table}");
     }
 
     #[test]
