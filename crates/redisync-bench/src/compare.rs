@@ -315,22 +315,194 @@ pub(crate) fn scaling_summary(c: &Value) -> String {
 /// The peer every ratio of the peer table is taken against.
 pub(crate) const PEER: &str = "rslock";
 
-/// The columns of the peer table: (title, key, scale); the first is the
-/// headline, shown with its min-max and its ratio to the peer.
-fn peer_columns(scenario: &str) -> &'static [(&'static str, &'static str, f64)] {
+/// A column of a ratio table: the median of `key` over a variant's ok
+/// runs, times `scale`; with `range` also its min-max, with `ratio` a
+/// second column with the median's ratio to the reference variant's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Column {
+    title: &'static str,
+    key: &'static str,
+    scale: f64,
+    range: bool,
+    ratio: bool,
+}
+
+impl Column {
+    const fn new(title: &'static str, key: &'static str) -> Self {
+        Self {
+            title,
+            key,
+            scale: 1.0,
+            range: false,
+            ratio: false,
+        }
+    }
+
+    /// Shown in milliseconds (the key is in microseconds).
+    const fn ms(self) -> Self {
+        Self {
+            scale: 0.001,
+            ..self
+        }
+    }
+
+    const fn range(self) -> Self {
+        Self {
+            range: true,
+            ..self
+        }
+    }
+
+    const fn ratio(self) -> Self {
+        Self {
+            ratio: true,
+            ..self
+        }
+    }
+}
+
+/// A markdown table per scenario: every variant's medians of `columns`,
+/// with ratios to the `reference` variant's medians.
+pub(crate) struct RatioTable {
+    /// The scenarios (labels) with a table, in order.
+    pub(crate) scenarios: &'static [&'static str],
+    /// The variant every ratio divides by.
+    pub(crate) reference: &'static str,
+    /// The title of the ratio columns ("x rslock").
+    pub(crate) ratio_title: &'static str,
+    pub(crate) columns: fn(&str) -> &'static [Column],
+    /// The ratio cells also show the min-max of the per-repeat ratios: the
+    /// k-th ok run of a variant over the k-th ok run of the reference (the
+    /// two ran next to each other when the variants are interleaved).
+    pub(crate) paired: bool,
+}
+
+/// The columns of the peer table; the first is the headline, shown with
+/// its min-max and its ratio to the peer.
+fn peer_columns(scenario: &str) -> &'static [Column] {
+    const S1: &[Column] = &[
+        Column::new("ops/s", "ops_per_s").range().ratio(),
+        Column::new("p50 µs", "lat_p50_us").ratio(),
+        Column::new("p99 µs", "lat_p99_us"),
+        Column::new("cmds/op", "cmds_per_acq"),
+    ];
+    const S2: &[Column] = &[
+        Column::new("acq/s", "acq_per_s").range().ratio(),
+        Column::new("wait p99 ms", "wait_p99_us").ms().ratio(),
+        Column::new("per-worker min/max", FAIRNESS),
+        Column::new("cmds/acq", "cmds_per_acq"),
+    ];
     match scenario {
-        "S1" | "S4.1" => &[
-            ("ops/s", "ops_per_s", 1.0),
-            ("p50 µs", "lat_p50_us", 1.0),
-            ("p99 µs", "lat_p99_us", 1.0),
-            ("cmds/op", "cmds_per_acq", 1.0),
-        ],
-        _ => &[
-            ("acq/s", "acq_per_s", 1.0),
-            ("wait p99 ms", "wait_p99_us", 0.001),
-            ("per-worker min/max", FAIRNESS, 1.0),
-            ("cmds/acq", "cmds_per_acq", 1.0),
-        ],
+        "S1" | "S4.1" => S1,
+        _ => S2,
+    }
+}
+
+/// The table of `--compare`: per scenario (S1, S2, S4.1, S4.2) and variant,
+/// the median of every column over the ok runs, the headline's min-max, and
+/// the ratio of each variant's headline median to rslock's (and of p50 /
+/// wait p99 likewise).
+pub(crate) const PEER_TABLE: RatioTable = RatioTable {
+    scenarios: &["S1", "S2", "S4.1", "S4.2"],
+    reference: PEER,
+    ratio_title: "x rslock",
+    columns: peer_columns,
+    paired: false,
+};
+
+/// The `variant` of the TLS runs of `--tls` is the plain one's with this
+/// suffix.
+pub(crate) const TLS_SUFFIX: &str = " (TLS)";
+
+/// The columns of the TLS table: every metric the TLS cost is read from
+/// with its min-max and its ratio TLS / plain; the commands per operation
+/// as a check (the same scripts run either way: ratio 1).
+fn tls_columns(scenario: &str) -> &'static [Column] {
+    const S1: &[Column] = &[
+        Column::new("ops/s", "ops_per_s").range().ratio(),
+        Column::new("p50 µs", "lat_p50_us").range().ratio(),
+        Column::new("p99 µs", "lat_p99_us"),
+        Column::new("cmds/op", "cmds_per_acq").ratio(),
+    ];
+    const S2: &[Column] = &[
+        Column::new("acq/s", "acq_per_s").range().ratio(),
+        Column::new("wait p50 ms", "wait_p50_us")
+            .ms()
+            .range()
+            .ratio(),
+        Column::new("wait p99 ms", "wait_p99_us")
+            .ms()
+            .range()
+            .ratio(),
+        Column::new("per-worker min/max", FAIRNESS),
+        Column::new("cmds/acq", "cmds_per_acq").ratio(),
+    ];
+    if scenario == "S1" {
+        S1
+    } else {
+        S2
+    }
+}
+
+/// The table of `--tls`: S1 and S2 with `Lock` over TLS and over plain TCP,
+/// ratios TLS / plain (of the medians, and min-max of the per-repeat pairs).
+pub(crate) const TLS_TABLE: RatioTable = RatioTable {
+    scenarios: &["S1", "S2"],
+    reference: "Lock",
+    ratio_title: "x plain",
+    columns: tls_columns,
+    paired: true,
+};
+
+impl RatioTable {
+    /// The markdown tables of `rows` (scenarios without ok runs left out).
+    pub(crate) fn render(&self, rows: &[Map<String, Value>]) -> String {
+        let mut s = String::new();
+        for &scenario in self.scenarios {
+            let groups = by_variant(rows, scenario);
+            if groups.is_empty() {
+                continue;
+            }
+            let reference = runs_of(&groups, self.reference);
+            let columns = (self.columns)(scenario);
+            let _ = writeln!(s, "\n**{scenario}**\n");
+            let mut head = String::from("| variant | runs |");
+            let mut rule = String::from("|---|---:|");
+            for c in columns {
+                let _ = write!(head, " {} |", c.title);
+                rule.push_str("---:|");
+                if c.ratio {
+                    let _ = write!(head, " {} |", self.ratio_title);
+                    rule.push_str("---:|");
+                }
+            }
+            let _ = writeln!(s, "{head}\n{rule}");
+            for (v, mine) in &groups {
+                let _ = write!(s, "| {v} | {} |", mine.len());
+                for c in columns {
+                    let values = values(mine, c.key);
+                    let med = median(&values);
+                    let text = if c.range {
+                        headline(&values, c.scale)
+                    } else {
+                        opt_cell(med, c.scale)
+                    };
+                    let _ = write!(s, " {text} |");
+                    if c.ratio {
+                        let r = med
+                            .zip(median_of(&reference, c.key))
+                            .and_then(|(a, b)| ratio(a, b));
+                        let mut text = ratio_cell(r);
+                        if self.paired && *v != self.reference {
+                            text.push_str(&paired_range(mine, &reference, c.key));
+                        }
+                        let _ = write!(s, " {text} |");
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s
     }
 }
 
@@ -345,59 +517,29 @@ fn cell(x: f64) -> String {
     }
 }
 
-/// The markdown table of `--compare`: per scenario (S1, S2, S4.1, S4.2) and
-/// variant, the median of every column over the ok runs, the headline's
-/// min-max, and the ratio of each variant's headline median to rslock's
-/// (and of p50 / wait p99 likewise).
-pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
-    let mut s = String::new();
-    for scenario in ["S1", "S2", "S4.1", "S4.2"] {
-        let groups = by_variant(rows, scenario);
-        if groups.is_empty() {
-            continue;
-        }
-        let peer = runs_of(&groups, PEER);
-        let columns = peer_columns(scenario);
-        let _ = writeln!(s, "\n**{scenario}**\n");
-        let mut head = String::from("| variant | runs |");
-        let mut rule = String::from("|---|---:|");
-        for (i, (title, _, _)) in columns.iter().enumerate() {
-            let _ = write!(head, " {title} |");
-            rule.push_str("---:|");
-            if i <= 1 {
-                let _ = write!(head, " x {PEER} |");
-                rule.push_str("---:|");
-            }
-        }
-        let _ = writeln!(s, "{head}\n{rule}");
-        for (v, mine) in &groups {
-            let _ = write!(s, "| {v} | {} |", mine.len());
-            for (i, &(_, key, scale)) in columns.iter().enumerate() {
-                let values: Vec<f64> = mine.iter().filter_map(|r| value_of(r, key)).collect();
-                let med = median(&values);
-                let text = med.map_or_else(|| "-".into(), |m| cell(m * scale));
-                if i == 0 && values.len() > 1 {
-                    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let _ = write!(s, " {text} ({}-{}) |", cell(lo * scale), cell(hi * scale));
-                } else {
-                    let _ = write!(s, " {text} |");
-                }
-                if i <= 1 {
-                    let r = med
-                        .zip(median_of(&peer, key))
-                        .and_then(|(a, b)| ratio(a, b));
-                    let _ = write!(
-                        s,
-                        " {} |",
-                        r.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
-                    );
-                }
-            }
-            s.push('\n');
-        }
+/// " (lo-hi)": the min-max of the ratios of the k-th run of `mine` to the
+/// k-th of `reference`; empty with fewer than two pairs.
+fn paired_range(
+    mine: &[&Map<String, Value>],
+    reference: &[&Map<String, Value>],
+    key: &str,
+) -> String {
+    let ratios: Vec<f64> = mine
+        .iter()
+        .zip(reference)
+        .filter_map(|(a, b)| ratio(value_of(a, key)?, value_of(b, key)?))
+        .collect();
+    if ratios.len() < 2 {
+        return String::new();
     }
-    s
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(" ({lo:.2}-{hi:.2})")
+}
+
+/// The markdown table of `--compare` (see [`PEER_TABLE`]).
+pub(crate) fn peer_table(rows: &[Map<String, Value>]) -> String {
+    PEER_TABLE.render(rows)
 }
 
 /// The label of S6's reference rows: `Lock` with all 16 workers in one
@@ -599,6 +741,69 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("**S2**"), "{table}");
+    }
+
+    #[test]
+    fn the_tls_table_has_ratios_tls_over_plain_with_the_pairs_range() {
+        let s1 = |variant: &str, ops: f64, p50: f64| {
+            row(json!({"ok": true, "scenario": "S1", "variant": variant,
+                "ops_per_s": ops, "lat_p50_us": p50, "lat_p99_us": 400.0, "cmds_per_acq": 11.0}))
+        };
+        let s2 = |variant: &str, acq: f64, p50: f64, p99: f64| {
+            row(json!({"ok": true, "scenario": "S2", "variant": variant,
+                "acq_per_s": acq, "wait_p50_us": p50, "wait_p99_us": p99,
+                "worker_acq_min": 100, "worker_acq_max": 100, "cmds_per_acq": 11.0}))
+        };
+        let tls = "Lock (TLS)";
+        let rows = vec![
+            // Pairs (plain, TLS): ops ratios 0.8, 0.9, 0.7.
+            s1("Lock", 5000.0, 200.0),
+            s1(tls, 4000.0, 250.0),
+            s1("Lock", 6000.0, 180.0),
+            s1(tls, 5400.0, 200.0),
+            s1("Lock", 4000.0, 220.0),
+            s1(tls, 2800.0, 300.0),
+            s2("Lock", 400.0, 30_000.0, 40_000.0),
+            s2(tls, 380.0, 33_000.0, 44_000.0),
+            // Not ok: left out.
+            row(json!({"ok": false, "scenario": "S2", "variant": tls, "acq_per_s": 1.0})),
+        ];
+        let table = TLS_TABLE.render(&rows);
+        assert!(
+            table.contains(
+                "| variant | runs | ops/s | x plain | p50 µs | x plain | p99 µs | cmds/op | x plain |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| Lock | 3 | 5000 (4000-6000) | 1.00 | 200 (180-220) | 1.00 | 400 | 11.0 | 1.00 |"
+            ),
+            "{table}"
+        );
+        // 4000 / 5000; 250 / 200; pairs 0.8, 0.9, 0.7 and 1.25, 1.11, 1.36.
+        assert!(
+            table.contains(
+                "| Lock (TLS) | 3 | 4000 (2800-5400) | 0.80 (0.70-0.90) | 250 (200-300) \
+                 | 1.25 (1.11-1.36) | 400 | 11.0 | 1.00 (1.00-1.00) |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| variant | runs | acq/s | x plain | wait p50 ms | x plain | wait p99 ms | x plain \
+                 | per-worker min/max | cmds/acq | x plain |"
+            ),
+            "{table}"
+        );
+        // One pair: no range of the pairs.
+        assert!(
+            table.contains(
+                "| Lock (TLS) | 1 | 380 | 0.95 | 33.0 | 1.10 | 44.0 | 1.10 | 1.00 | 11.0 | 1.00 |"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("**S4.1**"), "{table}");
     }
 
     #[test]

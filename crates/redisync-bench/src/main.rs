@@ -8,6 +8,7 @@
 //! redisync-bench --scenario S6 --ports P1 --clients N [parameters]
 //! redisync-bench --all [--quick] [--repeats N]
 //! redisync-bench --compare [--quick] [--repeats N]
+//! redisync-bench --tls [--quick] [--repeats N]
 //! ```
 //!
 //! With `--ports` the servers already listening on 127.0.0.1 are used and
@@ -29,6 +30,17 @@
 //! tables of medians with min-max and ratios to rslock on stderr.
 //! `--repeats N` runs S1, S2, S4, S5 and S6 N times (variants interleaved)
 //! and compares medians; S3 runs once.
+//!
+//! `--tls` measures what TLS costs: S1 and S2 with `Lock` (fixed lease),
+//! each run on a fresh server, alternately over plain TCP (`redis://`, a
+//! plain server) and over TLS (`rediss://` to the TLS port of a server of
+//! the same binary started with `--tls-port` and test certificates; the
+//! client trusts their CA, no client certificate), 5 times each by default
+//! (plain, TLS, plain, TLS, ...; `--repeats N`); then a markdown table per
+//! scenario on stderr: medians with min-max, and the ratios TLS / plain of
+//! the medians with the min-max of the per-repeat pairs. The lines of the
+//! TLS runs carry `"transport":"tls"` and the variant `Lock (TLS)`; the
+//! commands are counted over the plain port, so cmds/op must match.
 //!
 //! S1 "released by drop" (`--release drop`, `Lock` only; variant
 //! `Lock (released by drop)`): the loop drops the guard instead of awaiting
@@ -102,6 +114,7 @@ usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
        redisync-bench --scenario S6 --ports P1 --clients N [parameters]
        redisync-bench --all [--quick] [--repeats N]
        redisync-bench --compare [--quick] [--repeats N]
+       redisync-bench --tls [--quick] [--repeats N]
   --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
                rslock, the floors, Redlock S4, S5 on one server and on a 3-primary
                cluster) on fresh servers, then the ratios to the spin baseline and to
@@ -112,8 +125,11 @@ usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
                rslock, spin; plus
                the reference Lock 1x16), S4.1/S4.2 (Redlock, rslock over 3 servers);
                markdown tables of medians (min-max) and ratios to rslock on stderr
+  --tls        the cost of TLS: S1 and S2 (Lock, fixed lease) over plain TCP and over
+               TLS (rustls + ring, test CA) on fresh servers of the same binary,
+               interleaved; markdown tables of medians (min-max) and TLS / plain ratios
   --repeats N  run S1, S2, S4, S5 and S6 N times (interleaved) and compare medians
-               (default 5 with --compare, 1 with --all)
+               (default 5 with --compare and --tls, 1 with --all)
   --quick      small workloads (smoke run; numbers not comparable)
 parameters (defaults per scenario as in BENCHMARKS.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
@@ -257,6 +273,14 @@ enum Kind {
 }
 
 impl Kind {
+    /// redisync's own lock types (not the baseline, the peer or a floor).
+    fn is_redisync(self) -> bool {
+        matches!(
+            self,
+            Kind::Lock | Kind::Fair | Kind::Semaphore | Kind::Write
+        )
+    }
+
     fn parse(s: &str) -> Result<Self, String> {
         match s {
             "lock" => Ok(Kind::Lock),
@@ -273,6 +297,31 @@ impl Kind {
                     .into(),
             ),
         }
+    }
+}
+
+/// How the client under test reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    /// `redis://`: plain TCP (every run but `--tls`'s TLS rows).
+    Plain,
+    /// `rediss://`: TLS (rustls with ring) to the TLS port of a server
+    /// started by the testkit, trusting its test CA (`Opts::tls`).
+    Tls,
+}
+
+/// Where a TLS run connects: the server's TLS port and the CA to trust.
+#[derive(Clone)]
+struct TlsEndpoint {
+    port: u16,
+    ca_pem: String,
+}
+
+impl std::fmt::Debug for TlsEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsEndpoint")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
     }
 }
 
@@ -301,6 +350,11 @@ struct Opts {
     label: Option<&'static str>,
     /// S1: how the lock is given back.
     release: Release,
+    /// Plain TCP or TLS (`--tls` only; redisync's kinds only).
+    transport: Transport,
+    /// `Transport::Tls`: the endpoint, set when the server has started
+    /// (`run_suite`); `ports` stay the plain ports (for `INFO`).
+    tls: Option<TlsEndpoint>,
 }
 
 impl Opts {
@@ -331,6 +385,8 @@ impl Opts {
             cluster: false,
             label: None,
             release: Release::Await,
+            transport: Transport::Plain,
+            tls: None,
         }
     }
 
@@ -518,9 +574,13 @@ impl Opts {
             (Kind::Write, false) => "RwLock (write)",
         };
         let name = if self.cluster { "Lock (cluster)" } else { name };
-        match self.lease {
+        let name = match self.lease {
             Lease::Fixed => name.into(),
             Lease::Watchdog => format!("{name} (watchdog)"),
+        };
+        match self.transport {
+            Transport::Plain => name,
+            Transport::Tls => format!("{name}{}", compare::TLS_SUFFIX),
         }
     }
 
@@ -546,6 +606,11 @@ impl Opts {
             (false, 1) if self.kind == Kind::Spin => "one plain fred Client".to_string(),
             (false, n) if self.kind == Kind::Spin => {
                 format!("{n} plain fred Clients (task i uses client i % {n})")
+            }
+            (false, 1) if self.transport == Transport::Tls => {
+                "one redisync Client over TLS (rediss://, rustls with ring; server \
+                 certificate from a test CA, no client certificate)"
+                    .to_string()
             }
             (false, 1) => "one redisync Client".to_string(),
             (false, n) => format!("{n} redisync Clients (task i uses client i % {n})"),
@@ -591,26 +656,45 @@ impl Opts {
 /// What the command line asks for.
 enum Command {
     One(Opts),
-    /// `--all` (`compare_only` false) or `--compare`.
+    /// `--all`, `--compare` or `--tls`.
     Suite(Suite),
     Help,
 }
 
-/// The runs of `--all` / `--compare`.
+/// Which suite runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    /// `--all`: every scenario and variant.
+    All,
+    /// `--compare`: side by side with rslock.
+    Compare,
+    /// `--tls`: S1 and S2 with `Lock` over TLS and over plain TCP.
+    Tls,
+}
+
+impl Which {
+    fn flag(self) -> &'static str {
+        match self {
+            Which::All => "--all",
+            Which::Compare => "--compare",
+            Which::Tls => "--tls",
+        }
+    }
+}
+
+/// The runs of `--all` / `--compare` / `--tls`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Suite {
-    /// Only `Lock` and the spin baseline, no S4.
-    compare_only: bool,
+    which: Which,
     quick: bool,
     /// Runs of each S1/S2/S4 row (S3 runs once).
     repeats: usize,
 }
 
-/// `--all` (`compare` false) or `--compare`, with only `--repeats N` among
-/// the options.
-fn parse_suite(compare: bool, quick: bool, pairs: &[(String, String)]) -> Result<Command, String> {
+/// A suite, with only `--repeats N` among the options.
+fn parse_suite(which: Which, quick: bool, pairs: &[(String, String)]) -> Result<Command, String> {
     // Ratios between peers need repeats (the machine is noisy).
-    let mut repeats = if compare { 5 } else { 1 };
+    let mut repeats = if which == Which::All { 1 } else { 5 };
     for (k, v) in pairs {
         if k == "repeats" {
             repeats = v
@@ -619,20 +703,35 @@ fn parse_suite(compare: bool, quick: bool, pairs: &[(String, String)]) -> Result
                 .filter(|&n| n >= 1)
                 .ok_or(format!("--repeats {v}: a whole number >= 1"))?;
         } else {
-            let which = if compare { "--compare" } else { "--all" };
-            return Err(format!("--{k} cannot be combined with {which}"));
+            return Err(format!("--{k} cannot be combined with {}", which.flag()));
         }
     }
     Ok(Command::Suite(Suite {
-        compare_only: compare,
+        which,
         quick,
         repeats,
     }))
 }
 
+/// The suite the flags `--all`, `--compare` and `--tls` (`flags`, in the
+/// order given) ask for, if any.
+fn which_suite(flags: &[Which], cluster: bool) -> Result<Option<Which>, String> {
+    let has = |w: Which| flags.contains(&w);
+    if has(Which::All) && has(Which::Compare) {
+        return Err("--all already includes --compare".into());
+    }
+    if has(Which::Tls) && flags.iter().any(|&w| w != Which::Tls) {
+        return Err("--tls is a suite of its own: not with --all or --compare".into());
+    }
+    let which = flags.first().copied();
+    if which.is_some() && cluster {
+        return Err("--cluster only goes with --scenario S5".into());
+    }
+    Ok(which)
+}
+
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut all = false;
-    let mut compare = false;
+    let mut suites = Vec::new();
     let mut quick = false;
     let mut cluster = false;
     let mut pairs: Vec<(String, String)> = Vec::new();
@@ -642,8 +741,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             return Err(format!("unexpected argument {arg:?}"));
         };
         match name {
-            "all" => all = true,
-            "compare" => compare = true,
+            "all" => suites.push(Which::All),
+            "compare" => suites.push(Which::Compare),
+            "tls" => suites.push(Which::Tls),
             "quick" => quick = true,
             "cluster" => cluster = true,
             "help" => return Ok(Command::Help),
@@ -659,17 +759,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             }
         }
     }
-    if all && compare {
-        return Err("--all already includes --compare".into());
-    }
-    if (all || compare) && cluster {
-        return Err("--cluster only goes with --scenario S5".into());
-    }
-    if all || compare {
-        return parse_suite(compare, quick, &pairs);
+    if let Some(which) = which_suite(&suites, cluster)? {
+        return parse_suite(which, quick, &pairs);
     }
     if quick {
-        return Err("--quick only goes with --all or --compare".into());
+        return Err("--quick only goes with --all, --compare or --tls".into());
     }
     let scenario = match pairs
         .iter()
@@ -790,17 +884,18 @@ fn check(o: &Opts) -> Result<(), String> {
 /// variant. `--compare`: `Lock` and the spin baseline; `--all`: also
 /// `FairLock`, `Semaphore(1)` and (S2 only) `Lock` with the watchdog lease.
 fn suite_runs(suite: Suite) -> Vec<Opts> {
-    let mut s1 = Opts::defaults(Scenario::S1);
-    let mut s2 = Opts::defaults(Scenario::S2);
+    if suite.which == Which::Tls {
+        return tls_runs(suite);
+    }
+    let (s1, s2) = s1_s2(suite);
     let mut s3 = Opts::defaults(Scenario::S3);
     if suite.quick {
-        s1.iterations = 500;
-        s2.duration = Duration::from_secs(2);
         s3.requests = 20;
         s3.hold = Duration::from_millis(50);
     }
+    let compare_only = suite.which == Which::Compare;
     let mut variants = vec![(Kind::Lock, Lease::Fixed), (Kind::Rslock, Lease::Fixed)];
-    if !suite.compare_only {
+    if !compare_only {
         variants.extend([
             (Kind::Fair, Lease::Fixed),
             (Kind::Semaphore, Lease::Watchdog),
@@ -826,7 +921,7 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
         for &v in variants.iter().chain(&floors) {
             runs.push(with(&s1, v));
             // `--compare`: the dropped guard next to the awaited one.
-            if v == (Kind::Lock, Lease::Fixed) && suite.compare_only {
+            if v == (Kind::Lock, Lease::Fixed) && compare_only {
                 runs.push(dropped.clone());
             }
         }
@@ -834,15 +929,45 @@ fn suite_runs(suite: Suite) -> Vec<Opts> {
     for _ in 0..suite.repeats {
         for &v in &variants {
             runs.push(with(&s2, v));
-            if v == (Kind::Lock, Lease::Fixed) && !suite.compare_only {
+            if v == (Kind::Lock, Lease::Fixed) && !compare_only {
                 runs.push(with(&s2, (Kind::Lock, Lease::Watchdog)));
             }
         }
     }
-    if suite.compare_only {
+    if compare_only {
         runs.extend(s6_runs(suite));
     } else {
         runs.extend(variants.iter().map(|&v| with(&s3, v)));
+    }
+    runs
+}
+
+/// S1 and S2 with their defaults, or (`--quick`) small: 500 iterations,
+/// a 2 s window.
+fn s1_s2(suite: Suite) -> (Opts, Opts) {
+    let mut s1 = Opts::defaults(Scenario::S1);
+    let mut s2 = Opts::defaults(Scenario::S2);
+    if suite.quick {
+        s1.iterations = 500;
+        s2.duration = Duration::from_secs(2);
+    }
+    (s1, s2)
+}
+
+/// The runs of `--tls`: S1, then S2, with `Lock` and a fixed lease, over
+/// plain TCP and over TLS alternately (plain, TLS, plain, TLS, ...),
+/// `repeats` times each.
+fn tls_runs(suite: Suite) -> Vec<Opts> {
+    let (s1, s2) = s1_s2(suite);
+    let mut runs = Vec::new();
+    for plain in [s1, s2] {
+        let tls = Opts {
+            transport: Transport::Tls,
+            ..plain.clone()
+        };
+        for _ in 0..suite.repeats {
+            runs.extend([plain.clone(), tls.clone()]);
+        }
     }
     runs
 }
@@ -890,14 +1015,13 @@ fn s6_runs(suite: Suite) -> Vec<Opts> {
 }
 
 /// The S4 runs: S1 and S2 (fixed lease) through a Redlock and through
-/// rslock over three servers, `repeats` times each, interleaved.
+/// rslock over three servers, `repeats` times each, interleaved; none for
+/// `--tls`.
 fn s4_runs(suite: Suite) -> Vec<Opts> {
-    let mut s41 = Opts::defaults(Scenario::S1);
-    let mut s42 = Opts::defaults(Scenario::S2);
-    if suite.quick {
-        s41.iterations = 500;
-        s42.duration = Duration::from_secs(2);
+    if suite.which == Which::Tls {
+        return Vec::new();
     }
+    let (mut s41, mut s42) = s1_s2(suite);
     s41.label = Some("S4.1");
     s42.label = Some("S4.2");
     let peer = |o: &Opts| Opts {
@@ -914,9 +1038,9 @@ fn s4_runs(suite: Suite) -> Vec<Opts> {
 }
 
 /// The S5 runs of `--all`: one server, then a 3-primary cluster, `repeats`
-/// times (interleaved); none for `--compare`.
+/// times (interleaved); none for `--compare` and `--tls`.
 fn s5_runs(suite: Suite) -> Vec<Opts> {
-    if suite.compare_only {
+    if suite.which != Which::All {
         return Vec::new();
     }
     let mut one = Opts::defaults(Scenario::S5);
@@ -967,7 +1091,20 @@ fn header(o: &Opts) -> Map<String, Value> {
     out.insert("peer".into(), json!(lib));
     out.insert("lib".into(), json!(lib));
     out.insert("lib_version".into(), json!(version));
-    out.insert("client".into(), json!(client));
+    match o.transport {
+        Transport::Plain => out.insert("client".into(), json!(client)),
+        Transport::Tls => out.insert(
+            "client".into(),
+            json!(format!("{client}, TLS: rustls + ring")),
+        ),
+    };
+    out.insert(
+        "transport".into(),
+        json!(match o.transport {
+            Transport::Plain => "plain",
+            Transport::Tls => "tls",
+        }),
+    );
     out.insert("lang".into(), json!("rust"));
     out.insert("scenario".into(), json!(format!("{:?}", o.scenario)));
     if let Some(label) = o.label_text() {
@@ -1035,6 +1172,31 @@ async fn other_handle(o: &Opts, urls: &[String]) -> Result<Option<Handle>, Strin
     }))
 }
 
+/// What redisync's clients under test connect to: the servers' plain
+/// `urls`, or (TLS) the TLS port of the one server.
+fn client_urls(o: &Opts, urls: &[String]) -> Result<Vec<String>, String> {
+    match (o.transport, &o.tls) {
+        (Transport::Plain, _) => Ok(urls.to_vec()),
+        (Transport::Tls, Some(tls)) if urls.len() == 1 && o.kind.is_redisync() => {
+            Ok(vec![format!("rediss://127.0.0.1:{}", tls.port)])
+        }
+        (Transport::Tls, Some(_)) => Err("TLS runs measure redisync's kinds on one server".into()),
+        (Transport::Tls, None) => Err("a TLS run without its TLS endpoint".into()),
+    }
+}
+
+/// One redisync client under test on `url` (trusting the test CA for TLS).
+async fn connect(o: &Opts, url: &str) -> Result<redisync::Client, String> {
+    let mut builder = redisync::Client::builder(url);
+    if let Some(tls) = &o.tls {
+        builder = builder.tls_ca_pem(tls.ca_pem.clone());
+    }
+    builder
+        .connect()
+        .await
+        .map_err(|e| format!("connect {url}: {e}"))
+}
+
 /// Connects, warms up, runs the scenario and merges its fields into `out`.
 async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     if o.scenario == Scenario::S5 {
@@ -1055,6 +1217,7 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
     } else {
         o.clients
     };
+    let client_urls = client_urls(o, &urls)?;
     let mut clients = Vec::with_capacity(n_clients * urls.len());
     let mut others = Vec::new();
     let mut targets = Vec::with_capacity(n_clients);
@@ -1068,9 +1231,8 @@ async fn run(o: &Opts, out: &mut Map<String, Value>) -> Result<(), String> {
             continue;
         }
         let mut locks = Vec::with_capacity(urls.len());
-        for url in &urls {
-            let client = redisync::Client::connect(url.as_str()).await;
-            let client = client.map_err(|e| format!("connect {url}: {e}"))?;
+        for url in &client_urls {
+            let client = connect(o, url).await?;
             locks.push(client.lock(KEY));
             clients.push(client);
         }
@@ -1233,15 +1395,25 @@ async fn run_suite(suite: Suite) -> ExitCode {
     for o in s4_runs(suite) {
         s4.push((o, redisync_testkit::RedisNodes::start(3).await));
     }
+    // `--tls`: one set of test certificates for every TLS server.
+    let certs = match suite.which {
+        Which::Tls => match redisync_testkit::TestCerts::generate() {
+            Ok(certs) => Some(certs),
+            Err(e) => return suite_failed(&format!("test certificates: {e}")),
+        },
+        Which::All | Which::Compare => None,
+    };
     for mut o in suite_runs(suite) {
-        let server = redisync_testkit::RedisServer::start().await;
-        o.ports = vec![server.port()];
+        let server = match start_server(&mut o, certs.as_ref()).await {
+            Ok(server) => server,
+            Err(e) => return suite_failed(&e),
+        };
         eprintln!(
             "running {} ({}) against {}",
             o.label_text()
                 .unwrap_or_else(|| format!("{:?}", o.scenario)),
             o.variant(),
-            server.url()
+            server.tls_url().unwrap_or_else(|| server.url())
         );
         let out = run_one(&o).await;
         drop(server);
@@ -1265,10 +1437,17 @@ async fn run_suite(suite: Suite) -> ExitCode {
     for mut o in s5_runs(suite) {
         all_ok &= run_s5_fresh(&mut o, &mut rows).await;
     }
-    if suite.compare_only {
-        eprintln!("{}", peer_table_header(&rows, suite.repeats));
+    match suite.which {
+        Which::All => eprintln!("{}", compare::peer_table(&rows)),
+        Which::Compare => {
+            eprintln!("{}", peer_table_header(&rows, suite));
+            eprintln!("{}", compare::peer_table(&rows));
+        }
+        Which::Tls => {
+            eprintln!("{}", peer_table_header(&rows, suite));
+            eprintln!("{}", compare::TLS_TABLE.render(&rows));
+        }
     }
-    eprintln!("{}", compare::peer_table(&rows));
     let s6 = compare::s6_table(&rows);
     if !s6.is_empty() {
         eprintln!("{s6}");
@@ -1291,9 +1470,43 @@ async fn run_suite(suite: Suite) -> ExitCode {
     }
 }
 
+/// A fresh server for one run of a suite: plain, or (`Transport::Tls`) with
+/// a TLS port too, whose endpoint goes into `o.tls`; `o.ports` is the plain
+/// port either way.
+async fn start_server(
+    o: &mut Opts,
+    certs: Option<&redisync_testkit::TestCerts>,
+) -> Result<redisync_testkit::RedisServer, String> {
+    let server = match (o.transport, certs) {
+        (Transport::Plain, _) => redisync_testkit::RedisServer::start().await,
+        (Transport::Tls, Some(certs)) => {
+            let server = redisync_testkit::RedisServer::try_start_tls(certs, false, &[]).await;
+            let server = server.map_err(|e| format!("TLS server: {e}"))?;
+            o.tls = Some(TlsEndpoint {
+                port: server.tls_port().ok_or("TLS server without a TLS port")?,
+                ca_pem: certs.ca_pem.clone(),
+            });
+            server
+        }
+        (Transport::Tls, None) => return Err("a TLS run without certificates".into()),
+    };
+    o.ports = vec![server.port()];
+    Ok(server)
+}
+
+/// A suite that cannot go on: says why (stderr and one JSON line), exit 1.
+fn suite_failed(why: &str) -> ExitCode {
+    eprintln!("error: {why}");
+    let mut out = Map::new();
+    out.insert("ok".into(), json!(false));
+    out.insert("error".into(), json!(why));
+    emit(&out);
+    ExitCode::FAILURE
+}
+
 /// What the peer table was measured on: the date, the machine's cores, the
 /// server's version and the load at the start of the runs (min-max).
-fn peer_table_header(rows: &[Map<String, Value>], repeats: usize) -> String {
+fn peer_table_header(rows: &[Map<String, Value>], suite: Suite) -> String {
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let loads: Vec<f64> = rows
         .iter()
@@ -1305,12 +1518,21 @@ fn peer_table_header(rows: &[Map<String, Value>], repeats: usize) -> String {
         .iter()
         .find_map(|r| r.get("server_version")?.as_str().map(String::from))
         .unwrap_or_else(|| "?".into());
+    let what = match suite.which {
+        Which::Tls => {
+            "min-max in parentheses; TLS: rustls (ring) client, server certificate from \
+             a test CA, no client certificate; x plain = TLS / plain of the medians \
+             (min-max of the per-repeat pairs in parentheses)"
+        }
+        Which::All | Which::Compare => "headline min-max in parentheses",
+    };
     format!(
-        "redisync-bench --compare, {} (UTC): {cores} cores, server {server}, 1-min load \
+        "redisync-bench {}, {} (UTC): {cores} cores, server {server}, 1-min load \
          {lo:.2}-{hi:.2} at the starts of the runs; medians of {} interleaved repeats, \
-         headline min-max in parentheses",
+         {what}",
+        suite.which.flag(),
         utc_date(),
-        repeats
+        suite.repeats
     )
 }
 
@@ -1443,7 +1665,7 @@ mod tests {
         assert!(matches!(
             parse("--all --quick"),
             Ok(Command::Suite(Suite {
-                compare_only: false,
+                which: Which::All,
                 quick: true,
                 repeats: 1
             }))
@@ -1451,7 +1673,7 @@ mod tests {
         assert!(matches!(
             parse("--compare --repeats 3"),
             Ok(Command::Suite(Suite {
-                compare_only: true,
+                which: Which::Compare,
                 quick: false,
                 repeats: 3
             }))
@@ -1507,7 +1729,7 @@ mod tests {
     #[tokio::test]
     async fn compare_adds_s6_and_the_dropped_guard() {
         let compare = Suite {
-            compare_only: true,
+            which: Which::Compare,
             quick: false,
             repeats: 2,
         };
@@ -1561,7 +1783,7 @@ mod tests {
     #[test]
     fn suites() {
         let compare = Suite {
-            compare_only: true,
+            which: Which::Compare,
             quick: false,
             repeats: 2,
         };
@@ -1609,7 +1831,7 @@ mod tests {
             ]
         );
         let all = Suite {
-            compare_only: false,
+            which: Which::All,
             quick: true,
             repeats: 1,
         };
@@ -1722,5 +1944,99 @@ mod tests {
         assert!(parse("--compare --repeats 0").is_err());
         assert!(parse("--compare --kind spin").is_err());
         assert!(parse("--scenario S1 --ports 1 --quick").is_err());
+    }
+
+    #[test]
+    fn tls_parses_as_a_suite() {
+        assert!(matches!(
+            parse("--tls"),
+            Ok(Command::Suite(Suite {
+                which: Which::Tls,
+                quick: false,
+                repeats: 5
+            }))
+        ));
+        assert!(matches!(
+            parse("--tls --quick --repeats=7"),
+            Ok(Command::Suite(Suite {
+                which: Which::Tls,
+                quick: true,
+                repeats: 7
+            }))
+        ));
+        assert!(matches!(
+            parse("--repeats 6 --tls"),
+            Ok(Command::Suite(Suite {
+                which: Which::Tls,
+                repeats: 6,
+                ..
+            }))
+        ));
+        // A suite of its own, with only --repeats and --quick.
+        assert!(parse("--tls --all").is_err());
+        assert!(parse("--compare --tls").is_err());
+        assert!(parse("--tls --cluster").is_err());
+        assert!(parse("--tls --repeats 0").is_err());
+        assert!(parse("--tls --repeats many").is_err());
+        assert!(parse("--tls --ports 1").is_err());
+        assert!(parse("--tls --scenario S1").is_err());
+        assert!(parse("--tls --kind spin").is_err());
+        assert_eq!(
+            parse("--tls --kind spin").err().as_deref(),
+            Some("--kind cannot be combined with --tls")
+        );
+        // Not an option of a single run.
+        assert!(parse("--scenario S1 --ports 1 --tls=yes").is_err());
+        // Single runs stay plain.
+        let Ok(Command::One(o)) = parse("--scenario S1 --ports 1") else {
+            panic!("S1 did not parse");
+        };
+        assert_eq!(o.transport, Transport::Plain);
+        assert!(o.tls.is_none());
+    }
+
+    // `header` reads the runtime's worker count.
+    #[tokio::test]
+    async fn tls_interleaves_plain_and_tls_of_s1_then_s2() {
+        let suite = Suite {
+            which: Which::Tls,
+            quick: false,
+            repeats: 3,
+        };
+        let runs = suite_runs(suite);
+        let names: Vec<String> = runs
+            .iter()
+            .map(|o| format!("{:?} {}", o.scenario, o.variant()))
+            .collect();
+        let s1 = ["S1 Lock", "S1 Lock (TLS)"];
+        let s2 = ["S2 Lock", "S2 Lock (TLS)"];
+        assert_eq!(names, [s1, s1, s1, s2, s2, s2].concat());
+        // The same workload either way: S1's and S2's defaults, fixed lease.
+        for pair in runs.chunks(2) {
+            let (plain, tls) = (&pair[0], &pair[1]);
+            assert_eq!(plain.transport, Transport::Plain);
+            assert_eq!(tls.transport, Transport::Tls);
+            assert_eq!(header(plain)["params"], header(tls)["params"]);
+            assert_eq!(header(plain)["settings"], header(tls)["settings"]);
+            assert_eq!((plain.kind, plain.lease), (Kind::Lock, Lease::Fixed));
+            assert_eq!((tls.kind, tls.lease), (Kind::Lock, Lease::Fixed));
+            assert!(plain.tls.is_none() && tls.tls.is_none(), "set at start");
+        }
+        assert_eq!(runs[0].iterations, 3000);
+        assert_eq!(runs[6].duration, Duration::from_secs(5));
+        assert_eq!(header(&runs[0])["transport"], "plain");
+        assert_eq!(header(&runs[1])["transport"], "tls");
+        assert_eq!(header(&runs[1])["variant"], "Lock (TLS)");
+        // --quick: the suites' small workloads; no S3, S4, S5 or S6.
+        let quick = suite_runs(Suite {
+            quick: true,
+            repeats: 1,
+            ..suite
+        });
+        assert_eq!(quick.len(), 4);
+        assert_eq!(quick[1].iterations, 500);
+        assert_eq!(quick[3].duration, Duration::from_secs(2));
+        assert!(s4_runs(suite).is_empty());
+        assert!(s5_runs(suite).is_empty());
     }
 }
