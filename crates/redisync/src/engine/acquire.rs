@@ -415,7 +415,10 @@ async fn contend<S: Spec>(
                         continue;
                     }
                     undo.disarm();
-                    place.left();
+                    // A new entry number: a hand-off to the entry this grant
+                    // took, crossing it, is stale and must not be taken as
+                    // a hand-off to the next entry.
+                    place = Place::new(wakeup);
                     super::after(left)
                 } else {
                     undo.disarm();
