@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{key, lock_key, Env};
 use fred::prelude::*;
 use redisync::{ConnectionState, ConnectionWatch};
-use redisync_testkit::FaultProxy;
+use redisync_testkit::{Direction, FaultProxy};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -228,6 +228,46 @@ async fn the_recipe_never_resumes_work_on_a_hold_lost_while_suspended() {
     );
 }
 
+/// Review 6, D4. A partition that keeps the TCP connection open (packets
+/// dropped, no reset) raises no connection error: renewals fail by their
+/// command timeout, and the state must say `Suspended` before the hold's
+/// lease runs out; once Redis answers again, `Reconnected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_that_costs_a_hold_is_reported_suspended_first() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let client = redisync::Client::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("partitioned").lock().await.unwrap();
+    let mut watch = client.connection_state();
+    proxy.blackhole(Direction::Both);
+    let suspended_first = tokio::time::timeout(WITHIN, async {
+        tokio::select! {
+            biased;
+            () = until(&mut watch, ConnectionState::Suspended) => true,
+            () = guard.lost() => false,
+        }
+    })
+    .await;
+    assert_eq!(
+        suspended_first,
+        Ok(true),
+        "the hold was lost to failed renewals with no Suspended before it: now {:?}, lost_holds {}",
+        watch.state(),
+        watch.lost_holds()
+    );
+    assert_eq!(watch.lost_holds(), 0, "suspended before the loss");
+    until_lost(guard.lost(), "the partitioned hold").await;
+    assert_eq!(watch.state(), ConnectionState::Suspended);
+    assert_eq!(watch.lost_holds(), 1);
+    proxy.heal();
+    until(&mut watch, ConnectionState::Reconnected).await;
+}
+
 /// The lease end Redis holds for the only member of a zset (a semaphore's
 /// leases, a read-write lock's readers), as Redis writes it.
 async fn lease_end(env: &Env, zset: &str) -> String {
@@ -373,4 +413,34 @@ async fn a_client_without_holds_follows_the_connection() {
         .unlock()
         .await
         .unwrap();
+}
+
+/// D4, the other ending: a partition healed before the lease runs out is
+/// `Suspended` (the renewal timed out), then `Reconnected` once a look
+/// renewed the hold; nothing was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_healed_in_time_is_suspended_then_reconnected_with_the_hold_kept() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let client = redisync::Client::builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(6))
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("partitioned").lock().await.unwrap();
+    let mut watch = client.connection_state();
+    proxy.blackhole(Direction::Both);
+    until(&mut watch, ConnectionState::Suspended).await;
+    assert!(!guard.is_lost());
+    proxy.heal();
+    until(&mut watch, ConnectionState::Reconnected).await;
+    assert!(!guard.is_lost(), "renewed in time");
+    assert_eq!(watch.lost_holds(), 0);
+    assert!(
+        guard.validity() > Duration::from_secs(3),
+        "the look renewed it: {:?}",
+        guard.validity()
+    );
+    guard.unlock().await.unwrap();
 }

@@ -1491,8 +1491,9 @@ async fn follow_moved_shard_channels<T: Clone>(
 impl Client {
     /// A live view of this client's connection state: [`Connected`],
     /// [`Suspended`] while the command connection is lost and the client
-    /// reconnects (holds may be lost: their renewals fail), [`Reconnected`]
-    /// once it is back and every hold was looked at (those gone reported
+    /// reconnects, or Redis does not answer the watchdog's renewals (holds
+    /// may be lost: their renewals fail), [`Reconnected`] once Redis
+    /// answers again and every hold was looked at (those gone reported
     /// lost first), and [`Shutdown`]; with the count of holds found lost
     /// ([`ConnectionWatch::lost_holds`]). See README, "Connection state",
     /// for pausing work while suspended.
@@ -1523,11 +1524,14 @@ impl Client {
 }
 
 /// Follows the command connection and tells the watches (see
-/// [`ConnectionState`](crate::ConnectionState)): `Suspended` when it is
-/// lost; `Reconnected` only once a look at every hold
+/// [`ConnectionState`](crate::ConnectionState)): `Suspended` when it is lost
+/// (or a renewal found Redis unreachable, see
+/// [`ConnectionSignal::unreachable`](crate::connection::ConnectionSignal::unreachable));
+/// `Reconnected` only once a look at every hold
 /// ([`verify_holds`](crate::engine::watchdog::verify_holds)) had its
-/// verdict, started at once when the connection is back. A look that fails
-/// is tried again every watchdog period.
+/// verdict, started at once when the connection is back. A look that fails,
+/// and a suspension with no connection event to wait for (a partition that
+/// keeps the connection open), is tried again every watchdog period.
 async fn follow_connection(
     client: Weak<ClientInner>,
     mut changes: futures::stream::BoxStream<'static, crate::link::LinkChange>,
@@ -1554,8 +1558,13 @@ async fn follow_connection(
                 pause = None;
                 look = match change {
                     crate::link::LinkChange::Lost => None,
-                    crate::link::LinkChange::Back => start_look(&client),
+                    crate::link::LinkChange::Back => start_look(&client, false),
                 };
+            }
+            () = signal.suspended_unreachable() => {
+                if look.is_none() && pause.is_none() {
+                    pause = Some(Box::pin(tokio::time::sleep(period)));
+                }
             }
             () = or_pending(look.as_mut()) => {
                 look = None;
@@ -1566,7 +1575,7 @@ async fn follow_connection(
             }
             () = or_pending(pause.as_mut()) => {
                 pause = None;
-                look = start_look(&client);
+                look = start_look(&client, true);
             }
         }
     }
@@ -1583,14 +1592,17 @@ async fn or_pending<F: std::future::Future + Unpin>(f: Option<&mut F>) -> F::Out
 /// A look at every hold (see [`follow_connection`]) that publishes
 /// `Reconnected` once it has every verdict, unless the connection was lost
 /// again meanwhile; `None` once the client is gone or shut down.
-fn start_look(client: &Weak<ClientInner>) -> Option<futures::future::BoxFuture<'static, ()>> {
+fn start_look(
+    client: &Weak<ClientInner>,
+    probe: bool,
+) -> Option<futures::future::BoxFuture<'static, ()>> {
     let client = client.upgrade()?;
     if client.connection.is_shut_down() {
         return None;
     }
     let epoch = client.connection.epoch();
     Some(Box::pin(async move {
-        if crate::engine::watchdog::verify_holds(&client).await {
+        if crate::engine::watchdog::verify_holds(&client, probe).await {
             client.connection.reconnected(epoch);
         }
     }))

@@ -2,7 +2,7 @@
 //! may be lost (Curator's `ConnectionStateListener`, etcd's session
 //! `Done()`): see [`Client::connection_state`](crate::Client::connection_state).
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// The state of a [`Client`](crate::Client)'s command connection, as a
 /// [`ConnectionWatch`] tells it.
@@ -11,11 +11,13 @@ use tokio::sync::watch;
 pub enum ConnectionState {
     /// Connected since the client connected; no loss seen yet.
     Connected,
-    /// The connection was lost and the client is reconnecting: renewals
-    /// fail meanwhile, so a hold whose lease runs out before the connection
-    /// is back is lost (another client may take the lock). Pause work that
-    /// relies on a hold. It lasts until every hold has a verdict (see
-    /// [`Reconnected`](ConnectionState::Reconnected)).
+    /// The connection was lost and the client is reconnecting, or Redis
+    /// stopped answering the watchdog in time (its renewal timed out or
+    /// failed on the connection: a partition that keeps the connection
+    /// open): renewals fail meanwhile, so a hold whose lease runs out
+    /// before Redis answers again is lost (another client may take the
+    /// lock). Pause work that relies on a hold. It lasts until every hold
+    /// has a verdict (see [`Reconnected`](ConnectionState::Reconnected)).
     Suspended,
     /// Redis answers again after a [`Suspended`](ConnectionState::Suspended)
     /// spell, and every hold the client had has a verdict: before this
@@ -42,8 +44,9 @@ pub enum ConnectionState {
 struct Seen {
     state: ConnectionState,
     lost_holds: u64,
-    /// Bumped by every loss of the connection and by every `Reconnected`:
-    /// a verdict is only taken for the epoch its look began in (see
+    /// Bumped by every loss of the connection (or of Redis's answers) and
+    /// by every `Reconnected`: a verdict or a failure is only taken for
+    /// the epoch it was sent in (see [`ConnectionSignal::unreachable`] and
     /// [`ConnectionSignal::reconnected`]).
     epoch: u64,
 }
@@ -52,6 +55,9 @@ struct Seen {
 #[derive(Debug)]
 pub(crate) struct ConnectionSignal {
     seen: watch::Sender<Seen>,
+    /// Wakes the task that follows the connection: a renewal found Redis
+    /// unreachable (see [`ConnectionSignal::unreachable`]).
+    unreachable: Notify,
 }
 
 impl ConnectionSignal {
@@ -62,11 +68,12 @@ impl ConnectionSignal {
                 lost_holds: 0,
                 epoch: 0,
             }),
+            unreachable: Notify::new(),
         }
     }
 
-    /// The epoch now: read before a look whose success may end a
-    /// suspension.
+    /// The epoch now: read before a command whose failure may suspend (or
+    /// whose success may end a suspension).
     pub(crate) fn epoch(&self) -> u64 {
         self.seen.borrow().epoch
     }
@@ -83,8 +90,8 @@ impl ConnectionSignal {
 
     /// The command connection was lost, or was made again (fred's events):
     /// `Suspended` until the holds have a verdict
-    /// ([`ConnectionSignal::reconnected`]); a verdict of an earlier epoch
-    /// no longer counts.
+    /// ([`ConnectionSignal::reconnected`]); a verdict or a failure of an
+    /// earlier epoch no longer counts.
     pub(crate) fn lost(&self) {
         self.seen.send_if_modified(|seen| {
             if seen.state == ConnectionState::Shutdown {
@@ -95,6 +102,36 @@ impl ConnectionSignal {
             seen.state = ConnectionState::Suspended;
             changed
         });
+    }
+
+    /// A renewal (or a check) sent in `epoch` failed because Redis could not
+    /// be reached or did not answer in time, with no connection error from
+    /// the client (a partition that keeps TCP open): `Suspended`, unless
+    /// the state changed since it was sent (a failure of a command sent
+    /// before a verdict does not undo it). Returns whether it suspended.
+    pub(crate) fn unreachable(&self, epoch: u64) -> bool {
+        let suspended = self.seen.send_if_modified(|seen| {
+            let live = matches!(
+                seen.state,
+                ConnectionState::Connected | ConnectionState::Reconnected
+            );
+            if !live || seen.epoch != epoch {
+                return false;
+            }
+            seen.epoch += 1;
+            seen.state = ConnectionState::Suspended;
+            true
+        });
+        if suspended {
+            self.unreachable.notify_one();
+        }
+        suspended
+    }
+
+    /// Resolves after [`ConnectionSignal::unreachable`] suspended (at once
+    /// if it did since the last call).
+    pub(crate) async fn suspended_unreachable(&self) {
+        self.unreachable.notified().await;
     }
 
     /// Every hold of the client had a verdict from a look that began in
@@ -190,11 +227,11 @@ impl ConnectionWatch {
 mod tests {
     use super::*;
 
-    /// A verdict counts only for the epoch its look began in: a look that
-    /// began before a loss cannot end it, and nothing moves after the
-    /// shutdown.
+    /// A failure or a verdict counts only for the epoch it was sent in: a
+    /// renewal sent before a verdict cannot undo it, a look that began
+    /// before a loss cannot end it, and nothing moves after the shutdown.
     #[test]
-    fn a_verdict_of_an_earlier_epoch_changes_nothing() {
+    fn a_failure_or_a_verdict_of_an_earlier_epoch_changes_nothing() {
         let signal = ConnectionSignal::new();
         let watch = signal.watch();
         let before = signal.epoch();
@@ -205,8 +242,15 @@ mod tests {
         assert_eq!(watch.state(), ConnectionState::Suspended, "a stale look");
         signal.reconnected(look);
         assert_eq!(watch.state(), ConnectionState::Reconnected);
+        assert!(
+            !signal.unreachable(before),
+            "a renewal sent before the verdict"
+        );
+        assert_eq!(watch.state(), ConnectionState::Reconnected);
 
-        signal.lost();
+        assert!(signal.unreachable(signal.epoch()));
+        assert_eq!(watch.state(), ConnectionState::Suspended);
+        assert!(!signal.unreachable(signal.epoch()), "suspended already");
         let look = signal.epoch();
         signal.lost();
         signal.reconnected(look);
@@ -219,6 +263,7 @@ mod tests {
         signal.shut_down();
         signal.lost();
         signal.reconnected(signal.epoch());
+        assert!(!signal.unreachable(signal.epoch()));
         signal.hold_lost();
         assert_eq!(watch.state(), ConnectionState::Shutdown);
         assert_eq!(watch.lost_holds(), 0);

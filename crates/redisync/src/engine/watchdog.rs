@@ -114,16 +114,19 @@ fn groups(client: &ClientInner, holds: impl Iterator<Item = (Arc<Hold>, bool)>) 
 }
 
 /// Looks at every live hold of the client at once, after the connection
-/// was lost: each watchdog-leased hold is renewed, each hold with a fixed
-/// lease is checked without extending it ([`HoldOps::check`]), and those
-/// found gone are lost, exactly as the watchdog reports its own.
-/// O(holds / batch) script calls, all at once; nothing on the normal path.
+/// was lost (or Redis stopped answering): each watchdog-leased hold is
+/// renewed, each hold with a fixed lease is checked without extending it
+/// ([`HoldOps::check`]), and those found gone are lost, exactly as the
+/// watchdog reports its own. O(holds / batch) script calls, all at once;
+/// nothing on the normal path. `probe`: with no hold to look at, a
+/// round trip (`TIME`) must still come back (nothing else shows that Redis
+/// answers again after a partition).
 ///
 /// `true` once every batch had its verdict; `false` when one failed, or
 /// when the whole look did not end within the bound (a verdict that came
 /// stays applied). A hold whose hand-off is in flight is left out: the
 /// hand-off judges it.
-pub(crate) async fn verify_holds(client: &ClientInner) -> bool {
+pub(crate) async fn verify_holds(client: &ClientInner, probe: bool) -> bool {
     let holds: Vec<(Arc<Hold>, bool)> = client
         .hub
         .all_slots()
@@ -140,7 +143,15 @@ pub(crate) async fn verify_holds(client: &ClientInner) -> bool {
     // NOSCRIPT fallback or a replica WAIT after it is a second round trip.
     let bound = client.settings.command_timeout.saturating_mul(2);
     if holds.is_empty() {
-        return true;
+        if !probe {
+            return true;
+        }
+        let time = client.link().command(crate::link::Command {
+            name: "TIME",
+            route: None,
+            args: Vec::new(),
+        });
+        return matches!(tokio::time::timeout(bound, time).await, Ok(Ok(_)));
     }
     let groups = groups(client, holds.into_iter());
     let batches = groups.iter().flat_map(|(spec, _, renewed, list)| {
@@ -219,6 +230,7 @@ async fn check(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Res
         keys.extend(hold_keys);
         args.extend(hold_args);
     }
+    let connection = client.connection.epoch();
     let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
     match spec
         .check
@@ -237,6 +249,9 @@ async fn check(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Res
         }
         Err(e) => {
             tracing::debug!(target: "redisync.watchdog.check", error = %e, "check failed; looked at again");
+            if e.is_unreachable() {
+                client.connection.unreachable(connection);
+            }
             Err(e)
         }
     }
@@ -249,6 +264,9 @@ async fn check(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Res
 /// run out (retried next period until then). A hold handed off to another
 /// owner id since its `epochs` entry was read (or while it was) is not
 /// judged by a "gone": the renewal asked under an id it may no longer have.
+/// A failure because Redis could not be reached or did not answer in time
+/// suspends the connection state (see
+/// [`ConnectionSignal::unreachable`](crate::connection::ConnectionSignal::unreachable)).
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
 async fn renew_batch(
     client: &ClientInner,
@@ -259,6 +277,7 @@ async fn renew_batch(
     args: Vec<Value>,
 ) -> Result<()> {
     let lease = client.settings.watchdog_timeout;
+    let connection = client.connection.epoch();
     let sent_at = Instant::now();
     let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
     match script
@@ -290,6 +309,9 @@ async fn renew_batch(
                 h.meter.labels.count(metrics::RENEWAL_FAILURES);
                 // Marks it lost once the lease would have run out.
                 let _ = h.is_lost();
+            }
+            if e.is_unreachable() {
+                client.connection.unreachable(connection);
             }
             Err(e)
         }
