@@ -48,18 +48,21 @@ const SCRIPTS: &[(&str, &str)] = &[
     script!("lock_abandon"),
     script!("lock_acquire"),
     script!("lock_advance_fence"),
+    script!("lock_check"),
     script!("lock_force_unlock"),
     script!("lock_hand_off"),
     script!("lock_publish_identity"),
     script!("lock_release"),
     script!("lock_renew"),
     script!("rw_lock_acquire"),
+    script!("rw_lock_check"),
     script!("rw_lock_force_unlock"),
     script!("rw_lock_release"),
     script!("rw_lock_renew"),
     script!("semaphore_acquire"),
     script!("semaphore_add_permits"),
     script!("semaphore_available"),
+    script!("semaphore_check"),
     script!("semaphore_force_release"),
     script!("semaphore_release"),
     script!("semaphore_renew"),
@@ -575,6 +578,22 @@ fn script_op(name: &'static str, keys: Vec<String>, args: Vec<Arg>, mask: Mask) 
     }
 }
 
+/// A kind's renewal (`<kind>_renew`, `args` as built: the lease first), or
+/// at times its check (`<kind>_check`: the same keys and holds, no lease).
+fn renew_or_check(
+    (renew, check): (&'static str, &'static str),
+    ctx: &mut Ctx<'_>,
+    keys: Vec<String>,
+    mut args: Vec<Arg>,
+) -> Op {
+    if ctx.rng.chance(30) {
+        args.remove(0);
+        script_op(check, keys, args, exact)
+    } else {
+        script_op(renew, keys, args, exact)
+    }
+}
+
 fn lock_family() -> Family {
     Family {
         name: "lock",
@@ -661,7 +680,7 @@ fn lock_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 args.push(lit(ctx.holder(&other, "")));
                 args.push(ctx.token(&other, "~t"));
             }
-            script_op("lock_renew", keys, args, exact)
+            renew_or_check(("lock_renew", "lock_check"), ctx, keys, args)
         }
         13 => script_op(
             "lock_force_unlock",
@@ -803,7 +822,7 @@ fn fair_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 lit(ctx.holder(&lock, "")),
                 ctx.token(&lock, "~t"),
             ];
-            script_op("lock_renew", vec![lock], args, exact)
+            renew_or_check(("lock_renew", "lock_check"), ctx, vec![lock], args)
         }
         _ => f.inspect(ctx),
     }
@@ -893,7 +912,7 @@ fn rw_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 args.push(ctx.token(&h, &format!("t:{other}")));
                 args.push(lit("r"));
             }
-            script_op("rw_lock_renew", keys, args, exact)
+            renew_or_check(("rw_lock_renew", "rw_lock_check"), ctx, keys, args)
         }
         14 => script_op(
             "rw_lock_force_unlock",
@@ -974,7 +993,7 @@ fn semaphore_op(ctx: &mut Ctx<'_>, f: &Family) -> Op {
                 keys.push(leases.clone());
                 args.push(lit(ctx.member(&leases)));
             }
-            script_op("semaphore_renew", keys, args, exact)
+            renew_or_check(("semaphore_renew", "semaphore_check"), ctx, keys, args)
         }
         14 => script_op(
             "semaphore_set_permits",

@@ -528,8 +528,6 @@ pub(crate) struct ClientInner {
     pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
     /// The connection state users watch (see [`Client::connection_state`]).
     pub(crate) connection: Arc<crate::connection::ConnectionSignal>,
-    /// Tells the watchdog to renew at once (the connection is back).
-    pub(crate) renew_now: Arc<Notify>,
     /// The runtime the client was connected on, which runs its connection
     /// tasks (and is driven while they work).
     pub(crate) runtime: tokio::runtime::Id,
@@ -998,7 +996,6 @@ impl Client {
             routers: std::sync::Mutex::new(routers),
             restart_guard,
             connection: Arc::new(crate::connection::ConnectionSignal::new()),
-            renew_now: Arc::new(Notify::new()),
             runtime: tokio::runtime::Handle::current().id(),
         });
         *crate::hold::lock_unpoisoned(&inner.tasks) = vec![
@@ -1494,10 +1491,12 @@ async fn follow_moved_shard_channels<T: Clone>(
 impl Client {
     /// A live view of this client's connection state: [`Connected`],
     /// [`Suspended`] while the command connection is lost and the client
-    /// reconnects (holds may be lost: their renewals fail), [`Reconnected`]
-    /// once it is back, and [`Shutdown`]; with the count of holds found
-    /// lost ([`ConnectionWatch::lost_holds`]). See README, "Connection
-    /// state", for pausing work while suspended.
+    /// reconnects, or Redis does not answer the watchdog's renewals (holds
+    /// may be lost: their renewals fail), [`Reconnected`] once Redis
+    /// answers again and every hold was looked at (those gone reported
+    /// lost first), and [`Shutdown`]; with the count of holds found lost
+    /// ([`ConnectionWatch::lost_holds`]). See README, "Connection state",
+    /// for pausing work while suspended.
     ///
     /// ```no_run
     /// # async fn demo(client: redisync::Client) {
@@ -1524,21 +1523,89 @@ impl Client {
     }
 }
 
-/// Follows the command connection: tells the watches, and once it is back
-/// makes the watchdog renew at once (so holds lost meanwhile are known).
+/// Follows the command connection and tells the watches (see
+/// [`ConnectionState`](crate::ConnectionState)): `Suspended` when it is lost
+/// (or a renewal found Redis unreachable, see
+/// [`ConnectionSignal::unreachable`](crate::connection::ConnectionSignal::unreachable));
+/// `Reconnected` only once a look at every hold
+/// ([`verify_holds`](crate::engine::watchdog::verify_holds)) had its
+/// verdict, started at once when the connection is back. A look that fails,
+/// and a suspension with no connection event to wait for (a partition that
+/// keeps the connection open), is tried again every watchdog period.
 async fn follow_connection(
     client: Weak<ClientInner>,
     mut changes: futures::stream::BoxStream<'static, crate::link::LinkChange>,
 ) {
-    while let Some(change) = changes.next().await {
-        let Some(client) = client.upgrade() else {
-            return;
-        };
-        client.connection.change(change);
-        if change == crate::link::LinkChange::Back {
-            client.renew_now.notify_one();
+    let Some((signal, period)) = client
+        .upgrade()
+        .map(|c| (c.connection.clone(), c.settings.watchdog_timeout / 3))
+    else {
+        return;
+    };
+    // The look in flight, and the pause before the next one.
+    let mut look: Option<futures::future::BoxFuture<'static, ()>> = None;
+    let mut pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    loop {
+        tokio::select! {
+            biased;
+            change = changes.next() => {
+                let Some(change) = change else {
+                    return;
+                };
+                // Lost, or made again (a reconnection means it was lost):
+                // suspended, and a look in flight no longer counts.
+                signal.lost();
+                pause = None;
+                look = match change {
+                    crate::link::LinkChange::Lost => None,
+                    crate::link::LinkChange::Back => start_look(&client, false),
+                };
+            }
+            () = signal.suspended_unreachable() => {
+                if look.is_none() && pause.is_none() {
+                    pause = Some(Box::pin(tokio::time::sleep(period)));
+                }
+            }
+            () = or_pending(look.as_mut()) => {
+                look = None;
+                if signal.is_suspended() {
+                    // The look failed: again after a pause.
+                    pause = Some(Box::pin(tokio::time::sleep(period)));
+                }
+            }
+            () = or_pending(pause.as_mut()) => {
+                pause = None;
+                look = start_look(&client, true);
+            }
         }
     }
+}
+
+/// `f`'s output, or never when there is none.
+async fn or_pending<F: std::future::Future + Unpin>(f: Option<&mut F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A look at every hold (see [`follow_connection`]) that publishes
+/// `Reconnected` once it has every verdict, unless the connection was lost
+/// again meanwhile; `None` once the client is gone or shut down.
+fn start_look(
+    client: &Weak<ClientInner>,
+    probe: bool,
+) -> Option<futures::future::BoxFuture<'static, ()>> {
+    let client = client.upgrade()?;
+    if client.connection.is_shut_down() {
+        return None;
+    }
+    let epoch = client.connection.epoch();
+    Some(Box::pin(async move {
+        if crate::engine::watchdog::verify_holds(&client, probe).await {
+            client.connection.reconnected(epoch);
+        }
+    }))
 }
 
 #[cfg(test)]

@@ -285,6 +285,17 @@ impl Error {
         matches!(self, Error::Redis(e) if e.details().starts_with(RESTART_SUSPECTED))
     }
 
+    /// Whether Redis could not be reached or did not answer in time (a
+    /// timeout, a connection error, a command cancelled with its
+    /// connection): what suspends the connection state when a renewal
+    /// fails this way. Not a script's error, not a refusal.
+    pub(crate) fn is_unreachable(&self) -> bool {
+        matches!(self, Error::Redis(e) if matches!(
+            e.kind(),
+            ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+        ))
+    }
+
     /// Whether the cluster refused the command, unrun, while its slot moved
     /// (see [`refused_unrun`]): safe to send again.
     pub(crate) fn is_refused(&self) -> bool {

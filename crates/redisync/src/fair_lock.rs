@@ -14,17 +14,22 @@ use crate::hold::HoldOps;
 use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
 use crate::keys::{Kind, Role};
-use crate::lock::{lock_renew_args, rebind_lock_hash, release_hold, RENEW as LOCK_RENEW_SCRIPT};
+use crate::lock::{
+    lock_renew_args, rebind_lock_hash, release_hold, CHECK as LOCK_CHECK_SCRIPT,
+    RENEW as LOCK_RENEW_SCRIPT,
+};
 use crate::script::checked_ms;
 use crate::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 
 /// Fair lock holds: the hash and the queue have the lock layout (a fair
-/// entry adds its queue deadline), so the lock's renewal and release
-/// scripts serve; a release hands the lock to the oldest live waiter.
+/// entry adds its queue deadline), so the lock's renewal, check and
+/// release scripts serve; a release hands the lock to the oldest live
+/// waiter.
 static FAIR_HOLD: HoldOps = HoldOps {
     renew: &LOCK_RENEW_SCRIPT,
+    check: &LOCK_CHECK_SCRIPT,
     hold_args: lock_renew_args,
     release: |redis, publish, fence_ttl_ms, hold, last| {
         Box::pin(release_hold(redis, publish, fence_ttl_ms, hold, last))

@@ -30,6 +30,12 @@ pub(crate) struct HoldOps {
     /// per hold (1 renewed, 0 gone). It only ever raises a lease. The
     /// watchdog batches it; `extend` runs it for one hold.
     pub(crate) renew: &'static std::sync::LazyLock<crate::script::LuaScript>,
+    /// The renewal's ownership check without its write: a batched script
+    /// over the same keys and per-hold arguments (without the lease),
+    /// replying one flag per hold (1 still ours, 0 gone). It writes
+    /// nothing: a hold with a fixed lease is looked at on a reconnection
+    /// (see `engine::watchdog::verify_holds`), its lease left as it is.
+    pub(crate) check: &'static std::sync::LazyLock<crate::script::LuaScript>,
     /// The keys and the arguments of one hold.
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
     /// Releases one local hold, or with `last` the whole acquisition,

@@ -23,13 +23,16 @@ lua_script!(ABANDON, "lock_abandon.lua");
 lua_script!(FORCE_UNLOCK, "lock_force_unlock.lua");
 lua_script!(ADVANCE_FENCE, "lock_advance_fence.lua");
 lua_script!(RENEW, "lock_renew.lua");
+lua_script!(CHECK, "lock_check.lua");
 lua_script!(PUBLISH_IDENTITY, "lock_publish_identity.lua");
 lua_script!(HAND_OFF, "lock_hand_off.lua");
 
-/// Lock holds: renewed by `lock_renew.lua` with (owner, token); released
-/// by `lock_release.lua` (3: another client contended meanwhile).
+/// Lock holds: renewed by `lock_renew.lua` with (owner, token), checked
+/// by `lock_check.lua`; released by `lock_release.lua` (3: another client
+/// contended meanwhile).
 pub(crate) static LOCK_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
+    check: &CHECK,
     hold_args: lock_renew_args,
     release: |redis, publish, fence_ttl_ms, hold, last| {
         Box::pin(release_hold(redis, publish, fence_ttl_ms, hold, last))

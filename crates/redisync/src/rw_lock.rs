@@ -20,6 +20,7 @@ use crate::script::{lua_script, token_arg};
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
 lua_script!(RENEW, "rw_lock_renew.lua");
+lua_script!(CHECK, "rw_lock_check.lua");
 lua_script!(FORCE_UNLOCK, "rw_lock_force_unlock.lua");
 
 /// Poll bound when the lock has no TTL (a key written by something else).
@@ -81,6 +82,7 @@ fn renew_args(h: &Hold, side: Side) -> (Vec<Key>, Vec<Value>) {
 
 static READ_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
+    check: &CHECK,
     hold_args: |h| renew_args(h, Side::Read),
     release: |redis, publish, fence_ttl, hold, last| {
         Box::pin(release_side(
@@ -98,6 +100,7 @@ static READ_HOLD: HoldOps = HoldOps {
 
 static WRITE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
+    check: &CHECK,
     hold_args: |h| renew_args(h, Side::Write),
     release: |redis, publish, fence_ttl, hold, last| {
         Box::pin(release_side(

@@ -23,6 +23,7 @@ lua_script!(ADD_PERMITS, "semaphore_add_permits.lua");
 lua_script!(ACQUIRE, "semaphore_acquire.lua");
 lua_script!(RELEASE, "semaphore_release.lua");
 lua_script!(RENEW, "semaphore_renew.lua");
+lua_script!(CHECK, "semaphore_check.lua");
 lua_script!(AVAILABLE, "semaphore_available.lua");
 lua_script!(FORCE_RELEASE, "semaphore_force_release.lua");
 
@@ -574,6 +575,7 @@ impl Spec for Semaphore {
 /// zset and the permit id; a release gives back all permits of the id.
 static SEMAPHORE_HOLD: HoldOps = HoldOps {
     renew: &RENEW,
+    check: &CHECK,
     hold_args: |h| {
         (
             vec![keys::sibling_key(&h.key, Role::Leases)],

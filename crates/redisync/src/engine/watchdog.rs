@@ -1,6 +1,11 @@
 //! The watchdog: renews every watchdog-leased hold of a client every
 //! `lease / 3`, in batches per kind and per cluster node, and reports holds
 //! found gone as lost. It starts with the client's first renewed hold.
+//!
+//! And the look at every hold after the connection was lost
+//! ([`verify_holds`]): each watchdog-leased hold renewed, each hold with a
+//! fixed lease checked without extending it, before the connection state
+//! says `Reconnected`.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -10,6 +15,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
+use crate::error::Result;
 use crate::hold::{lock_unpoisoned, Hold, HoldOps};
 use crate::metrics;
 use crate::script::LuaScript;
@@ -27,10 +33,11 @@ pub(crate) fn ensure_running(client: &Arc<ClientInner>) {
 
 /// Renews every watchdog-leased hold of the client every `lease / 3`, in
 /// batches; reports holds found gone as lost; a failing renewal is retried
-/// every period until the lease would have run out.
+/// every period until the lease would have run out. (On a reconnection the
+/// holds are renewed at once by [`verify_holds`], not here.)
 async fn run(client: Weak<ClientInner>) {
-    let (period, renew_now) = match client.upgrade() {
-        Some(c) => (c.settings.watchdog_timeout / 3, c.renew_now.clone()),
+    let period = match client.upgrade() {
+        Some(c) => c.settings.watchdog_timeout / 3,
         None => return,
     };
     let mut ticker = tokio::time::interval(period);
@@ -45,13 +52,7 @@ async fn run(client: Weak<ClientInner>) {
     // dropped) aborts them, so no renewal outlives the client.
     let mut renewals = tokio::task::JoinSet::new();
     loop {
-        // Every period, and at once when the connection is back (holds
-        // lost meanwhile are then known).
-        tokio::select! {
-            biased;
-            _ = ticker.tick() => {}
-            () = renew_now.notified() => ticker.reset(),
-        }
+        ticker.tick().await;
         while let Some(ended) = renewals.try_join_next() {
             if ended.is_err_and(|e| e.is_panic()) {
                 tracing::error!(target: "redisync.watchdog.renew", "a renewal panicked; its group is renewed again next period");
@@ -60,32 +61,15 @@ async fn run(client: Weak<ClientInner>) {
         let Some(client) = client.upgrade() else {
             return;
         };
-        let holds: Vec<Arc<Hold>> = client
+        let holds: Vec<(Arc<Hold>, bool)> = client
             .hub
             .all_slots()
             .iter()
             .flat_map(|s| s.holders())
             .filter(|h| h.renewed_by_watchdog())
+            .map(|h| (h, true))
             .collect();
-        // One batch script call per kind of hold (and, on a cluster, per
-        // hash slot: a script's keys must share one) and RENEW_BATCH holds.
-        let clustered = client.link().is_clustered();
-        let mut kinds: Vec<(&'static HoldOps, u16, Vec<Arc<Hold>>)> = Vec::new();
-        for h in holds {
-            let slot = if clustered {
-                fred::util::redis_keyslot(h.key.as_bytes())
-            } else {
-                0
-            };
-            match kinds
-                .iter_mut()
-                .find(|(spec, s, _)| std::ptr::eq(*spec, h.ops) && *s == slot)
-            {
-                Some((_, _, list)) => list.push(h),
-                None => kinds.push((h.ops, slot, vec![h])),
-            }
-        }
-        for (spec, slot, list) in kinds {
+        for (spec, slot, _, list) in groups(&client, holds.into_iter()) {
             let group = (std::ptr::from_ref(spec) as usize, slot);
             let Some(entered) = InFlight::enter(&in_flight, group) else {
                 continue;
@@ -94,10 +78,94 @@ async fn run(client: Weak<ClientInner>) {
             renewals.spawn(async move {
                 let _entered = entered;
                 for batch in list.chunks(RENEW_BATCH) {
-                    renew(&client, spec, batch).await;
+                    // Its failure is handled (and logged) in it.
+                    let _ = renew(&client, spec, batch).await;
                 }
             });
         }
+    }
+}
+
+/// Holds of one kind and one hash slot, renewed (`true`) or checked
+/// together.
+type HoldGroup = (&'static HoldOps, u16, bool, Vec<Arc<Hold>>);
+
+/// `holds` (each with whether the watchdog renews it) grouped for batch
+/// script calls: one per kind of hold and way (renewed or checked) and, on
+/// a cluster, per hash slot (a script's keys must share one).
+fn groups(client: &ClientInner, holds: impl Iterator<Item = (Arc<Hold>, bool)>) -> Vec<HoldGroup> {
+    let clustered = client.link().is_clustered();
+    let mut groups: Vec<HoldGroup> = Vec::new();
+    for (h, renewed) in holds {
+        let slot = if clustered {
+            fred::util::redis_keyslot(h.key.as_bytes())
+        } else {
+            0
+        };
+        match groups
+            .iter_mut()
+            .find(|(spec, s, r, _)| std::ptr::eq(*spec, h.ops) && *s == slot && *r == renewed)
+        {
+            Some((_, _, _, list)) => list.push(h),
+            None => groups.push((h.ops, slot, renewed, vec![h])),
+        }
+    }
+    groups
+}
+
+/// Looks at every live hold of the client at once, after the connection
+/// was lost (or Redis stopped answering): each watchdog-leased hold is
+/// renewed, each hold with a fixed lease is checked without extending it
+/// ([`HoldOps::check`]), and those found gone are lost, exactly as the
+/// watchdog reports its own. O(holds / batch) script calls, all at once;
+/// nothing on the normal path. `probe`: with no hold to look at, a
+/// round trip (`TIME`) must still come back (nothing else shows that Redis
+/// answers again after a partition).
+///
+/// `true` once every batch had its verdict; `false` when one failed, or
+/// when the whole look did not end within the bound (a verdict that came
+/// stays applied). A hold whose hand-off is in flight is left out: the
+/// hand-off judges it.
+pub(crate) async fn verify_holds(client: &ClientInner, probe: bool) -> bool {
+    let holds: Vec<(Arc<Hold>, bool)> = client
+        .hub
+        .all_slots()
+        .iter()
+        .flat_map(|s| s.holders())
+        // `is_lost` marks (and counts) the holds whose lease ran out.
+        .filter(|h| !h.is_released() && !h.is_lost() && h.owner_epoch() % 2 == 0)
+        .map(|h| {
+            let renewed = h.renewed_by_watchdog();
+            (h, renewed)
+        })
+        .collect();
+    // Each call is bounded by the command timeout (fred's); a script's
+    // NOSCRIPT fallback or a replica WAIT after it is a second round trip.
+    let bound = client.settings.command_timeout.saturating_mul(2);
+    if holds.is_empty() {
+        if !probe {
+            return true;
+        }
+        let time = client.link().command(crate::link::Command {
+            name: "TIME",
+            route: None,
+            args: Vec::new(),
+        });
+        return matches!(tokio::time::timeout(bound, time).await, Ok(Ok(_)));
+    }
+    let groups = groups(client, holds.into_iter());
+    let batches = groups.iter().flat_map(|(spec, _, renewed, list)| {
+        list.chunks(RENEW_BATCH).map(move |batch| async move {
+            if *renewed {
+                renew(client, spec, batch).await
+            } else {
+                check(client, spec, batch).await
+            }
+        })
+    });
+    match tokio::time::timeout(bound, futures::future::join_all(batches)).await {
+        Ok(verdicts) => verdicts.iter().all(Result::is_ok),
+        Err(_) => false,
     }
 }
 
@@ -130,7 +198,7 @@ impl Drop for InFlight {
 }
 
 /// Renews one batch of holds of one kind in one script call.
-async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
+async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Result<()> {
     let lease = client.settings.watchdog_timeout;
     let mut keys = Vec::with_capacity(batch.len());
     let mut args: Vec<Value> = vec![Value::Integer(
@@ -144,7 +212,49 @@ async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
         keys.extend(hold_keys);
         args.extend(hold_args);
     }
-    renew_batch(client, batch, &epochs, spec.renew, keys, args).await;
+    renew_batch(client, batch, &epochs, spec.renew, keys, args).await
+}
+
+/// Checks one batch of holds of one kind with a fixed lease in one script
+/// call ([`HoldOps::check`]: writes nothing, extends nothing): holds found
+/// gone are lost (a hold handed off meanwhile is not judged, as in
+/// [`renew_batch`]); the others keep their lease estimate.
+#[tracing::instrument(level = "debug", name = "redisync.watchdog.check", skip_all, fields(holds = batch.len(), script = spec.check.name))]
+async fn check(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Result<()> {
+    let mut keys = Vec::with_capacity(batch.len());
+    let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2);
+    let mut epochs = Vec::with_capacity(batch.len());
+    for h in batch {
+        epochs.push(h.owner_epoch());
+        let (hold_keys, hold_args) = (spec.hold_args)(h);
+        keys.extend(hold_keys);
+        args.extend(hold_args);
+    }
+    let connection = client.connection.epoch();
+    let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
+    match spec
+        .check
+        .run_idempotent::<Vec<i64>>(client.link(), &span_key, keys, args)
+        .await
+    {
+        Ok(flags) => {
+            for ((h, ok), epoch) in batch.iter().zip(flags).zip(&epochs) {
+                if ok != 1 && epoch % 2 == 0 && h.owner_epoch() == *epoch {
+                    h.mark_lost(
+                        "the reconnection's check found it gone (expired, forced or lost by Redis)",
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            tracing::debug!(target: "redisync.watchdog.check", error = %e, "check failed; looked at again");
+            if e.is_unreachable() {
+                client.connection.unreachable(connection);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Runs a batched renewal script whose reply has one flag per hold (1
@@ -154,6 +264,9 @@ async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) {
 /// run out (retried next period until then). A hold handed off to another
 /// owner id since its `epochs` entry was read (or while it was) is not
 /// judged by a "gone": the renewal asked under an id it may no longer have.
+/// A failure because Redis could not be reached or did not answer in time
+/// suspends the connection state (see
+/// [`ConnectionSignal::unreachable`](crate::connection::ConnectionSignal::unreachable)).
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.renew", skip_all, fields(holds = batch.len(), script = script.name))]
 async fn renew_batch(
     client: &ClientInner,
@@ -162,8 +275,9 @@ async fn renew_batch(
     script: &LuaScript,
     keys: Vec<Key>,
     args: Vec<Value>,
-) {
+) -> Result<()> {
     let lease = client.settings.watchdog_timeout;
+    let connection = client.connection.epoch();
     let sent_at = Instant::now();
     let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
     match script
@@ -187,6 +301,7 @@ async fn renew_batch(
                     h.mark_lost("the watchdog found it gone (expired, forced or lost by Redis)");
                 }
             }
+            Ok(())
         }
         Err(e) => {
             tracing::debug!(target: "redisync.watchdog.renew", error = %e, "renewal failed; retrying next period");
@@ -195,6 +310,10 @@ async fn renew_batch(
                 // Marks it lost once the lease would have run out.
                 let _ = h.is_lost();
             }
+            if e.is_unreachable() {
+                client.connection.unreachable(connection);
+            }
+            Err(e)
         }
     }
 }
