@@ -541,12 +541,20 @@ async fn without_the_restart_guard_a_restarted_node_grants_twice() {
         }
         sleep(Duration::from_millis(20)).await;
     }
-    let second = second.expect("B wins while A still believes it holds the lock");
-    assert!(held.validity() > Duration::ZERO);
+    let second = second.expect("B wins while A's lease has time left");
     assert!(
         second.fencing_token() > held.fencing_token(),
         "fencing still tells them apart"
     );
+    // A's lease clock still says held; A learns of the loss only when its
+    // client, reconnected to the restarted node, checks its holds there
+    // (it may have done so already): the window is the hazard.
+    let learns = common::eventually(Duration::from_secs(10), || {
+        let lost = held.is_lost();
+        async move { lost }
+    })
+    .await;
+    assert!(learns, "A learns it lost its member on the restarted node");
     drop((held, second));
 }
 
