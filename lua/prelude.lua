@@ -298,10 +298,11 @@ end
 -- while the slot migrates: waiters are woken, not handed the lock).
 -- Returns 0 not held by this owner/acquisition (nothing written, nothing
 -- published), 1 still held (re-entrant), 2 released (nobody had tried: no
--- waiter woken; an election's watchers told with 'i' when the hold had
--- published an identity), 3 released and waiters of other clients woken (they
+-- waiter woken), 3 released and waiters of other clients woken (they
 -- tried, none is queued), 4 handed to the oldest queued waiter; or an error
--- reply (the lock key of another type; nothing written).
+-- reply (the lock key of another type; nothing written). A released hold
+-- that had published an identity (a leader's) also publishes 'i' when 2 or
+-- 4, so that the election's watchers read again ('unlock' wakes them too).
 local function release_lock(lock, fence, queue, owner, token, last, publish, channel, fence_ttl)
   local held = redis.pcall('hmget', lock, owner, '~t', '~w', '~f', '~i')
   local err = read_error(held, lock, 'lock')
@@ -328,6 +329,11 @@ local function release_lock(lock, fence, queue, owner, token, last, publish, cha
   -- Handed to the oldest queued waiter, or (nobody queued, or the queue or
   -- the counter is not ours) freed and every waiter woken.
   if queue and hand_to_next(lock, queue, fence, fence_ttl, tonumber(held[2]), held[4], publish, channel) then
+    if held[5] then
+      -- The hand-off's message wakes only its addressee: the watchers of
+      -- an election hear that the term ended.
+      redis.call(publish, channel, 'i')
+    end
     return 4
   end
   redis.call('del', lock)

@@ -890,3 +890,109 @@ async fn a_reentry_fails_in_plain_words() {
     assert!(!outer.is_lost(), "the outer hold was lost");
     outer.unlock().await.expect("unlock");
 }
+
+/// An owner holds a lock and re-enters it while replies are lost (the
+/// re-entry runs in Redis, its reply never comes: it is ridden out, sent
+/// again). The outer guard is dropped meanwhile (only a count-down: the
+/// re-entry's reservation is another local guard), then the re-entry is
+/// cancelled. Both calls of the owner are over: the lock is freed, not left
+/// held by nobody until its lease ends (found by review: the reservation,
+/// the last guard, was given back without a release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_cancelled_mid_ride_after_the_outer_guard_dropped_frees_the_lock() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let checker = env.client().await;
+    let b = Client::builder(&proxy.url())
+        .command_timeout(COMMAND_TIMEOUT)
+        .watchdog_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let name = "reentry-leak";
+    let lock = b.lock(name);
+    let outer = lock.lock().await.expect("lock");
+    // Requests reach Redis; replies do not come back.
+    proxy.blackhole(Direction::Downstream);
+    let reentry = lock.try_lock(LONG_WAIT, None);
+    let side = async {
+        // The re-entry ran in Redis (its count is up), its reply lost.
+        let counted = eventually(Duration::from_secs(10), || async {
+            K::Lock
+                .inspect(&checker, name)
+                .await
+                .holders
+                .first()
+                .is_some_and(|h| h.holds >= 2)
+        })
+        .await;
+        assert!(counted, "the re-entry never ran");
+        // Dropped while the re-entry's reservation lives: a count-down.
+        drop(outer);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    tokio::select! {
+        biased;
+        r = reentry => panic!("the re-entry ended first: {r:?}"),
+        () = side => {} // the re-entry is dropped here
+    }
+    proxy.reset_connections();
+    proxy.heal();
+    let free = eventually(Duration::from_secs(5), || async {
+        !checker.lock(name).is_locked().await.unwrap()
+    })
+    .await;
+    let seen = checker.lock(name).inspect().await.unwrap();
+    assert!(
+        free,
+        "both calls of the owner are over, yet the lock stays held: {seen:?}"
+    );
+}
+
+/// A grant's replica `WAIT` meets a blip while a second flow of the same
+/// owner re-entered the fresh hold: the first flow's wait rides the blip out
+/// and gets its guard (found by review: the shared hold could not be
+/// forgotten, and the call ended with the raw IO error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_in_the_grant_wait_is_ridden_out_when_a_sibling_re_entered() {
+    let primary = RedisServer::start().await;
+    let replica = common::replica_of(&primary).await;
+    let proxy = FaultProxy::start(primary.addr()).await;
+    let b = Client::builder(&proxy.url())
+        .command_timeout(Duration::from_secs(3))
+        .replica_sync(1, Duration::from_secs(2))
+        .watchdog_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let lock = b.lock("synced-sibling");
+    let port = primary.port();
+    replica.pause();
+    let first = lock.try_lock(LONG_WAIT, None);
+    let second = async {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                waiting_for_replicas(port).await.is_some()
+            })
+            .await,
+            "nobody waited for the replicas"
+        );
+        // The grant is in the slot, its WAIT blocked: the same owner (one
+        // task) re-enters it; the connection is reset under both.
+        let (again, ()) = tokio::join!(lock.try_lock(LONG_WAIT, None), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proxy.reset_connections();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            replica.resume();
+        });
+        again
+    };
+    let (first, second) = tokio::join!(first, second);
+    let first = first.unwrap_or_else(|e| panic!("the first flow's wait ended with the blip: {e}"));
+    let first = first.expect("granted within its wait");
+    if let Ok(Some(second)) = second {
+        assert_eq!(second.fencing_token(), first.fencing_token(), "one hold");
+        second.unlock().await.expect("unlock");
+    }
+    first.unlock().await.expect("unlock");
+}

@@ -780,3 +780,50 @@ async fn a_campaign_dropped_after_its_publish_leaves_no_leader_in_the_watch() {
         watch.current()
     );
 }
+
+/// A leader resigns while a candidate of another client waits in the
+/// election's queue: the release hands the lock to that candidate, whose
+/// requests stall before it publishes its identity. A third client's watch
+/// hears at once that the term ended (found by review: the hand-off's
+/// message woke no watcher, which kept showing the resigned leader until
+/// its lease would have ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hears_a_resignation_that_hands_the_lead_over() {
+    let env = Env::start().await;
+    let lease = Duration::from_secs(30);
+    let a = env.client_with_watchdog(lease).await;
+    let w = env.client_with_watchdog(lease).await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let b = Client::builder(&proxy.url())
+        .watchdog_timeout(lease)
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let name = "handed-election";
+    let leading = a.leader(name).with_identity("A").campaign().await.unwrap();
+    let mut watch = w.leader(name).watch().await.unwrap();
+    assert_eq!(
+        watch.current().and_then(|i| i.identity).as_deref(),
+        Some("A")
+    );
+    let candidate = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader(name).with_identity("B").campaign().await }
+    });
+    assert!(
+        common::lock_queued(&env.admin, name, 1).await,
+        "B never queued"
+    );
+    // B still hears messages; its requests stall (it never publishes).
+    proxy.blackhole(Direction::Upstream);
+    leading.resign().await.expect("resign");
+    let changed = tokio::time::timeout(WITHIN, watch.changed()).await;
+    assert!(
+        changed.is_ok(),
+        "the watch still shows {:?} long after A resigned",
+        watch.current()
+    );
+    assert_eq!(changed.unwrap().unwrap(), None, "nobody has published yet");
+    candidate.abort();
+}

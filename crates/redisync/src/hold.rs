@@ -355,6 +355,12 @@ impl Hold {
         added
     }
 
+    /// Whether more than one guard shares the hold (another flow of its
+    /// owner re-entered it).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.holds.load(Ordering::Acquire) > 1
+    }
+
     /// The hold keeps its slot's local turn `permit` while it lives (an
     /// exclusive lock): the next local waiter goes when it ends.
     pub(crate) fn keep_turn(&self, permit: Option<OwnedSemaphorePermit>) {

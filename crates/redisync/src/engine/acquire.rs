@@ -434,13 +434,32 @@ async fn contend<S: Spec>(
                             return Ok(Some(held));
                         }
                         Synced::Blip(held, e) => {
+                            if held.hold().is_shared() {
+                                // Another flow of the owner re-entered it:
+                                // theirs too, never undone; synced again.
+                                let r = (&mut undo, &mut place, &mut ride);
+                                if let Some(held) = resync_shared(grant, holder, r, held, e).await?
+                                {
+                                    keep_turn_if(&held, &mut undo, gate);
+                                    return Ok(Some(held));
+                                }
+                                continue;
+                            }
                             // Whether the replicas have the grant is
                             // unknown: it is given back in order, as a grant
                             // in doubt, before the next attempt (never a
                             // background release under the holder id the
                             // next attempt uses).
                             if !held.forget() {
-                                return Err(e);
+                                // Shared in the meantime: this guard went (a
+                                // count-down); the next attempt acquires
+                                // again.
+                                ride_out(
+                                    grant, holder, &mut undo, &mut place, &mut ride, e, false,
+                                    false,
+                                )
+                                .await?;
+                                continue;
                             }
                             undo.arm(Instant::now() + spec.linger(lease));
                             ride_out(
@@ -699,6 +718,36 @@ async fn ride_out<S: Spec>(
         e,
     )
     .await)
+}
+
+/// A grant whose replica `WAIT` met the blip `e` while another flow of its
+/// owner shares it: not undone (the hold is theirs too). Once Redis is back
+/// (ridden out as any blip), a renewal is written on the connection the
+/// `WAIT` then counts, and the sync is asked again. `None`: the hold was
+/// lost meanwhile (this guard goes; the caller acquires anew).
+async fn resync_shared<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    (undo, place, ride): (&mut Undo<S>, &mut Place, &mut Ride<'_>),
+    mut held: Held,
+    mut e: Error,
+) -> Result<Option<Held>> {
+    loop {
+        ride_out(grant, holder, undo, place, ride, e, false, false).await?;
+        match held.extend(grant.lease).await {
+            Ok(()) => {}
+            Err(Error::NotHeld { .. }) => return Ok(None),
+            Err(again) if is_blip(&again) => {
+                e = again;
+                continue;
+            }
+            Err(other) => return Err(other),
+        }
+        match grant.synced(held).await? {
+            Synced::Held(synced) => return Ok(Some(synced)),
+            Synced::Blip(back, again) => (held, e) = (back, again),
+        }
+    }
 }
 
 /// An attempt failed with `e` (returned): a shutdown leaves the queue
@@ -1095,7 +1144,8 @@ async fn reenter<S: Spec>(
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, a hold already released is never revived, and one
     // handed off to another owner id meanwhile is not re-entered.
-    let Some(reserved) = Reservation::new(grant.slot, holder, hold, grant.watchdog) else {
+    let client = &grant.spec.named().client.inner;
+    let Some(reserved) = Reservation::new(client, grant.slot, holder, hold, grant.watchdog) else {
         return Ok(None);
     };
     let (spec, slot) = (grant.spec, grant.slot);
@@ -1287,6 +1337,7 @@ async fn wait_for_turn(
 /// counts down in Redis. Dropped unconfirmed (the re-entry failed or was
 /// cancelled), the reservation is given back.
 struct Reservation {
+    client: Arc<crate::client::ClientInner>,
     slot: SlotRef,
     hold: Option<Arc<Hold>>,
     watchdog: bool,
@@ -1294,8 +1345,15 @@ struct Reservation {
 
 impl Reservation {
     /// `None` once the hold's last guard is gone (see [`Hold::add_guard`]).
-    fn new(slot: &SlotRef, owner: &str, hold: &Arc<Hold>, watchdog: bool) -> Option<Reservation> {
+    fn new(
+        client: &Arc<crate::client::ClientInner>,
+        slot: &SlotRef,
+        owner: &str,
+        hold: &Arc<Hold>,
+        watchdog: bool,
+    ) -> Option<Reservation> {
         hold.add_guard(owner, watchdog).then(|| Reservation {
+            client: client.clone(),
             slot: slot.clone(),
             hold: Some(hold.clone()),
             watchdog,
@@ -1315,9 +1373,18 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
             // Not granted: give the reservation back. If the other guards
-            // went meanwhile, they counted down in Redis; what our re-entry
-            // may have added there ends with the lease (nobody renews it).
-            super::held::detach(&self.slot, &hold, self.watchdog);
+            // went meanwhile (they only counted down in Redis), it was the
+            // last: the hold is released, whatever our re-entries counted
+            // up (the final release drops the owner's field, token-checked;
+            // a re-entry still in flight ran before it on the connection).
+            if super::held::detach(&self.slot, &hold, self.watchdog) {
+                super::held::release_in_background(
+                    self.client.clone(),
+                    self.slot.clone(),
+                    hold,
+                    true,
+                );
+            }
         }
     }
 }

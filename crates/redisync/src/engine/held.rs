@@ -579,7 +579,12 @@ impl Drop for FinishInBackground {
 /// until the lease would have run out. Counting down a re-entrant hold is
 /// not idempotent: one try. A shutdown waits for it a while; after a
 /// shutdown, or outside a runtime, the lease ends it.
-fn release_in_background(client: Arc<ClientInner>, slot: SlotRef, hold: Arc<Hold>, last: bool) {
+pub(crate) fn release_in_background(
+    client: Arc<ClientInner>,
+    slot: SlotRef,
+    hold: Arc<Hold>,
+    last: bool,
+) {
     send_in_background(client, slot, hold, last, false);
 }
 
