@@ -160,7 +160,7 @@ impl Kind {
     }
 
     /// What Redis holds of `name` (the handle's `inspect()`).
-    async fn inspect(self, client: &Client, name: &str) -> redisync::Inspection {
+    async fn inspect(self, client: &Client, name: &str) -> redisync::inspect::Inspection {
         match self {
             Kind::Lock => client.lock(name).inspect().await,
             Kind::Fair => client.fair_lock(name).inspect().await,

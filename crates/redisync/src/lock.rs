@@ -177,7 +177,7 @@ impl Lock {
     /// that keeps the connection), hidden from the documented API.
     #[doc(hidden)]
     #[must_use]
-    pub fn with_restart_guard(&self, guard: Arc<crate::RestartGuard>) -> Lock {
+    pub fn with_restart_guard(&self, guard: Arc<crate::restart::RestartGuard>) -> Lock {
         Lock {
             inner: Arc::new(self.inner.with_restart_guard(guard)),
         }

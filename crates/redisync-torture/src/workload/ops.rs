@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use redisync::fenced::Fenced;
 use redisync::{
-    Client, CountDownLatch, Fenced, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, WriteLock,
+    Client, CountDownLatch, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, WriteLock,
 };
 use tokio::time::Instant;
 
@@ -461,16 +462,16 @@ pub(super) async fn fenced(ctx: &mut Ctx, f: &Fenced, g: &Guard) {
     }
 }
 
-fn written(w: Option<&redisync::Result<redisync::FencedWrite>>) -> Option<u64> {
+fn written(w: Option<&redisync::Result<redisync::fenced::FencedWrite>>) -> Option<u64> {
     match w {
-        Some(Ok(redisync::FencedWrite::Stale { newest })) => Some(*newest),
+        Some(Ok(redisync::fenced::FencedWrite::Stale { newest })) => Some(*newest),
         _ => None,
     }
 }
 
-fn claimed(c: Option<&redisync::Result<redisync::FencedClaim>>) -> Option<u64> {
+fn claimed(c: Option<&redisync::Result<redisync::fenced::FencedClaim>>) -> Option<u64> {
     match c {
-        Some(Ok(redisync::FencedClaim::Stale { newest })) => Some(*newest),
+        Some(Ok(redisync::fenced::FencedClaim::Stale { newest })) => Some(*newest),
         _ => None,
     }
 }
@@ -950,7 +951,7 @@ macro_rules! side_calls {
 /// A term reported by a watch or `Leader::current`: an identity that
 /// names a token (`<client>@<token>`, set by [`leader_step`]) comes with
 /// that token, or the report mixes two terms.
-fn term_existed(ctx: &Ctx, election: &str, info: Option<&redisync::LeaderInfo>) {
+fn term_existed(ctx: &Ctx, election: &str, info: Option<&redisync::leader::LeaderInfo>) {
     let Some(info) = info else {
         return;
     };
@@ -1229,7 +1230,7 @@ pub(super) struct Held {
     /// A fair-lock guard, read and write guards, a permit.
     pub(super) others: Vec<Guard>,
     pub(super) lead: Option<redisync::Leadership>,
-    pub(super) watch: Option<redisync::LeaderWatch>,
+    pub(super) watch: Option<redisync::leader::LeaderWatch>,
     /// The client's connection state, watched before its shutdown.
     pub(super) connection: Option<redisync::ConnectionWatch>,
 }
