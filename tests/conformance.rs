@@ -2353,7 +2353,7 @@ impl Bench {
 
         // The client is back (a reset or an unreachable server lifted).
         let back = eventually(Duration::from_secs(10), || async {
-            a.server_uptime().await.is_ok()
+            redisync::__private::server_uptime(a).await.is_ok()
         })
         .await;
         assert!(back, "{what}: the client never reached the server again");

@@ -109,6 +109,8 @@ fn every_public_async_method_ends_every_way() {
         "LeaderWatch::changed",
         "LeaderTerm::set_identity",
         "Fenced::write",
+        "Lock::try_lock_with_min_token",
+        "Client::server_uptime",
     ] {
         assert!(
             names.contains(known),
@@ -146,9 +148,11 @@ fn every_public_async_method_ends_every_way() {
 /// `Type::method` for every `pub async fn` of a type `crates/redisync`
 /// exports (`pub use` in its `lib.rs`, or a type of a public module such
 /// as `redisync::leader`), read from its source: methods of
-/// `impl Type {` blocks, and of `impl $x {` blocks inside a `macro_rules!`
-/// for each type the macro is invoked with (`name!(Type, ...)`); with the
-/// endings its signature allows.
+/// `impl Type {` blocks, of `impl $x {` blocks inside a `macro_rules!` for
+/// each type the macro is invoked with (`name!(Type, ...)`), and the free
+/// functions of a public module whose first parameter is `&Type` (the
+/// hidden `redisync::__private`, whose functions take the handles); with
+/// the endings its signature allows.
 fn public_async_methods() -> BTreeMap<String, Vec<Ending>> {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../redisync/src");
     let mut files = Vec::new();
@@ -157,12 +161,18 @@ fn public_async_methods() -> BTreeMap<String, Vec<Ending>> {
     let exported = exported_names(&lib, |module| {
         std::fs::read_to_string(src.join(format!("{module}.rs"))).expect("a public module reads")
     });
+    let modules = public_modules(&lib);
     let mut methods = BTreeMap::new();
     // Per macro: its methods; then its invocations.
     let mut by_macro: Vec<(String, Vec<Method>)> = Vec::new();
     let mut invocations: Vec<(String, String)> = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("a source file reads");
+        let in_public_module = file.parent() == Some(src.as_path())
+            && file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|stem| modules.iter().any(|m| m == stem));
         let mut in_macro: Option<String> = None;
         let mut current: Option<String> = None;
         let lines: Vec<&str> = text.lines().collect();
@@ -197,6 +207,13 @@ fn public_async_methods() -> BTreeMap<String, Vec<Ending>> {
                     }
                     (_, Some(ty)) if exported.contains(ty) => {
                         methods.insert(format!("{ty}::{name}"), method.1);
+                    }
+                    (None, None) if in_public_module && line == trimmed => {
+                        if let Some(ty) =
+                            first_parameter_type(&lines[i..]).filter(|ty| exported.contains(ty))
+                        {
+                            methods.insert(format!("{ty}::{name}"), method.1);
+                        }
                     }
                     _ => {}
                 }
@@ -281,14 +298,8 @@ fn impl_target(line: &str) -> Option<String> {
 /// `pub use` names.
 fn exported_names(lib: &str, module: impl Fn(&str) -> String) -> BTreeSet<String> {
     let mut names = use_names(lib);
-    for line in lib.lines() {
-        let Some(name) = line
-            .strip_prefix("pub mod ")
-            .and_then(|r| r.strip_suffix(';'))
-        else {
-            continue;
-        };
-        let text = module(name);
+    for name in public_modules(lib) {
+        let text = module(&name);
         names.extend(use_names(&text));
         for line in text.lines() {
             let item = ["pub struct ", "pub enum ", "pub trait ", "pub type "]
@@ -303,6 +314,34 @@ fn exported_names(lib: &str, module: impl Fn(&str) -> String) -> BTreeSet<String
         }
     }
     names
+}
+
+/// The modules `pub mod name;` of the crate root (whatever attributes
+/// precede them: `#[doc(hidden)]`, a feature's `#[cfg]`).
+fn public_modules(lib: &str) -> Vec<String> {
+    lib.lines()
+        .filter_map(|line| line.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `Type` of a free function whose first parameter is `name: &Type`, from
+/// its signature (its first line to its body's brace).
+fn first_parameter_type(from: &[&str]) -> Option<String> {
+    let mut signature = String::new();
+    for line in from {
+        signature.push_str(line.trim());
+        if line.trim_end().ends_with('{') {
+            break;
+        }
+    }
+    let (_, params) = signature.split_once('(')?;
+    let first = params.split([',', ')']).next()?;
+    let ty = first.split_once(':')?.1.trim().strip_prefix('&')?;
+    let end = ty
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(ty.len());
+    (end > 0).then(|| ty[..end].to_owned())
 }
 
 /// The names of a file's top-level `pub use` items (rustfmt may break a
@@ -378,6 +417,25 @@ fn the_source_parse_reads_impls_and_macros() {
         "LockGuard",
     ];
     assert_eq!(names, expected.map(String::from).into());
+    assert_eq!(
+        first_parameter_type(&[
+            "pub async fn server_uptime(client: &Client) -> Result<Duration> {"
+        ]),
+        Some("Client".into())
+    );
+    assert_eq!(
+        first_parameter_type(&[
+            "pub async fn try_lock_with_min_token(",
+            "    lock: &Lock,",
+            "    wait: Duration,",
+            ") -> Result<Option<LockGuard>> {"
+        ]),
+        Some("Lock".into())
+    );
+    assert_eq!(
+        first_parameter_type(&["pub async fn run_locked<G>(acquire: A) -> T {"]),
+        None
+    );
     let all = Ending::ALL.to_vec();
     assert_eq!(endings(&["pub async fn lost(&self) {"]).len(), 3);
     assert_eq!(

@@ -8,6 +8,16 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+// The root holds the client, the primitives with their guards, what every
+// guard has, the errors and the connection settings; the families'
+// auxiliary types are in the public modules `inspect`, `fenced` and
+// `leader` (as tokio's `sync::mpsc`).
+
+// Support for `redisync-redlock`, not for applications: a hidden module
+// rather than hidden methods on the handles, so that a user cannot reach it
+// by accident (see its comment).
+#[doc(hidden)]
+pub mod __private;
 mod client;
 mod connect;
 mod connection;
@@ -49,7 +59,6 @@ pub use latch::CountDownLatch;
 pub use leader::{Leader, Leadership};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
-pub use restart::RestartGuard;
 pub use retry::AcquireRetry;
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};
