@@ -440,6 +440,7 @@ impl ClientBuilder {
     /// clustered link; [`Error::UnsupportedServer`] for a version below the
     /// minimum.
     #[cfg(feature = "simulation")]
+    #[doc(hidden)]
     pub fn connect_on<L: crate::link::Link>(self, link: Arc<L>, id: uuid::Uuid) -> Result<Client> {
         self.settings.validate()?;
         let sharded = check_server(&self.settings, &*link)?;

@@ -32,8 +32,11 @@ pub mod inspect;
 mod keys;
 mod latch;
 pub mod leader;
-// The seam under the engine, public for a simulated Redis.
+// The seam under the engine, public for a simulated Redis (`redisync-sim`),
+// not for applications: hidden from the documentation, which docs.rs
+// builds with every feature.
 #[cfg(feature = "simulation")]
+#[doc(hidden)]
 pub mod link;
 #[cfg(not(feature = "simulation"))]
 #[allow(unreachable_pub)]
