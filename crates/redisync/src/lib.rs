@@ -11,7 +11,9 @@
 // The root holds the client, the primitives with their guards, what every
 // guard has, the errors and the connection settings; the families'
 // auxiliary types are in the public modules `inspect`, `fenced` and
-// `leader` (as tokio's `sync::mpsc`).
+// `leader` (as tokio's `sync::mpsc`). `tests/public_api.rs` compares what
+// this file exports with `tests/public_api.txt`: a new public name is a
+// decision, made in that listing.
 
 // Support for `redisync-redlock`, not for applications: a hidden module
 // rather than hidden methods on the handles, so that a user cannot reach it
