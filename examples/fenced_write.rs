@@ -15,7 +15,8 @@ mod support;
 use support::find_redis;
 
 use fred::prelude::*;
-use redisync::{FencedWrite, Guard};
+use redisync::fenced::FencedWrite;
+use redisync::Guard;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

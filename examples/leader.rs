@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use redisync::FencedWrite;
+use redisync::fenced::FencedWrite;
 use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
@@ -242,10 +242,10 @@ async fn member_main(member: usize) -> Result<(), BoxError> {
         while status.changed().await.is_ok() {
             let now = *status.borrow_and_update();
             match now {
-                redisync::LeaderStatus::Leading { token } => {
+                redisync::leader::LeaderStatus::Leading { token } => {
                     println!("status: elected, token {token}");
                 }
-                redisync::LeaderStatus::Campaigning => println!("status: campaigning"),
+                redisync::leader::LeaderStatus::Campaigning => println!("status: campaigning"),
                 other => println!("status: {other:?}"),
             }
         }
@@ -284,7 +284,7 @@ async fn member_main(member: usize) -> Result<(), BoxError> {
 /// Dropped before the run's write: the run was cancelled (the lead was
 /// lost). It then sends the write anyway, in the background, as a
 /// hand-written loop would have, to show the fence refuse it.
-struct Cancelled(Option<(redisync::Fenced, u32, u64)>);
+struct Cancelled(Option<(redisync::fenced::Fenced, u32, u64)>);
 
 impl Drop for Cancelled {
     fn drop(&mut self) {

@@ -31,7 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
-use redisync::{Client, Error, RestartGuard};
+use redisync::__private::{self, RestartGuard};
+use redisync::{Client, Error};
 use redisync_redlock::{MultiLock, Redlock};
 use redisync_testkit::RedisNodes;
 
@@ -502,14 +503,18 @@ async fn lock_fair_lock_and_rw_lock_waits_and_leases() {
             // A bound more than 1 s ahead of the server clock is ignored
             // (documented).
             Expect::Answers,
-            async move { l.try_lock_with_min_token(ZERO, None, t).await.map(drop) },
+            async move {
+                __private::try_lock_with_min_token(&l, ZERO, None, t)
+                    .await
+                    .map(drop)
+            },
         )
         .await;
         let l = a.lock("tokens");
         s.case(
             format!("Lock.advance_fencing_token({v})"),
             token_expect,
-            async move { l.advance_fencing_token(t).await.map(drop) },
+            async move { __private::advance_fencing_token(&l, t).await.map(drop) },
         )
         .await;
         let f = a.fenced("fenced");
@@ -763,9 +768,7 @@ async fn latch_leader_fenced_and_restart_guard() {
     // A restart guard built by hand, with the largest values.
     for (v, d) in DURATIONS {
         let guard = Arc::new(RestartGuard::new(d));
-        let lock = a
-            .lock(&format!("guarded{v}"))
-            .with_restart_guard(guard.clone());
+        let lock = __private::with_restart_guard(&a.lock(&format!("guarded{v}")), guard.clone());
         s.case(
             format!("Lock.with_restart_guard(RestartGuard::new({v})).try_lock(0, 1s)"),
             Expect::Answers,

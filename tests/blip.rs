@@ -11,7 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, Env};
-use redisync::{AcquireRetry, Client, Error, Inspection};
+use redisync::inspect::Inspection;
+use redisync::{AcquireRetry, Client, Error};
 use redisync_testkit::{Direction, FaultProxy, RedisServer};
 use tokio::time::Instant;
 

@@ -583,7 +583,7 @@ async fn a_count_down_latch_opens_for_waiters_of_other_clients() {
                 .await
                 .unwrap()
                 .iter()
-                .any(|i| i.name == name && i.kind == redisync::LockKind::Latch),
+                .any(|i| i.name == name && i.kind == redisync::inspect::LockKind::Latch),
             "{name}: not listed"
         );
     }

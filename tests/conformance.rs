@@ -160,7 +160,7 @@ impl Kind {
     }
 
     /// What Redis holds of `name` (the handle's `inspect()`).
-    async fn inspect(self, client: &Client, name: &str) -> redisync::Inspection {
+    async fn inspect(self, client: &Client, name: &str) -> redisync::inspect::Inspection {
         match self {
             Kind::Lock => client.lock(name).inspect().await,
             Kind::Fair => client.fair_lock(name).inspect().await,
@@ -2353,7 +2353,7 @@ impl Bench {
 
         // The client is back (a reset or an unreachable server lifted).
         let back = eventually(Duration::from_secs(10), || async {
-            a.server_uptime().await.is_ok()
+            redisync::__private::server_uptime(a).await.is_ok()
         })
         .await;
         assert!(back, "{what}: the client never reached the server again");

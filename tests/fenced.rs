@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::Env;
 use fred::prelude::*;
-use redisync::{Error, Fenced, FencedClaim, FencedValue, FencedWrite, Guard};
+use redisync::fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};
+use redisync::{Error, Guard};
 
 /// A holder paused past its lease comes back and writes: refused, since the
 /// next holder claimed the value with a newer token. The next holder may

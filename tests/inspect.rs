@@ -8,7 +8,8 @@ use std::time::Duration;
 use common::{eventually, Env};
 use fred::prelude::*;
 use futures::FutureExt;
-use redisync::{Error, HoldMode, Inspection, LockKind};
+use redisync::inspect::{HoldMode, Inspection, LockKind};
+use redisync::Error;
 use redisync_testkit::RedisCluster;
 
 const WITHIN: Duration = Duration::from_secs(10);

@@ -13,7 +13,8 @@ use std::time::Duration;
 use common::{eventually, Env};
 use fred::prelude::*;
 use fred::types::Value;
-use redisync::{Client, CountDownLatch, Error, LockKind};
+use redisync::inspect::LockKind;
+use redisync::{Client, CountDownLatch, Error};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
@@ -902,7 +903,7 @@ async fn inspection_shows_the_count_and_the_ttl() {
     let done = client.count_down_latch("done");
     assert!(done.try_set_count(1, LONG_TTL).await.unwrap());
     assert_eq!(done.count_down().await.unwrap(), 0);
-    let kinds = |all: &[redisync::Inspection]| -> Vec<(String, LockKind, Option<u64>)> {
+    let kinds = |all: &[redisync::inspect::Inspection]| -> Vec<(String, LockKind, Option<u64>)> {
         all.iter()
             .map(|i| (i.name.clone(), i.kind, i.count))
             .collect()

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{eventually, Env};
 use fred::prelude::*;
-use redisync::{Client, CountDownLatch, Error, LeaderStatus};
+use redisync::leader::LeaderStatus;
+use redisync::{Client, CountDownLatch, Error};
 use redisync_testkit::{Direction, FaultProxy};
 use tokio::time::{sleep, timeout, Instant};
 

@@ -349,7 +349,7 @@ async fn a_watch_sees_a_resignation_at_once() {
 /// then leading again under a newer token; idle once `run` is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_status_reports_election_loss_and_stop() {
-    use redisync::LeaderStatus;
+    use redisync::leader::LeaderStatus;
     let env = Env::start().await;
     let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
     let other = env.client().await;
@@ -560,7 +560,7 @@ async fn a_watch_across_restarts_reports_only_real_terms() {
 /// leadership is known lost (forced away) or dropped, with no `run`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn campaign_status_follows_the_leadership_until_it_is_lost_or_dropped() {
-    use redisync::LeaderStatus;
+    use redisync::leader::LeaderStatus;
     let env = Env::start().await;
     let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
     let other = env.client().await;
@@ -627,7 +627,7 @@ async fn a_run_job_reaches_its_leadership() {
     let env = Env::start().await;
     let client = client_with_lease(&env.server.url(), Duration::from_secs(1)).await;
     let leader = client.leader("job-reach").with_identity("before");
-    let terms: Arc<Mutex<Vec<redisync::LeaderTerm>>> = Arc::default();
+    let terms: Arc<Mutex<Vec<redisync::leader::LeaderTerm>>> = Arc::default();
     let run = {
         let (leader, terms) = (leader.clone(), terms.clone());
         tokio::spawn(async move {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{lock_key, Env};
 use fred::prelude::*;
+use redisync::__private;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_and_release() {
@@ -533,16 +534,21 @@ async fn advancing_the_fence_raises_later_tokens_and_uptime_is_read() {
     let t1 = first.fencing_token();
     first.unlock().await.unwrap();
     assert_eq!(
-        lock.advance_fencing_token(t1 + 1000).await.unwrap(),
+        __private::advance_fencing_token(&lock, t1 + 1000)
+            .await
+            .unwrap(),
         t1 + 1000
     );
     // Never lowers it.
-    assert_eq!(lock.advance_fencing_token(5).await.unwrap(), t1 + 1000);
+    assert_eq!(
+        __private::advance_fencing_token(&lock, 5).await.unwrap(),
+        t1 + 1000
+    );
     let next = lock.lock().await.unwrap();
     // max(counter + 1, server time in µs): the counter is ahead here.
     assert!(next.fencing_token() > t1 + 1000);
     next.unlock().await.unwrap();
-    assert!(client.server_uptime().await.unwrap() < Duration::from_mins(1));
+    assert!(__private::server_uptime(&client).await.unwrap() < Duration::from_mins(1));
     assert_eq!(lock.client().watchdog_timeout(), Duration::from_secs(30));
 }
 
@@ -555,7 +561,9 @@ async fn the_fence_cannot_be_advanced_past_2_pow_52() {
     let client = env.client().await;
     let lock = client.lock("adv-max");
     let max = 1u64 << 52;
-    let e = lock.advance_fencing_token(max + 1).await.unwrap_err();
+    let e = __private::advance_fencing_token(&lock, max + 1)
+        .await
+        .unwrap_err();
     assert!(matches!(e, redisync::Error::InvalidArgument(_)), "{e:?}");
     let fence: Option<String> = env
         .admin
@@ -564,7 +572,9 @@ async fn the_fence_cannot_be_advanced_past_2_pow_52() {
         .unwrap();
     assert_eq!(fence, None, "nothing written");
     assert_eq!(
-        lock.advance_fencing_token(max - 10).await.unwrap(),
+        __private::advance_fencing_token(&lock, max - 10)
+            .await
+            .unwrap(),
         max - 10
     );
     let g = lock.lock().await.unwrap();
@@ -724,8 +734,7 @@ async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
         .expect("free");
     let base = first.fencing_token();
     // A re-entry keeps the token, whatever floor it asks for.
-    let again = lock
-        .try_lock_with_min_token(Duration::ZERO, None, base + 500_000)
+    let again = __private::try_lock_with_min_token(&lock, Duration::ZERO, None, base + 500_000)
         .await
         .unwrap()
         .expect("re-entry");
@@ -734,8 +743,7 @@ async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
     first.unlock().await.unwrap();
     // Half a second ahead of the last token (itself server microseconds).
     let floor = base + 500_000;
-    let raised = lock
-        .try_lock_with_min_token(Duration::ZERO, None, floor)
+    let raised = __private::try_lock_with_min_token(&lock, Duration::ZERO, None, floor)
         .await
         .unwrap()
         .expect("free");
@@ -743,8 +751,7 @@ async fn a_token_floor_raises_a_new_token_up_to_a_second_ahead() {
     raised.unlock().await.unwrap();
     // An hour ahead: ignored; the token still grows.
     let absurd = floor + 3_600_000_000;
-    let ignored = lock
-        .try_lock_with_min_token(Duration::ZERO, None, absurd)
+    let ignored = __private::try_lock_with_min_token(&lock, Duration::ZERO, None, absurd)
         .await
         .unwrap()
         .expect("free");

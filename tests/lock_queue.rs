@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{lock_key, Env};
 use fred::prelude::*;
+use redisync::__private;
 use redisync::{Client, Error};
 use redisync_testkit::{Direction, FaultProxy};
 use tokio::time::timeout;
@@ -36,9 +37,7 @@ async fn a_handed_hold_honours_the_waiters_min_token() {
     let floor = common::server_us(&env.admin).await + 950_000;
     let lock_b = b.lock("floor");
     let waiter = tokio::spawn(async move {
-        lock_b
-            .try_lock_with_min_token(Duration::from_secs(20), None, floor)
-            .await
+        __private::try_lock_with_min_token(&lock_b, Duration::from_secs(20), None, floor).await
     });
     assert!(
         common::lock_queued(&env.admin, "floor", 1).await,

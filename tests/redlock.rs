@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
+use redisync::__private;
 use redisync::Client;
 use redisync_redlock::{Error, Redlock, RedlockGuard, Votes};
 use redisync_testkit::RedisNodes;
@@ -487,13 +488,13 @@ async fn a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_aga
     // B sees every node old on its connections.
     let seen = held_on_all(&b, 3, Duration::from_secs(3), Some(max_lease)).await;
     seen.unlock().await.expect("unlock");
-    let generation = b_clients[1].connection_generation();
+    let generation = __private::connection_generation(&b_clients[1]);
     // B's connection to node 1 stays.
     let (held, a_valid_until) =
         held_on_0_and_1_then_node_1_restarts(&mut nodes, &a, max_lease, "nodes 0 and 1").await;
     wins_only_after(&b, max_lease, a_valid_until).await;
     assert_eq!(
-        b_clients[1].connection_generation(),
+        __private::connection_generation(&b_clients[1]),
         generation,
         "the proxy kept B's connection"
     );
@@ -1204,13 +1205,16 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
     let floor = common::server_us(&admin1).await + 950_000;
     let mut lost = 0;
     for c in &ahead[..2] {
-        let g = c
-            .lock(name)
-            .non_reentrant()
-            .try_lock_with_min_token(Duration::from_secs(5), Some(max_lease), floor)
-            .await
-            .expect("try_lock")
-            .expect("free");
+        let lock = c.lock(name).non_reentrant();
+        let g = __private::try_lock_with_min_token(
+            &lock,
+            Duration::from_secs(5),
+            Some(max_lease),
+            floor,
+        )
+        .await
+        .expect("try_lock")
+        .expect("free");
         // Equal unless the machine took 950 ms to get it.
         assert!(g.fencing_token() >= floor && g.fencing_token() > t0);
         lost = lost.max(g.fencing_token());
@@ -1260,7 +1264,7 @@ async fn a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back() {
 /// drift; once it reads zero the lost signal fires (and `run_locked` cancels
 /// its work), but `Loss::validity` does not remember it: a renewal that
 /// gets through later makes the same signal say "not lost" again, and the
-/// guard say it holds. `LostSignal::with_validity` promises "zero once it
+/// guard say it holds. `__private::lost_signal_with_validity` promises "zero once it
 /// is lost (and then for good)". The nodes are paused (no renewal) until
 /// the signal says lost, then resumed before the nodes' own leases end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1320,8 +1320,9 @@ async fn wait_for_restart_guard(
     loop {
         let mut youngest = Duration::MAX;
         for c in clients {
-            let up = c
-                .server_uptime()
+            // The reading Redlock's restart guard makes (support for
+            // redisync-redlock, not a user API).
+            let up = redisync::__private::server_uptime(c)
                 .await
                 .map_err(|e| format!("uptime: {e}"))?;
             youngest = youngest.min(up);

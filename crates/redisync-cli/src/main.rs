@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redisync::{Client, Inspection, LockKind};
+use redisync::inspect::{Inspection, LockKind};
+use redisync::Client;
 
 mod render;
 

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use redisync::{HoldMode, Holder, Inspection, LockKind, Waiter};
+use redisync::inspect::{HoldMode, Holder, Inspection, LockKind, Waiter};
 use serde_json::{json, Value};
 
 /// A duration for people: `850 ms`, `28.3 s`, `12 min`.

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures::future::{join, join_all, select_all};
 use futures::stream::{FuturesUnordered, StreamExt};
-use redisync::{Lock, LockGuard, LostSignal, RestartGuard};
+use redisync::__private::{self, RestartGuard};
+use redisync::{Lock, LockGuard, LostSignal};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -39,7 +40,8 @@ const MIN_RETRY_DELAY: Duration = Duration::from_millis(20);
 /// (`Duration::MAX` never retried at all).
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 
-// The restart guard of each node is `redisync::RestartGuard`, the one a
+// The restart guard of each node is `redisync::__private::RestartGuard`,
+// the one a
 // guarded `Client` uses: it counts a reading `u` of `uptime_in_seconds` as
 // more than `u - 1 s` only (whole seconds of truncated wall-clock times).
 // So with any `max_lease` above zero a restarted node counts only after
@@ -231,7 +233,7 @@ impl RedlockBuilder {
                 if !max_lease.is_zero() {
                     // The node's scripts check its LASTSAVE: a restart
                     // behind a proxy that keeps the connection is seen.
-                    lock = lock.with_restart_guard(restart.clone());
+                    lock = __private::with_restart_guard(&lock, restart.clone());
                 }
                 Node {
                     lock,
@@ -272,8 +274,8 @@ impl RedlockBuilder {
 /// 1. Try the lock on every node at once (one attempt each, no waiting),
 ///    each bounded by the node timeout, and read the uptime of every node
 ///    not yet seen old on its current connection in the same round trip (a
-///    restart closes the connection: see
-///    [`Client::connection_generation`](redisync::Client::connection_generation);
+///    restart closes the connection, and the node's client counts its
+///    connections;
 ///    behind a proxy that keeps it, the node's script sees the new
 ///    `LASTSAVE` and the uptime is read again).
 /// 2. Acquired when at least N/2+1 nodes that have been up for at least
@@ -698,13 +700,11 @@ impl Inner {
     /// the core lock undoes an acquisition whose future is dropped, and a
     /// guard dropped here is released.
     async fn vote(&self, node: &Node, lease: Option<Duration>, floor: u64) -> Vote {
-        let acquire = node
-            .lock
-            .try_lock_with_min_token(Duration::ZERO, lease, floor);
+        let acquire = __private::try_lock_with_min_token(&node.lock, Duration::ZERO, lease, floor);
         let guarded = !self.max_lease.is_zero();
         let healthy = node.health.load(Ordering::Relaxed) == HEALTHY;
         let client = node.lock.client();
-        let generation = client.connection_generation();
+        let generation = __private::connection_generation(client);
         let proven_old = node.restart.is_proven_old_on(generation);
         if healthy && (!guarded || proven_old) {
             let vote = match tokio::time::timeout(self.node_timeout, acquire).await {
@@ -716,7 +716,9 @@ impl Inner {
             return match vote {
                 // Reconnected meanwhile: the grant may come from a restarted
                 // node; its uptime decides (read now, after the grant).
-                Vote::Granted(g) if guarded && client.connection_generation() != generation => {
+                Vote::Granted(g)
+                    if guarded && __private::connection_generation(client) != generation =>
+                {
                     // Boxed, here and below: rare, and inline it made every
                     // attempt's vote futures kilobytes large (fred's INFO
                     // state), moved and set up on each attempt.
@@ -725,7 +727,7 @@ impl Inner {
                 vote => vote,
             };
         }
-        let uptime = client.server_uptime();
+        let uptime = __private::server_uptime(client);
         match Box::pin(tokio::time::timeout(
             self.node_timeout,
             join(acquire, uptime),
@@ -739,7 +741,7 @@ impl Inner {
                 if guarded
                     && node
                         .restart
-                        .judge(generation, client.connection_generation(), up)
+                        .judge(generation, __private::connection_generation(client), up)
                         .is_some() =>
             {
                 Vote::Restarted(None)
@@ -752,7 +754,7 @@ impl Inner {
             Ok((Ok(Some(g)), _)) if !guarded => Vote::Granted(g),
             // Both replies came over one connection: its uptime judges the
             // grant (and is remembered for that connection generation).
-            Ok((Ok(Some(g)), up)) if client.connection_generation() == generation => {
+            Ok((Ok(Some(g)), up)) if __private::connection_generation(client) == generation => {
                 self.judge_grant(node, g, generation, up)
             }
             // Reconnected between the two: the uptime may be another server
@@ -767,8 +769,8 @@ impl Inner {
     async fn judge_after_reconnect(&self, node: &Node, g: LockGuard) -> Vote {
         node.restart.forget();
         let client = node.lock.client();
-        let now_on = client.connection_generation();
-        match tokio::time::timeout(self.node_timeout, client.server_uptime()).await {
+        let now_on = __private::connection_generation(client);
+        match tokio::time::timeout(self.node_timeout, __private::server_uptime(client)).await {
             Ok(up) => self.judge_grant(node, g, now_on, up),
             Err(_) => Vote::TimedOut,
         }
@@ -787,7 +789,11 @@ impl Inner {
             Ok(up)
                 if node
                     .restart
-                    .judge(generation, node.lock.client().connection_generation(), up)
+                    .judge(
+                        generation,
+                        __private::connection_generation(node.lock.client()),
+                        up,
+                    )
                     .is_none() =>
             {
                 Vote::Granted(g)
@@ -820,7 +826,7 @@ impl Inner {
             .iter()
             .filter(|(_, g)| g.fencing_token() < max)
             .map(|(i, g)| async move {
-                let write = g.lock().advance_fencing_token(max);
+                let write = __private::advance_fencing_token(g.lock(), max);
                 (*i, tokio::time::timeout(self.node_timeout, write).await)
             });
         for (i, result) in join_all(behind).await {
@@ -1064,7 +1070,7 @@ impl RedlockGuard {
             .members
             .get_or_init(|| self.nodes.iter().map(|(_, g)| g.lost_signal()).collect());
         let (waits, checks) = (self.loss.clone(), self.loss.clone());
-        LostSignal::with_validity(majority_lost(waits), move || checks.validity())
+        __private::lost_signal_with_validity(majority_lost(waits), move || checks.validity())
     }
 
     /// Sets every node's remaining lease to `lease`; succeeds when a
@@ -1345,14 +1351,14 @@ mod tests {
 
     /// A node that stays held: its signal never fires.
     fn held() -> LostSignal {
-        LostSignal::new(std::future::pending(), || false)
+        __private::lost_signal(std::future::pending(), || false)
     }
 
     /// A node lost right after its first look: the check says so from its
     /// second call on, and the signal has fired by the time it is polled.
     fn lost_after_first_look() -> LostSignal {
         let looks = AtomicUsize::new(0);
-        LostSignal::new(std::future::ready(()), move || {
+        __private::lost_signal(std::future::ready(()), move || {
             looks.fetch_add(1, Ordering::SeqCst) >= 1
         })
     }

@@ -106,6 +106,11 @@ fn every_public_async_method_ends_every_way() {
         "ReadLock::lock",
         "LockGuard::lost",
         "Client::list",
+        "LeaderWatch::changed",
+        "LeaderTerm::set_identity",
+        "Fenced::write",
+        "Lock::try_lock_with_min_token",
+        "Client::server_uptime",
     ] {
         assert!(
             names.contains(known),
@@ -141,22 +146,33 @@ fn every_public_async_method_ends_every_way() {
 }
 
 /// `Type::method` for every `pub async fn` of a type `crates/redisync`
-/// exports (`pub use` in its `lib.rs`), read from its source: methods of
-/// `impl Type {` blocks, and of `impl $x {` blocks inside a `macro_rules!`
-/// for each type the macro is invoked with (`name!(Type, ...)`); with the
-/// endings its signature allows.
+/// exports (`pub use` in its `lib.rs`, or a type of a public module such
+/// as `redisync::leader`), read from its source: methods of
+/// `impl Type {` blocks, of `impl $x {` blocks inside a `macro_rules!` for
+/// each type the macro is invoked with (`name!(Type, ...)`), and the free
+/// functions of a public module whose first parameter is `&Type` (the
+/// hidden `redisync::__private`, whose functions take the handles); with
+/// the endings its signature allows.
 fn public_async_methods() -> BTreeMap<String, Vec<Ending>> {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../redisync/src");
     let mut files = Vec::new();
     collect_rs(&src, &mut files);
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs reads");
-    let exported = exported_names(&lib);
+    let exported = exported_names(&lib, |module| {
+        std::fs::read_to_string(src.join(format!("{module}.rs"))).expect("a public module reads")
+    });
+    let modules = public_modules(&lib);
     let mut methods = BTreeMap::new();
     // Per macro: its methods; then its invocations.
     let mut by_macro: Vec<(String, Vec<Method>)> = Vec::new();
     let mut invocations: Vec<(String, String)> = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("a source file reads");
+        let in_public_module = file.parent() == Some(src.as_path())
+            && file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|stem| modules.iter().any(|m| m == stem));
         let mut in_macro: Option<String> = None;
         let mut current: Option<String> = None;
         let lines: Vec<&str> = text.lines().collect();
@@ -191,6 +207,13 @@ fn public_async_methods() -> BTreeMap<String, Vec<Ending>> {
                     }
                     (_, Some(ty)) if exported.contains(ty) => {
                         methods.insert(format!("{ty}::{name}"), method.1);
+                    }
+                    (None, None) if in_public_module && line == trimmed => {
+                        if let Some(ty) =
+                            first_parameter_type(&lines[i..]).filter(|ty| exported.contains(ty))
+                        {
+                            methods.insert(format!("{ty}::{name}"), method.1);
+                        }
                     }
                     _ => {}
                 }
@@ -268,19 +291,83 @@ fn impl_target(line: &str) -> Option<String> {
     .then(|| ty.to_owned())
 }
 
-/// The names `pub use module::{A, B};` and `pub use module::A;` export.
-fn exported_names(lib: &str) -> BTreeSet<String> {
+/// The names `pub use module::{A, B};` and `pub use module::A;` of the
+/// crate root export, and the types of its public modules (`pub mod
+/// name;`, whose source `module(name)` reads): their top-level `pub
+/// struct`, `pub enum`, `pub trait` and `pub type` items and their own
+/// `pub use` names.
+fn exported_names(lib: &str, module: impl Fn(&str) -> String) -> BTreeSet<String> {
+    let mut names = use_names(lib);
+    for name in public_modules(lib) {
+        let text = module(&name);
+        names.extend(use_names(&text));
+        for line in text.lines() {
+            let item = ["pub struct ", "pub enum ", "pub trait ", "pub type "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p));
+            if let Some(item) = item {
+                let end = item
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(item.len());
+                names.insert(item[..end].to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// The modules `pub mod name;` of the crate root (whatever attributes
+/// precede them: `#[doc(hidden)]`, a feature's `#[cfg]`).
+fn public_modules(lib: &str) -> Vec<String> {
+    lib.lines()
+        .filter_map(|line| line.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `Type` of a free function whose first parameter is `name: &Type`, from
+/// its signature (its first line to its body's brace).
+fn first_parameter_type(from: &[&str]) -> Option<String> {
+    let mut signature = String::new();
+    for line in from {
+        signature.push_str(line.trim());
+        if line.trim_end().ends_with('{') {
+            break;
+        }
+    }
+    let (_, params) = signature.split_once('(')?;
+    let first = params.split([',', ')']).next()?;
+    let ty = first.split_once(':')?.1.trim().strip_prefix('&')?;
+    let end = ty
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(ty.len());
+    (end > 0).then(|| ty[..end].to_owned())
+}
+
+/// The names of a file's top-level `pub use` items (rustfmt may break a
+/// list over several lines).
+fn use_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for line in lib.lines() {
-        let Some(path) = line.strip_prefix("pub use ") else {
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(start) = line.strip_prefix("pub use ") else {
             continue;
         };
+        let mut path = start.to_owned();
+        while !path.ends_with(';') {
+            let Some(more) = lines.next() else { break };
+            path.push_str(more.trim());
+        }
         let path = path.trim_end_matches(';');
         let list = match path.split_once('{') {
             Some((_, list)) => list.trim_end_matches('}').to_owned(),
             None => path.rsplit("::").next().unwrap_or("").to_owned(),
         };
-        names.extend(list.split(',').map(|n| n.trim().to_owned()));
+        names.extend(
+            list.split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty()),
+        );
     }
     names
 }
@@ -312,9 +399,43 @@ fn the_source_parse_reads_impls_and_macros() {
     assert_eq!(impl_target("impl $handle {"), Some("$handle".into()));
     assert_eq!(impl_target("impl Spec for Lock {"), None);
     assert_eq!(impl_target("impl std::fmt::Debug for Lock {"), None);
-    let lib = "pub use lock::{Lock, LockGuard};\npub use keys::KEY_LAYOUT;\n";
-    let names = exported_names(lib);
-    assert!(names.contains("LockGuard") && names.contains("KEY_LAYOUT"));
+    let lib = "pub use lock::{Lock, LockGuard};\npub use keys::KEY_LAYOUT;\n\
+               pub mod leader;\npub use leader::{\n    Leader,\n    Leadership,\n};\n";
+    let names = exported_names(lib, |module| {
+        assert_eq!(module, "leader");
+        "pub struct LeaderWatch {\n    pub(crate) x: u8,\n}\npub(crate) struct Hidden;\n\
+         pub enum LeaderStatus {}\n"
+            .to_owned()
+    });
+    let expected = [
+        "KEY_LAYOUT",
+        "Leader",
+        "LeaderStatus",
+        "LeaderWatch",
+        "Leadership",
+        "Lock",
+        "LockGuard",
+    ];
+    assert_eq!(names, expected.map(String::from).into());
+    assert_eq!(
+        first_parameter_type(&[
+            "pub async fn server_uptime(client: &Client) -> Result<Duration> {"
+        ]),
+        Some("Client".into())
+    );
+    assert_eq!(
+        first_parameter_type(&[
+            "pub async fn try_lock_with_min_token(",
+            "    lock: &Lock,",
+            "    wait: Duration,",
+            ") -> Result<Option<LockGuard>> {"
+        ]),
+        Some("Lock".into())
+    );
+    assert_eq!(
+        first_parameter_type(&["pub async fn run_locked<G>(acquire: A) -> T {"]),
+        None
+    );
     let all = Ending::ALL.to_vec();
     assert_eq!(endings(&["pub async fn lost(&self) {"]).len(), 3);
     assert_eq!(

@@ -34,9 +34,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
+use redisync::leader::LeaderTerm;
 use redisync::{
-    run_locked, Client, FairLock, FairLockGuard, Leader, LeaderTerm, Lock, LockGuard, Outcome,
-    ReadLock, RwLockGuard, Semaphore, SemaphorePermit, WriteLock,
+    run_locked, Client, FairLock, FairLockGuard, Leader, Lock, LockGuard, Outcome, ReadLock,
+    RwLockGuard, Semaphore, SemaphorePermit, WriteLock,
 };
 use redisync_redlock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 use tokio::sync::mpsc;

@@ -440,6 +440,7 @@ impl ClientBuilder {
     /// clustered link; [`Error::UnsupportedServer`] for a version below the
     /// minimum.
     #[cfg(feature = "simulation")]
+    #[doc(hidden)]
     pub fn connect_on<L: crate::link::Link>(self, link: Arc<L>, id: uuid::Uuid) -> Result<Client> {
         self.settings.validate()?;
         let sharded = check_server(&self.settings, &*link)?;
@@ -1066,34 +1067,18 @@ impl Client {
         }
     }
 
-    /// How long the Redis server has been running (`INFO server`,
-    /// `uptime_in_seconds`). Whole seconds, computed by Redis from truncated
-    /// wall-clock times, so it can overstate the real uptime by up to one
-    /// second: subtract a second when using it as a lower bound. Redlock uses
-    /// it to ignore nodes that restarted more recently than the longest lease
-    /// in use.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when Redis fails or the field is missing.
-    ///
-    /// # Cancel safety
-    /// Cancel safe (read-only).
-    pub async fn server_uptime(&self) -> Result<Duration> {
+    /// How long the Redis server has been running: see
+    /// [`__private::server_uptime`](crate::__private::server_uptime), through
+    /// which `redisync-redlock` reaches it.
+    pub(crate) async fn server_uptime(&self) -> Result<Duration> {
         self.inner.server_uptime().await
     }
 
     /// How many times the command connection was established again since
-    /// [`Client::connect`] (a reconnection after an error or a server
-    /// restart; on a cluster, to any node).
-    ///
-    /// Exact at the moment of the call: the client announces a new
-    /// connection before it sends anything on it, so a reply read before
-    /// this call came over a connection this count includes. Equal counts
-    /// before a command and after its reply mean the reply came from the
-    /// server instance that was connected before the command (a restart
-    /// closes the connection). `redisync-redlock` uses this to read a
-    /// node's uptime once per connection instead of once per attempt.
-    pub fn connection_generation(&self) -> u64 {
+    /// [`Client::connect`]: see
+    /// [`__private::connection_generation`](crate::__private::connection_generation),
+    /// through which `redisync-redlock` reaches it.
+    pub(crate) fn connection_generation(&self) -> u64 {
         self.inner.connection_generation()
     }
 

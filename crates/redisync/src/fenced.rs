@@ -1,5 +1,11 @@
 //! Fenced values: a value in Redis that only the newest holder of a lock
-//! may change, checked by the fencing token every write carries.
+//! may change, checked by the fencing token every write carries. Made by
+//! [`Client::fenced`]; see [`Fenced`] for why and how.
+//!
+//! - [`Fenced`]: the handle on one fenced value (`claim`, `write`, `read`).
+//! - [`FencedWrite`]: what a write did (written, or refused as stale).
+//! - [`FencedClaim`]: what a claim returned (the value, or stale).
+//! - [`FencedValue`]: a value read with its newest token.
 
 use std::sync::Arc;
 
@@ -38,7 +44,7 @@ const TOKEN_LIMIT: u64 = 1 << 53;
 ///
 /// ```no_run
 /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
-/// use redisync::FencedWrite;
+/// use redisync::fenced::FencedWrite;
 ///
 /// let balance = client.fenced("accounts:42:balance");
 /// let guard = client.lock("accounts:42").lock().await?;

@@ -61,11 +61,10 @@ impl std::fmt::Debug for LostSignal {
 
 impl LostSignal {
     /// A signal from a future that resolves when the hold ends and a check
-    /// that tells whether it has (for guards built outside this crate, e.g.
-    /// over several locks). The check must turn true no later than the
-    /// future resolves, and stay true. It is read at every poll, so the
-    /// signal is ready as soon as the check says lost.
-    pub fn new(
+    /// that tells whether it has: see
+    /// [`__private::lost_signal`](crate::__private::lost_signal), through
+    /// which `redisync-redlock` reaches it.
+    pub(crate) fn new(
         fired: impl Future<Output = ()> + Send + 'static,
         is_lost: impl Fn() -> bool + Send + Sync + 'static,
     ) -> LostSignal {
@@ -79,11 +78,10 @@ impl LostSignal {
     }
 
     /// A signal from a future that resolves when the hold ends and its
-    /// validity: how much of the hold is left by this client's clock, zero
-    /// once it is lost (and then for good). The validity is read at every
-    /// poll: the signal is ready as soon as it reaches zero, even when the
-    /// future (a timer) has not fired yet, as after a stalled process.
-    pub fn with_validity(
+    /// validity (zero once lost, and then for good): see
+    /// [`__private::lost_signal_with_validity`](crate::__private::lost_signal_with_validity),
+    /// through which `redisync-redlock` reaches it.
+    pub(crate) fn with_validity(
         fired: impl Future<Output = ()> + Send + 'static,
         validity: impl Fn() -> Duration + Send + Sync + 'static,
     ) -> LostSignal {
@@ -121,8 +119,8 @@ impl LostSignal {
     }
 
     /// How much of the hold is left by this client's clock: zero once it is
-    /// lost or released, `Duration::MAX` for a signal made by
-    /// [`LostSignal::new`] that is not lost (it knows no lease).
+    /// lost or released, `Duration::MAX` for a signal that knows no lease
+    /// and is not lost (such as [`LostSignal::any`] of no signals).
     pub fn validity(&self) -> Duration {
         (self.validity)()
     }

@@ -1,7 +1,19 @@
-//! What a lock looks like in Redis right now: holders with their hold
-//! counts, leases and tokens, waiters queued in Redis, permits, read in one
-//! script (`lua/inspect.lua`) so the picture is of one instant. For
-//! operators (the `redisync` command-line tool) and for code.
+//! What a lock looks like in Redis right now, as the handles' `inspect`
+//! ([`Lock::inspect`](crate::Lock::inspect) and the others),
+//! [`Client::inspect`] and [`Client::list`] return it: holders, waiters,
+//! leases, tokens and permits, read in one script so the picture is of one
+//! instant. For operators (the `redisync` command-line tool) and for code.
+//!
+//! - [`Inspection`]: one name of one kind at one instant.
+//! - [`Holder`]: one owner holding it, with its hold count, token and lease.
+//! - [`Waiter`]: one owner queued for it in Redis.
+//! - [`HoldMode`]: how a holder holds or a waiter waits (exclusive, read,
+//!   write, permits).
+//! - [`LockKind`]: which primitive a name is used as.
+//! - [`Permits`]: a [`Semaphore`](crate::Semaphore)'s permits, set up and
+//!   in use.
+
+// Read by `lua/inspect.lua`, one script per name and kind.
 
 use std::collections::HashMap;
 use std::time::Duration;

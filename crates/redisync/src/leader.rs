@@ -1,6 +1,16 @@
-//! Leader election on a lock: `Leader` campaigns (waits for the lock,
-//! renewed by the watchdog), publishes who leads, and runs a scheduled job
-//! only while leading.
+//! Leader election on a lock: a [`Leader`] (from [`Client::leader`])
+//! campaigns, publishes who leads, and runs a scheduled job only while
+//! leading. [`Leader`] and [`Leadership`] are also at the crate root.
+//!
+//! - [`Leader`]: the handle on one election (`campaign`, `run`, `watch`,
+//!   `status`).
+//! - [`Leadership`]: a won lead, the election's guard.
+//! - [`LeaderTerm`]: one term as a [`Leader::run_with_term`] job sees it
+//!   (token, loss signal, `set_identity`), without keeping the lead.
+//! - [`LeaderInfo`]: who leads, as Redis records it.
+//! - [`LeaderWatch`]: follows who leads, from [`Leader::watch`].
+//! - [`LeaderStatus`]: what a handle's own runs and campaigns do, from
+//!   [`Leader::status`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -347,7 +357,7 @@ impl Leader {
     ///
     /// ```no_run
     /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
-    /// use redisync::LeaderStatus;
+    /// use redisync::leader::LeaderStatus;
     ///
     /// let leader = client.leader("jobs:nightly");
     /// let mut status = leader.status();
@@ -380,7 +390,7 @@ impl Leader {
     /// `every` after the late one. The token still matters: a run already
     /// past its last await point when the lead goes finishes, so the
     /// resource must refuse writes older than the newest token it has seen
-    /// (see [`Fenced`](crate::Fenced)).
+    /// (see [`Fenced`](crate::fenced::Fenced)).
     ///
     /// A Redis failure while campaigning is logged and retried after a
     /// second.

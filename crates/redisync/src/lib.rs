@@ -8,22 +8,37 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+// The root holds the client, the primitives with their guards, what every
+// guard has, the errors and the connection settings; the families'
+// auxiliary types are in the public modules `inspect`, `fenced` and
+// `leader` (as tokio's `sync::mpsc`). `tests/public_api.rs` compares what
+// this file exports with `tests/public_api.txt`: a new public name is a
+// decision, made in that listing.
+
+// Support for `redisync-redlock`, not for applications: a hidden module
+// rather than hidden methods on the handles, so that a user cannot reach it
+// by accident (see its comment).
+#[doc(hidden)]
+pub mod __private;
 mod client;
 mod connect;
 mod connection;
 mod engine;
 mod error;
 mod fair_lock;
-mod fenced;
+pub mod fenced;
 mod guard;
 mod hold;
 mod hub;
-mod inspect;
+pub mod inspect;
 mod keys;
 mod latch;
-mod leader;
-// The seam under the engine, public for a simulated Redis.
+pub mod leader;
+// The seam under the engine, public for a simulated Redis (`redisync-sim`),
+// not for applications: hidden from the documentation, which docs.rs
+// builds with every feature.
 #[cfg(feature = "simulation")]
+#[doc(hidden)]
 pub mod link;
 #[cfg(not(feature = "simulation"))]
 #[allow(unreachable_pub)]
@@ -43,15 +58,12 @@ pub use connect::{CredentialError, Credentials, ReconnectPolicy};
 pub use connection::{ConnectionState, ConnectionWatch};
 pub use error::{Error, RedisErrorKind, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
-pub use fenced::{Fenced, FencedClaim, FencedValue, FencedWrite};
 pub use guard::{run_locked, try_run_locked, Guard, GuardError, LostSignal, Outcome};
-pub use inspect::{HoldMode, Holder, Inspection, LockKind, Permits, Waiter};
 pub use keys::KEY_LAYOUT;
 pub use latch::CountDownLatch;
-pub use leader::{Leader, LeaderInfo, LeaderStatus, LeaderTerm, LeaderWatch, Leadership};
+pub use leader::{Leader, Leadership};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
-pub use restart::RestartGuard;
 pub use retry::AcquireRetry;
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
 pub use semaphore::{Semaphore, SemaphorePermit};

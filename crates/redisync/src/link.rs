@@ -1,6 +1,6 @@
 //! The seam under the engine: everything the engine and the primitives ask
 //! of Redis, in their terms (run a script, a plain command, which
-//! connection answered). [`FredLink`] is the production side, on fred; a
+//! connection answered). `FredLink` is the production side, on fred; a
 //! simulated Redis implements the same trait (the `simulation` feature
 //! makes it public), so the real engine runs against it.
 //!

@@ -170,14 +170,11 @@ impl Lock {
     }
 
     /// The same lock through a handle whose acquisitions' scripts check
-    /// `guard` in place of the client's restart guard: they refuse to run
-    /// on a server whose `LASTSAVE` is newer than the one `guard` accepted,
-    /// and the server's uptime is then read again. Support for
-    /// `redisync-redlock` (each node's guard sees a restart behind a proxy
-    /// that keeps the connection), hidden from the documented API.
-    #[doc(hidden)]
+    /// `guard` in place of the client's restart guard (see
+    /// [`__private::with_restart_guard`](crate::__private::with_restart_guard),
+    /// through which `redisync-redlock` reaches it).
     #[must_use]
-    pub fn with_restart_guard(&self, guard: Arc<crate::RestartGuard>) -> Lock {
+    pub(crate) fn with_restart_guard(&self, guard: Arc<crate::restart::RestartGuard>) -> Lock {
         Lock {
             inner: Arc::new(self.inner.with_restart_guard(guard)),
         }
@@ -262,27 +259,10 @@ impl Lock {
     }
 
     /// [`Lock::try_lock`], with a lower bound for the fencing token of a new
-    /// acquisition: the token is at least `min_token` when that is at most
-    /// one second ahead of the server's clock (tokens are microseconds of
-    /// the server clock or the counter + 1, whichever is larger; a larger
-    /// bound is ignored). A re-entry keeps the token it has.
-    ///
-    /// Support for `redisync-redlock`, hidden from the documented API: the
-    /// same bound on every node makes the nodes' tokens agree, so no round
-    /// trip writes the largest back. A token above the server's clock is
-    /// outside a single server's fencing guarantee (README, "Guarantees and
-    /// their limits"): once the counter is lost (`FLUSHALL`, a restart from
-    /// an older snapshot) the next tokens follow the clock and can be below
-    /// it. Redlock covers that with its majority and its per-node restart
-    /// guard, within the limits its README section states.
-    ///
-    /// # Errors
-    /// As [`Lock::try_lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::lock`].
-    #[doc(hidden)]
-    pub async fn try_lock_with_min_token(
+    /// acquisition: see
+    /// [`__private::try_lock_with_min_token`](crate::__private::try_lock_with_min_token),
+    /// through which `redisync-redlock` reaches it.
+    pub(crate) async fn try_lock_with_min_token(
         &self,
         wait: Duration,
         lease: Option<Duration>,
@@ -373,24 +353,10 @@ impl Lock {
     }
 
     /// Raises the lock's fencing counter on this server to at least `token`
-    /// (at most 2^52, so tokens stay below 2^53) and returns the counter's
-    /// value afterwards. Later acquisitions get larger tokens.
-    ///
-    /// Support for `redisync-redlock` (it carries the highest token of a
-    /// majority to the other nodes), hidden from the documented API: a
-    /// counter raised above the server's clock is outside a single
-    /// server's fencing guarantee, as for
-    /// [`Lock::try_lock_with_min_token`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a token above 2^52 (nothing written);
-    /// [`Error::WrongType`] when the counter key holds something else;
-    /// [`Error::Redis`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: one script, done or not done.
-    #[doc(hidden)]
-    pub async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
+    /// and returns the counter's value afterwards: see
+    /// [`__private::advance_fencing_token`](crate::__private::advance_fencing_token),
+    /// through which `redisync-redlock` reaches it.
+    pub(crate) async fn advance_fencing_token(&self, token: u64) -> Result<u64> {
         self.named().check_usable(Self::WHAT)?;
         if token > MAX_ADVANCE {
             return Err(Error::InvalidArgument(format!(
@@ -442,7 +408,7 @@ fn unreachable_wait(name: &str) -> Error {
 /// The lock on the engine: re-entrant per owner, the local turn kept while
 /// held; a client that finds it held by another queues in Redis and is
 /// handed it by a release (the engine's hand-off).
-/// Its ask is the token floor of [`Lock::try_lock_with_min_token`].
+/// Its ask is the token floor of [`__private::try_lock_with_min_token`](crate::__private::try_lock_with_min_token).
 impl Spec for Lock {
     type Ask = Option<u64>;
     const WHAT: &'static str = "lock";

@@ -22,7 +22,8 @@ const UPTIME_SLACK: Duration = Duration::from_secs(1);
 ///
 /// `redisync` runs one per guarded [`Client`](crate::Client) (see
 /// [`ClientBuilder::restart_guard`](crate::ClientBuilder::restart_guard));
-/// `redisync-redlock` one per node of a `Redlock` with a `max_lease`.
+/// `redisync-redlock` one per node of a `Redlock` with a `max_lease`,
+/// through [`__private`](crate::__private) (not for applications).
 #[derive(Debug)]
 pub struct RestartGuard {
     max_lease: Duration,
@@ -49,11 +50,6 @@ impl RestartGuard {
             old_on: AtomicU64::new(0),
             saved: AtomicI64::new(-1),
         }
-    }
-
-    /// The longest lease this guard allows.
-    pub fn max_lease(&self) -> Duration {
-        self.max_lease
     }
 
     /// Refuses a lease (or an extension, `what`) above the bound: a server
@@ -152,7 +148,7 @@ mod tests {
     fn the_uptime_counts_one_second_less_and_a_young_server_waits_out_the_rest() {
         let guard = RestartGuard::new(Duration::from_secs(10));
         let up = |secs| Duration::from_secs(secs);
-        let young = |uptime| young_left(guard.max_lease(), uptime);
+        let young = |uptime| young_left(guard.max_lease, uptime);
         assert_eq!(young(up(0)), Some(up(10)));
         assert_eq!(young(up(10)), Some(up(1)));
         assert_eq!(young(up(11)), None);

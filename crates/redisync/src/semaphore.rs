@@ -423,7 +423,7 @@ impl Semaphore {
     /// What Redis holds of this semaphore now, read in one script: its permits
     /// (total and in use), every acquisition holding some (owner, permits,
     /// lease left; an ended lease is reclaimed by the next acquisition) and
-    /// the last fencing token. Not set up: [`Inspection::exists`](crate::Inspection::exists) is false.
+    /// the last fencing token. Not set up: [`Inspection::exists`](crate::inspect::Inspection::exists) is false.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name; [`Error::WrongType`]

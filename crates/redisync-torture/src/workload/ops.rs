@@ -7,8 +7,10 @@
 
 use std::time::Duration;
 
+use redisync::__private;
+use redisync::fenced::Fenced;
 use redisync::{
-    Client, CountDownLatch, Fenced, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, WriteLock,
+    Client, CountDownLatch, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, WriteLock,
 };
 use tokio::time::Instant;
 
@@ -99,7 +101,7 @@ pub(super) async fn acquire_form(
         (Target::Lock(l), 2, _) => {
             let min = min_token(ctx, l.name());
             let asked = async {
-                l.try_lock_with_min_token(wait, lease, min)
+                __private::try_lock_with_min_token(l, wait, lease, min)
                     .await
                     .map(|g| g.map(Guard::Lock))
                     .map_err(|e| super::Failed::of(&e))
@@ -200,7 +202,7 @@ pub(super) async fn advance(ctx: &mut Ctx, name: &str, lock: &Lock) {
         ctx.stats.newest_token(&lock_id(Kind::Lock, name)) + 1 + ctx.rng.below(1000)
     };
     let how = ctx.how(30);
-    let advanced = lock.advance_fencing_token(to);
+    let advanced = __private::advance_fencing_token(lock, to);
     match ctx.call("Lock::advance_fencing_token", how, advanced).await {
         Some(Ok(counter)) if to != TOO_LARGE && counter < to => ctx.stats.violation(&format!(
             "{}: advance_fencing_token({to}) of {name:?} answered {counter}, below what it was asked",
@@ -311,7 +313,7 @@ pub(super) async fn query(ctx: &mut Ctx, h: &Handles, i: usize) {
                 .await,
         ),
         17 | 30 | 31 => {
-            let asked = m.client.server_uptime();
+            let asked = __private::server_uptime(&m.client);
             drop(ctx.call("Client::server_uptime", how, asked).await);
         }
         18 => drop(
@@ -461,16 +463,16 @@ pub(super) async fn fenced(ctx: &mut Ctx, f: &Fenced, g: &Guard) {
     }
 }
 
-fn written(w: Option<&redisync::Result<redisync::FencedWrite>>) -> Option<u64> {
+fn written(w: Option<&redisync::Result<redisync::fenced::FencedWrite>>) -> Option<u64> {
     match w {
-        Some(Ok(redisync::FencedWrite::Stale { newest })) => Some(*newest),
+        Some(Ok(redisync::fenced::FencedWrite::Stale { newest })) => Some(*newest),
         _ => None,
     }
 }
 
-fn claimed(c: Option<&redisync::Result<redisync::FencedClaim>>) -> Option<u64> {
+fn claimed(c: Option<&redisync::Result<redisync::fenced::FencedClaim>>) -> Option<u64> {
     match c {
-        Some(Ok(redisync::FencedClaim::Stale { newest })) => Some(*newest),
+        Some(Ok(redisync::fenced::FencedClaim::Stale { newest })) => Some(*newest),
         _ => None,
     }
 }
@@ -732,7 +734,11 @@ async fn latch_waiter(ctx: &mut Ctx, h: &Handles) {
 /// The server's uptime, and when it was read (after its answer); `None`
 /// when it failed or is too young to tell a restart by (whole seconds).
 async fn uptime(ctx: &mut Ctx, client: &Client) -> Option<(Duration, Instant)> {
-    let up = ctx.call("Client::server_uptime", How::Await, client.server_uptime());
+    let up = ctx.call(
+        "Client::server_uptime",
+        How::Await,
+        __private::server_uptime(client),
+    );
     match up.await {
         Some(Ok(up)) if up >= Duration::from_secs(2) => Some((up, Instant::now())),
         _ => None,
@@ -748,7 +754,11 @@ pub(super) async fn lost_data(ctx: &mut Ctx, target: &Target) -> bool {
         Target::Fair(l) => l.client().clone(),
         _ => return true,
     };
-    let up = ctx.call("Client::server_uptime", How::Await, client.server_uptime());
+    let up = ctx.call(
+        "Client::server_uptime",
+        How::Await,
+        __private::server_uptime(&client),
+    );
     !matches!(up.await, Some(Ok(up)) if up > ctx.settings.max_lease() + Duration::from_secs(1))
 }
 
@@ -757,7 +767,11 @@ pub(super) async fn lost_data(ctx: &mut Ctx, target: &Target) -> bool {
 /// a second of rounding. `None`: unknown.
 async fn restarted(ctx: &mut Ctx, client: &Client, up0: Duration, t0: Instant) -> Option<bool> {
     let since = t0.elapsed();
-    let up = ctx.call("Client::server_uptime", How::Await, client.server_uptime());
+    let up = ctx.call(
+        "Client::server_uptime",
+        How::Await,
+        __private::server_uptime(client),
+    );
     let Some(Ok(up1)) = up.await else {
         return None;
     };
@@ -950,7 +964,7 @@ macro_rules! side_calls {
 /// A term reported by a watch or `Leader::current`: an identity that
 /// names a token (`<client>@<token>`, set by [`leader_step`]) comes with
 /// that token, or the report mixes two terms.
-fn term_existed(ctx: &Ctx, election: &str, info: Option<&redisync::LeaderInfo>) {
+fn term_existed(ctx: &Ctx, election: &str, info: Option<&redisync::leader::LeaderInfo>) {
     let Some(info) = info else {
         return;
     };
@@ -1001,7 +1015,7 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         ("Lock::try_lock", Box::pin(shut(lock.try_lock(d, None)))),
         (
             "Lock::try_lock_with_min_token",
-            Box::pin(shut(lock.try_lock_with_min_token(d, None, 1))),
+            Box::pin(shut(__private::try_lock_with_min_token(&lock, d, None, 1))),
         ),
         ("Lock::is_locked", Box::pin(shut(lock.is_locked()))),
         (
@@ -1016,7 +1030,7 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         ("Lock::inspect", Box::pin(shut(lock.inspect()))),
         (
             "Lock::advance_fencing_token",
-            Box::pin(shut(lock.advance_fencing_token(1))),
+            Box::pin(shut(__private::advance_fencing_token(&lock, 1))),
         ),
         ("Lock::force_unlock", Box::pin(shut(lock.force_unlock()))),
         ("FairLock::lock", Box::pin(shut(fair.lock()))),
@@ -1116,7 +1130,7 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         ("Client::list", Box::pin(shut(client.list("torture:*")))),
         (
             "Client::server_uptime",
-            Box::pin(shut(client.server_uptime())),
+            Box::pin(shut(__private::server_uptime(client))),
         ),
     ];
     calls.extend(side_calls!("ReadLock", read, d));
@@ -1229,7 +1243,7 @@ pub(super) struct Held {
     /// A fair-lock guard, read and write guards, a permit.
     pub(super) others: Vec<Guard>,
     pub(super) lead: Option<redisync::Leadership>,
-    pub(super) watch: Option<redisync::LeaderWatch>,
+    pub(super) watch: Option<redisync::leader::LeaderWatch>,
     /// The client's connection state, watched before its shutdown.
     pub(super) connection: Option<redisync::ConnectionWatch>,
 }
