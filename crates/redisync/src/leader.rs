@@ -308,9 +308,22 @@ impl Leader {
         let task = tokio::spawn(async move {
             let mut since = since;
             loop {
-                slot.wakeup.wait(since, Instant::now() + next).await;
+                let client = leader.lock.named().client_inner();
+                tokio::select! {
+                    biased;
+                    // The client shuts down: `changed` answers `Shutdown`
+                    // at once, not at the next look.
+                    () = client.hub.closing() => return,
+                    _ = slot.wakeup.wait(since, Instant::now() + next) => {}
+                }
                 since = slot.wakeup.generation();
-                next = match leader.current().await {
+                // A read in flight at the shutdown is not waited for either.
+                let read = tokio::select! {
+                    biased;
+                    () = client.hub.closing() => return,
+                    read = leader.current() => read,
+                };
+                next = match read {
                     Ok(read) => {
                         // Read again when an unpublished grant's lease ends
                         // (its publish, if it comes, is a message).
