@@ -52,18 +52,39 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// [`try_acquire_with_lease`](Semaphore::try_acquire_with_lease) take a
 /// fixed lease nobody renews instead.
 ///
-/// Permits are set with [`try_set_permits`](Semaphore::try_set_permits)
-/// (first total only), [`set_permits`](Semaphore::set_permits) or changed
-/// with [`add_permits`](Semaphore::add_permits); acquiring from a semaphore
-/// that has none set is [`Error::NotInitialized`]. Waiting never polls:
+/// Declare the total on the handle with
+/// [`with_permits`](Semaphore::with_permits): an acquisition that finds the
+/// semaphore not set up (never, or gone in a Redis restart without
+/// persistence) sets it up in the same script, so no set-up call can be
+/// missed or lost. [`set_permits`](Semaphore::set_permits) and
+/// [`add_permits`](Semaphore::add_permits) change it; acquiring through a
+/// handle without a declared total from a semaphore that has none set is
+/// [`Error::NotInitialized`].
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// let exports = client.semaphore("exports").with_permits(3);
+/// let permit = exports.acquire(1).await?;
+/// // ... at most 3 permits held across all clients, as long as each
+/// // holder stops when its permit's loss signal fires ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// What fences a permit's writes: its token tells acquisitions apart, but
+/// with several permits several valid holders have different tokens, so a
+/// resource cannot reject "older" tokens as it does for a lock. A permit
+/// limit holds only among holders that honour their loss signal
+/// ([`SemaphorePermit::lost_signal`]); guard each write with the permit's
+/// validity, or fence per permit slot. Waiting never polls:
 /// tasks of one client queue in FIFO order and only the first of them asks
 /// Redis (not at all while the last grant left no permit and nothing was
 /// released since); a client that finds too few permits joins the
 /// semaphore's wait queue in Redis, and a release hands the freed permits
 /// to the oldest queued clients whose asks fit, telling only them (FIFO
 /// among waiting clients: a large ask is not passed over; README
-/// "Fairness"). Every acquisition gets a fencing token, strictly
-/// increasing per semaphore.
+/// "Fairness"). Every acquisition gets a token, strictly increasing per
+/// semaphore.
 #[derive(Clone)]
 pub struct Semaphore {
     inner: Arc<SemaphoreInner>,
@@ -280,7 +301,7 @@ impl Semaphore {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits or more than the semaphore
-    /// has, [`Error::NotInitialized`] before `try_set_permits`,
+    /// has, [`Error::NotInitialized`] when no total is set (see [`Semaphore::with_permits`]),
     /// [`Error::WrongType`], [`Error::Redis`].
     ///
     /// # Cancel safety
@@ -290,8 +311,7 @@ impl Semaphore {
     /// # Examples
     /// ```no_run
     /// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
-    /// let sem = client.semaphore("exports");
-    /// sem.try_set_permits(3).await?;
+    /// let sem = client.semaphore("exports").with_permits(3);
     /// let permit = sem.acquire(1).await?;
     /// // ... at most 3 holders across all clients ...
     /// permit.release().await?;
@@ -394,7 +414,7 @@ impl Semaphore {
     /// Permits free now (expired leases of crashed holders are reclaimed first).
     ///
     /// # Errors
-    /// [`Error::NotInitialized`] before `try_set_permits`, [`Error::WrongType`],
+    /// [`Error::NotInitialized`] when no total is set (see [`Semaphore::with_permits`]), [`Error::WrongType`],
     /// [`Error::Redis`].
     ///
     /// # Cancel safety

@@ -753,8 +753,14 @@ macro_rules! guard_accessors {
         impl $guard {
             /// The fencing token of this acquisition: strictly increasing per
             /// name across all clients for every new acquisition (a
-            /// re-entrant acquisition returns the outer token). Pass it to the
-            /// protected resource and have it reject writes with an older token.
+            /// re-entrant acquisition returns the outer token). For an
+            /// exclusive hold (a lock, a write hold), pass it to the
+            /// protected resource and have it reject writes with an older
+            /// token. Shared holds (read holds, semaphore permits) have
+            /// several valid holders with different tokens at once: an older
+            /// token is not a stale holder there, so it fences against
+            /// writers of the exclusive side (a write hold's newer token),
+            /// not against each other.
             pub fn fencing_token(&self) -> u64 {
                 self.held.hold().token
             }
