@@ -705,7 +705,7 @@ fn connect_failed(
             ),
         ),
     };
-    Error::Redis(fred::error::Error::new(kind, message))
+    Error::redis(fred::error::Error::new(kind, message))
 }
 
 /// `url` without its password, for messages.
@@ -926,8 +926,8 @@ impl Client {
                 p.broadcast_channel_capacity = 4096;
             })
             .set_policy(settings.reconnect.to_fred());
-        let redis = builder.build()?;
-        let subscriber = builder.build_subscriber_client()?;
+        let redis = builder.build().map_err(Error::redis)?;
+        let subscriber = builder.build_subscriber_client().map_err(Error::redis)?;
         // Only connections still running are told to quit: a failed `init`
         // stopped its own, and one never started was not running (fred warns
         // about quitting either).
@@ -1173,7 +1173,8 @@ impl ClientInner {
                 route: None,
                 args: Vec::new(),
             })
-            .await?;
+            .await
+            .map_err(Error::redis)?;
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -1184,7 +1185,7 @@ impl ClientInner {
             .and_then(|v| v.parse::<u64>().ok())
             .map(|up| (Duration::from_secs(up), saved))
             .ok_or_else(|| {
-                Error::Redis(fred::error::Error::new(
+                Error::redis(fred::error::Error::new(
                     fred::error::ErrorKind::Parse,
                     "INFO has no uptime_in_seconds",
                 ))
@@ -1331,7 +1332,7 @@ impl ClientInner {
         if self.link.is_connected() {
             Ok(())
         } else {
-            Err(Error::Redis(fred::error::Error::new(
+            Err(Error::redis(fred::error::Error::new(
                 fred::error::ErrorKind::IO,
                 "not connected to Redis; try again once it is back",
             )))

@@ -90,7 +90,7 @@ pub enum Error {
     /// this error's message and `source()` is `None`, so a printer that
     /// walks the error chain shows it once.
     #[error("redis: {0}")]
-    Redis(RedisError),
+    Redis(RedisFailure),
     /// The server is older than redisync supports (Redis 6.2: its scripts
     /// use `ZADD GT`); the connection was closed. Valkey reports the Redis
     /// version it is compatible with (7.2 for Valkey 8 and 9).
@@ -126,11 +126,39 @@ pub enum Error {
     Shutdown,
 }
 
-impl From<RedisError> for Error {
-    /// [`Error::Redis`]. Written out: a derived `From` would also make the
-    /// Redis error the `source()`, and its message would print twice.
-    fn from(e: RedisError) -> Self {
-        Error::Redis(e)
+/// A failure of the connection or of a command, as [`Error::Redis`] carries
+/// it: its [`kind`](RedisFailure::kind) and its
+/// [`message`](RedisFailure::message). The Redis client's own error type
+/// stays inside (a new major version of it is not one of redisync's).
+#[derive(Debug, Clone)]
+pub struct RedisFailure(pub(crate) RedisError);
+
+impl RedisFailure {
+    /// What kind of failure it is.
+    pub fn kind(&self) -> RedisErrorKind {
+        RedisErrorKind::of(&self.0)
+    }
+
+    /// The detail text: the server's error reply (`WRONGTYPE ...`,
+    /// `NOSCRIPT ...`) or the client's description.
+    pub fn message(&self) -> &str {
+        self.0.details()
+    }
+}
+
+impl std::fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RedisFailure {}
+
+impl Error {
+    /// [`Error::Redis`] of the Redis client's error. Not a `From`: that
+    /// would name the client's type in the public API.
+    pub(crate) fn redis(e: RedisError) -> Error {
+        Error::Redis(RedisFailure(e))
     }
 }
 
@@ -230,7 +258,7 @@ impl Error {
     /// ```
     pub fn redis_kind(&self) -> Option<RedisErrorKind> {
         match self {
-            Error::Redis(e) => Some(RedisErrorKind::of(e)),
+            Error::Redis(RedisFailure(e)) => Some(RedisErrorKind::of(e)),
             _ => None,
         }
     }
@@ -241,7 +269,7 @@ impl Error {
     /// prefix.
     pub fn redis_message(&self) -> Option<&str> {
         match self {
-            Error::Redis(e) => Some(e.details()),
+            Error::Redis(RedisFailure(e)) => Some(e.details()),
             _ => None,
         }
     }
@@ -256,14 +284,14 @@ impl Error {
 
     /// True for a command that timed out (its outcome on the server is unknown).
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Redis(e) if *e.kind() == ErrorKind::Timeout)
+        matches!(self, Error::Redis(RedisFailure(e)) if *e.kind() == ErrorKind::Timeout)
     }
 
     /// True when trying again later may succeed (connection trouble,
     /// timeouts), false for errors that will repeat (bad input, wrong type).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Redis(e) => matches!(
+            Error::Redis(RedisFailure(e)) => matches!(
                 e.kind(),
                 ErrorKind::Timeout
                     | ErrorKind::IO
@@ -282,7 +310,7 @@ impl Error {
     /// server may have restarted (see `RestartGuard::script_args`): nothing
     /// was written; the uptime decides.
     pub(crate) fn is_restart_suspected(&self) -> bool {
-        matches!(self, Error::Redis(e) if e.details().starts_with(RESTART_SUSPECTED))
+        matches!(self, Error::Redis(RedisFailure(e)) if e.details().starts_with(RESTART_SUSPECTED))
     }
 
     /// Whether Redis could not be reached or did not answer in time (a
@@ -290,7 +318,7 @@ impl Error {
     /// connection): what suspends the connection state when a renewal
     /// fails this way. Not a script's error, not a refusal.
     pub(crate) fn is_unreachable(&self) -> bool {
-        matches!(self, Error::Redis(e) if matches!(
+        matches!(self, Error::Redis(RedisFailure(e)) if matches!(
             e.kind(),
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
         ))
@@ -299,7 +327,7 @@ impl Error {
     /// Whether the cluster refused the command, unrun, while its slot moved
     /// (see [`refused_unrun`]): safe to send again.
     pub(crate) fn is_refused(&self) -> bool {
-        matches!(self, Error::Redis(e) if refused_unrun(e))
+        matches!(self, Error::Redis(RedisFailure(e)) if refused_unrun(e))
     }
 
     /// Whether the outcome of a write that failed this way is unknown (it may
@@ -309,7 +337,9 @@ impl Error {
     /// (no connection) with "Failed to route command", and one the cluster
     /// kept refusing while a slot moved (MOVED/ASK, TRYAGAIN): neither ran.
     pub(crate) fn outcome_unknown(&self) -> bool {
-        let Error::Redis(e) = self else { return false };
+        let Error::Redis(RedisFailure(e)) = self else {
+            return false;
+        };
         match e.kind() {
             ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled => true,
             ErrorKind::Unknown => {
@@ -342,7 +372,7 @@ impl Error {
                 message: details.to_owned(),
             };
         }
-        Error::Redis(e)
+        Error::Redis(RedisFailure(e))
     }
 }
 
@@ -387,13 +417,13 @@ mod tests {
     }
 
     fn redis(kind: ErrorKind, details: &'static str) -> Error {
-        Error::from(RedisError::new(kind, details))
+        Error::redis(RedisError::new(kind, details))
     }
 
     #[test]
     fn the_redis_message_is_printed_once_in_an_error_chain() {
         let e = redis(ErrorKind::IO, "connection reset by peer");
-        assert!(matches!(e, Error::Redis(_)));
+        assert!(matches!(e, Error::Redis(RedisFailure(_))));
         let text = chain(&e);
         assert_eq!(
             text.matches("connection reset by peer").count(),

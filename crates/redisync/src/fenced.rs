@@ -230,7 +230,7 @@ impl Fenced {
                         key: self.key.to_string(),
                     }
                 } else {
-                    Error::Redis(e)
+                    Error::Redis(crate::error::RedisFailure(e))
                 }
             })?;
         let mut fields = fields.into_iter();

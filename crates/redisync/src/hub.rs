@@ -611,7 +611,7 @@ impl Hub {
         tokio::spawn(async move { user.hub.subscribe(&user.slot).await })
             .await
             .map_err(|e| {
-                Error::Redis(fred::error::Error::new(
+                Error::redis(fred::error::Error::new(
                     fred::error::ErrorKind::Canceled,
                     e.to_string(),
                 ))
@@ -661,7 +661,7 @@ impl Hub {
                 .await;
             if let Err(e) = sent {
                 refs.remove(&slot.channel);
-                return Err(Error::Redis(e));
+                return Err(Error::Redis(crate::error::RedisFailure(e)));
             }
         }
         slot.subscribed.store(true, Ordering::Release);
@@ -697,7 +697,10 @@ impl Hub {
         for stripe in &self.stripes {
             let refs = stripe.lock().await;
             for channel in refs.keys() {
-                self.link.subscribe(channel.clone(), self.sharded).await?;
+                self.link
+                    .subscribe(channel.clone(), self.sharded)
+                    .await
+                    .map_err(Error::redis)?;
             }
         }
         Ok(())

@@ -317,7 +317,7 @@ impl Client {
             .link()
             .scan(keys::HOLD_PATTERN)
             .await
-            .map_err(Error::from)?;
+            .map_err(Error::redis)?;
         let mut names: Vec<(String, Kind)> = keys
             .iter()
             .filter_map(|k| keys::parse(k.as_str()?))

@@ -56,7 +56,7 @@ mod semaphore;
 pub use client::{Client, ClientBuilder};
 pub use connect::{CredentialError, Credentials, ReconnectPolicy};
 pub use connection::{ConnectionState, ConnectionWatch};
-pub use error::{Error, RedisErrorKind, Result};
+pub use error::{Error, RedisErrorKind, RedisFailure, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use guard::{run_locked, try_run_locked, Guard, GuardError, LostSignal, Outcome};
 pub use keys::KEY_LAYOUT;

@@ -39,7 +39,7 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
     match client.link().call::<i64>(wait).await {
         Ok(acked) if acked >= i64::from(required) => Synced::Enough,
         Ok(acked) => Synced::Short { acked, required },
-        Err(e) => Synced::Failed(e.into()),
+        Err(e) => Synced::Failed(Error::redis(e)),
     }
 }
 

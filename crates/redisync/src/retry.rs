@@ -282,7 +282,7 @@ pub(crate) fn plain_while(
     wait_for: &str,
     lasted: Duration,
 ) -> Error {
-    let Error::Redis(inner) = &e else {
+    let Error::Redis(crate::error::RedisFailure(inner)) = &e else {
         return e;
     };
     if !is_blip(&e) {
@@ -313,7 +313,7 @@ pub(crate) fn plain_while(
         }
         _ => format!("{at} unreachable {waited}: {details}"),
     };
-    Error::Redis(fred::error::Error::new(inner.kind().clone(), message))
+    Error::redis(fred::error::Error::new(inner.kind().clone(), message))
 }
 
 #[cfg(test)]
@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn the_plain_error_names_the_address_and_no_debug_dump() {
-        let e = Error::Redis(fred::error::Error::new(
+        let e = Error::redis(fred::error::Error::new(
             fred::error::ErrorKind::IO,
             "Os { code: 104, kind: ConnectionReset, message: \"Connection reset by peer\" }",
         ));
