@@ -1,4 +1,59 @@
-#![doc = include_str!("../README.md")]
+//! Distributed locks and coordination for async Rust on Redis: what
+//! Redisson is to Java, on the `fred` client and tokio.
+//!
+//! ```no_run
+//! # async fn write_order(_token: u64) -> redisync::Result<()> { Ok(()) }
+//! # async fn demo() -> redisync::Result<()> {
+//! let client = redisync::Client::connect("redis://127.0.0.1:6379").await?;
+//! let guard = client.lock("orders:42").lock().await?; // renewed while held
+//! write_order(guard.fencing_token()).await?; // the resource rejects older tokens
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What is here
+//!
+//! | primitive | handle | guard |
+//! |---|---|---|
+//! | re-entrant lock | [`Lock`] (`client.lock(name)`) | [`LockGuard`] |
+//! | fair lock (FIFO across clients) | [`FairLock`] | [`FairLockGuard`] |
+//! | read-write lock | [`RwLock`] ([`ReadLock`], [`WriteLock`]) | [`RwLockGuard`] |
+//! | semaphore with leased permits | [`Semaphore`] (declare its size: [`Semaphore::with_permits`]) | [`SemaphorePermit`] |
+//! | count-down latch, by event or by member | [`CountDownLatch`] | |
+//! | leader election | [`Leader`] ([`leader`]: status, watch, terms) | [`Leadership`] |
+//! | fenced values in Redis | [`fenced::Fenced`] | |
+//! | who holds what | [`inspect`] | |
+//!
+//! `MultiLock` (all-or-nothing over several locks) and `Redlock` (a majority
+//! of independent Redis masters) are in the `redisync-redlock` crate.
+//!
+//! Every guard has a fencing token, a loss signal and its validity
+//! ([`Guard`], [`LostSignal`]); [`run_locked`] runs work only while a lock is
+//! held. [`Owner`] says who re-enters (the tokio task by default).
+//! [`Client::connection_state`] tells when holds may be lost;
+//! [`ClientBuilder`] sets TLS (feature `tls`), credentials, timeouts, the
+//! reconnect policy and [`AcquireRetry`].
+//!
+//! # Guarantees in short
+//!
+//! - At most one holder per lock name while its lease lasts, whatever a
+//!   call's outcome (reply, error, timeout, the future dropped): an
+//!   acquisition in doubt is undone before the next attempt.
+//! - Tokens strictly increase per name, also after Redis lost the name's
+//!   keys.
+//! - A guard knows when its hold is lost, by its own lease clock first: a
+//!   stalled process never works on past its lease.
+//! - A dropped future, guard or panicking task leaves nothing held beyond
+//!   the lease; releases finish in the background.
+//! - A waiting acquisition rides out a Redis blip until its deadline.
+//! - What Redis itself can lose (a failover before replication, a restart
+//!   without persistence) is bounded by [`ClientBuilder::replica_sync`] and
+//!   [`ClientBuilder::restart_guard`]; fencing tokens protect the resource
+//!   in any case.
+//!
+//! The repository's README ("Guarantees and their limits", "Connecting",
+//! "Fairness", "Data layout") has the detail, the set-up and the recipes:
+//! <https://github.com/redisync/redisync#readme>.
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -20,6 +75,12 @@
 // by accident (see its comment).
 #[doc(hidden)]
 pub mod __private;
+// The README's code blocks are compiled as doctests (it is not the crate's
+// docs: those are written for docs.rs, above).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod client;
 mod connect;
 mod connection;
