@@ -122,6 +122,33 @@ const QUEUED_LOOK: Duration = Duration::from_secs(3600);
 /// a tokio task (in `block_on`, e.g. directly in `#[tokio::main]`) it is the
 /// OS thread. A [`non_reentrant`](Lock::non_reentrant) handle re-enters
 /// nothing.
+///
+/// The safe set-up: a restart guard (a Redis that restarts without its data
+/// grants nothing for the longest lease), work that runs only while the lock
+/// is held, and the token handed to what is written:
+///
+/// ```no_run
+/// # async fn save_report(_token: u64) {}
+/// # async fn demo() -> redisync::Result<()> {
+/// use std::time::Duration;
+/// use redisync::{run_locked, Outcome};
+///
+/// let client = redisync::Client::builder("redis://127.0.0.1:6379")
+///     .restart_guard(Duration::from_secs(60))
+///     .connect()
+///     .await?;
+/// let lock = client.lock("reports:daily");
+/// // A loss of the lock cancels the work at its next await point.
+/// let outcome = run_locked(lock.lock(), async |guard| {
+///     // The store refuses a write older than the newest token it saw.
+///     save_report(guard.fencing_token()).await;
+/// })
+/// .await?;
+/// if !matches!(outcome, Outcome::Completed(())) {
+///     println!("the lock was lost: the report may be incomplete");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Lock {
     inner: Arc<Named>,
