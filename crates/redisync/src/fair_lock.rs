@@ -102,6 +102,28 @@ impl Client {
 /// own (it needs its own place in the queue), so a fair lock costs one
 /// script call per waiter to queue, one per heartbeat while it waits, and
 /// none to be woken.
+///
+/// The safe set-up, as for [`Lock`](crate::Lock): a restart guard on the
+/// client, work that runs only while the lock is held, and its token handed
+/// to what is written:
+///
+/// ```no_run
+/// # async fn charge(_token: u64) {}
+/// # async fn demo() -> redisync::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redisync::Client::builder("redis://127.0.0.1:6379")
+///     .restart_guard(Duration::from_secs(60))
+///     .connect()
+///     .await?;
+/// let account = client.fair_lock("accounts:7"); // served in arrival order
+/// let outcome = redisync::run_locked(account.lock(), async |guard| {
+///     charge(guard.fencing_token()).await; // the ledger refuses older tokens
+/// })
+/// .await?;
+/// # let _ = outcome;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct FairLock {
     inner: Arc<FairLockInner>,

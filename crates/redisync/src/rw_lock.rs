@@ -224,6 +224,30 @@ impl RwRelease<'_> {
 /// [`non_reentrant`](RwLock::non_reentrant) handle read twice) deadlocks
 /// once a writer waits: hand the owner down, or read once. Within one client
 /// tasks queue in FIFO order.
+///
+/// The safe set-up, as for [`Lock`](crate::Lock): a restart guard on the
+/// client, and the write side's token handed to what is written (readers
+/// share the lock, so their tokens fence against writers, not each other):
+///
+/// ```no_run
+/// # async fn publish_prices(_token: u64) {}
+/// # async fn demo() -> redisync::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redisync::Client::builder("redis://127.0.0.1:6379")
+///     .restart_guard(Duration::from_secs(60))
+///     .connect()
+///     .await?;
+/// let prices = client.rw_lock("prices");
+/// let outcome = redisync::run_locked(prices.write().lock(), async |guard| {
+///     publish_prices(guard.fencing_token()).await;
+/// })
+/// .await?;
+/// # let _ = outcome;
+/// let reading = prices.read().lock().await?; // many readers at once
+/// reading.unlock().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RwLock {
     inner: Arc<RwInner>,
