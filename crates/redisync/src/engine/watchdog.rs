@@ -200,19 +200,28 @@ impl Drop for InFlight {
 /// Renews one batch of holds of one kind in one script call.
 async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Result<()> {
     let lease = client.settings.watchdog_timeout;
+    let lease = Value::Integer(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+    let (keys, args, epochs) = batch_keys_and_args(spec, batch, vec![lease]);
+    renew_batch(client, batch, &epochs, spec.renew, keys, args).await
+}
+
+/// The KEYS and ARGV of a batch script over `batch` (after `args`), and each
+/// hold's owner epoch, read before its owner id: a hand-off after it
+/// changes it.
+fn batch_keys_and_args(
+    spec: &HoldOps,
+    batch: &[Arc<Hold>],
+    mut args: Vec<Value>,
+) -> (Vec<Key>, Vec<Value>, Vec<u64>) {
     let mut keys = Vec::with_capacity(batch.len());
-    let mut args: Vec<Value> = vec![Value::Integer(
-        i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-    )];
     let mut epochs = Vec::with_capacity(batch.len());
     for h in batch {
-        // The epoch before the owner id: a hand-off after it changes it.
         epochs.push(h.owner_epoch());
         let (hold_keys, hold_args) = (spec.hold_args)(h);
         keys.extend(hold_keys);
         args.extend(hold_args);
     }
-    renew_batch(client, batch, &epochs, spec.renew, keys, args).await
+    (keys, args, epochs)
 }
 
 /// Checks one batch of holds of one kind with a fixed lease in one script
@@ -221,15 +230,8 @@ async fn renew(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Res
 /// [`renew_batch`]); the others keep their lease estimate.
 #[tracing::instrument(level = "debug", name = "redisync.watchdog.check", skip_all, fields(holds = batch.len(), script = spec.check.name))]
 async fn check(client: &ClientInner, spec: &HoldOps, batch: &[Arc<Hold>]) -> Result<()> {
-    let mut keys = Vec::with_capacity(batch.len());
-    let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2);
-    let mut epochs = Vec::with_capacity(batch.len());
-    for h in batch {
-        epochs.push(h.owner_epoch());
-        let (hold_keys, hold_args) = (spec.hold_args)(h);
-        keys.extend(hold_keys);
-        args.extend(hold_args);
-    }
+    let (keys, args, epochs) =
+        batch_keys_and_args(spec, batch, Vec::with_capacity(batch.len() * 2));
     let connection = client.connection.epoch();
     let span_key = batch.first().map(|h| h.key.to_string()).unwrap_or_default();
     match spec
