@@ -9,6 +9,8 @@
 -- ARGV[2]  publish command
 -- ARGV[3]  release channel
 -- ARGV[4]  '1' = also remove the id's queue entry (whatever its number)
+-- ARGV[5]  the releasing client's uuid (optional; missing: the id's own
+--          client): a release by permit id may come from another client
 -- Returns {permits given back (0 when it held none), permits free after, 1 if some went to a
 -- waiter of another client (the releasing client's own waiters then join
 -- the queue: they may wait without an entry) else 0}; {0, 0, 0} if the
@@ -21,6 +23,7 @@
 -- free. The reads validate the hash and the zset before anything is
 -- written; a queue that is not a list hands nothing.
 local sem, leases, queue, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local releaser = (ARGV[5] and ARGV[5] ~= '') and ARGV[5] or client_of(id)
 local h = redis.pcall('hmget', sem, '~used', '~w', '~q', '~permits', '~t')
 local err = read_error(h, sem, 'semaphore')
 if err then
@@ -45,7 +48,7 @@ end
 -- permits free now go on to the entries behind it (they wait for nothing
 -- else).
 local n = gone == 0 and 0 or permits_of(id)
-local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2], client = client_of(id)}
+local state = {total = tonumber(h[4] or '0'), used = math.max(0, tonumber(h[1] or '0') - n), last = tonumber(h[5] or '0'), mark = h[2], client = releaser}
 local changes = {}
 local wake = false
 if h[3] and not queue then
@@ -61,7 +64,7 @@ elseif h[3] then
   end
 end
 local free = math.max(0, state.total - state.used)
-if state.mark and state.mark ~= client_of(id) and free > 0 then
+if state.mark and state.mark ~= releaser and free > 0 then
   -- Its waiters wait for a message (they have no queue entry).
   redis.call('hdel', sem, '~w')
   wake = true

@@ -740,3 +740,135 @@ async fn a_lease_zset_of_another_type_costs_only_its_own_permit() {
     let kept: String = env.admin.get(leases("bad")).await.unwrap();
     assert_eq!(kept, "not a zset", "the key of another type was touched");
 }
+
+/// A detached permit is addressable from any client: its id (text form)
+/// releases it elsewhere, once; the fencing token travels with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_permit_is_released_by_id_from_another_client_once() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let sem_a = a.semaphore("by-id").with_permits(1);
+    let permit = sem_a
+        .acquire_with_lease(1, Duration::from_mins(2))
+        .await
+        .unwrap();
+    let token = redisync::Guard::fencing_token(&permit);
+    let text = permit.detach().to_string();
+    let sem_b = b.semaphore("by-id").with_permits(1);
+    assert!(
+        sem_b
+            .try_acquire(1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "a detached permit stays held"
+    );
+    let id: redisync::PermitId = text.parse().unwrap();
+    assert_eq!(id.fencing_token(), token);
+    assert_eq!(id.permits(), 1);
+    assert_eq!(id.to_string(), text, "the text form round-trips");
+    sem_b.release_permit(&id).await.unwrap();
+    assert!(
+        matches!(sem_b.release_permit(&id).await, Err(Error::NotHeld { .. })),
+        "released once"
+    );
+    assert!(matches!(
+        sem_b.extend_permit(&id, Duration::from_secs(5)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let next = sem_b.try_acquire(1, Duration::ZERO).await.unwrap();
+    assert!(next.is_some(), "the permit came back");
+    assert!(
+        redisync::Guard::fencing_token(next.as_ref().unwrap()) > token,
+        "a newer token"
+    );
+}
+
+/// A detached permit is held until its lease ends, which `extend_permit`
+/// raises from any client; once reclaimed, an extension never brings it
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_permit_lives_by_its_lease_and_extend_permit() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let short = Duration::from_millis(300);
+    let sem_a = a.semaphore("by-id-lease").with_permits(1);
+    let id = sem_a.acquire_with_lease(1, short).await.unwrap().detach();
+    let sem_b = b.semaphore("by-id-lease").with_permits(1);
+    sem_b
+        .extend_permit(&id, Duration::from_mins(2))
+        .await
+        .expect("held: extended from another client");
+    assert!(
+        sem_b.try_acquire(1, short * 3).await.unwrap().is_none(),
+        "the extension keeps the permit past its first lease"
+    );
+    assert!(matches!(
+        sem_b.extend_permit(&id, Duration::ZERO).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    sem_b.release_permit(&id).await.unwrap();
+    // A permit left to its lease: a waiter takes it once the lease ends,
+    // and its id is dead for good.
+    let lapsed = sem_a.acquire_with_lease(1, short).await.unwrap().detach();
+    let taken = sem_b.acquire(1).await.unwrap();
+    assert!(matches!(
+        sem_b.extend_permit(&lapsed, Duration::from_mins(2)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        sem_a.release_permit(&lapsed).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(!redisync::Guard::is_lost(&taken));
+    taken.release().await.unwrap();
+}
+
+/// A release by id from another client wakes the waiters of the client
+/// that took the last permit (they wait for a message, not in the queue):
+/// they are not left waiting for the lease end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_id_elsewhere_wakes_the_detaching_clients_waiter() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let lease = Duration::from_mins(2);
+    let sem_a = a.semaphore("by-id-wake").with_permits(1);
+    let id = sem_a.acquire_with_lease(1, lease).await.unwrap().detach();
+    assert_eq!(
+        sem_field(&env, "by-id-wake", "~w").await,
+        Some(a.id().to_string()),
+        "the grant of the last permit marks its client"
+    );
+    let mut waiter = Box::pin(sem_a.acquire_with_lease(1, lease));
+    assert!(futures::poll!(waiter.as_mut()).is_pending());
+    b.semaphore("by-id-wake").release_permit(&id).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release, not by the lease end (2 min)")
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+/// Text that is not a permit id is refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_permit_ids_are_refused() {
+    for bad in [
+        "",
+        "12",
+        "x/00000000-0000-0000-0000-000000000000:t:1#1",
+        "12/not-a-uuid-at-all-not-a-uuid-at-all:t:1#1",
+        "12/00000000-0000-0000-0000-000000000000:t:1#0",
+        "12/00000000-0000-0000-0000-000000000000:t:1",
+        "12/00000000-0000-0000-0000-000000000000:t:1#01",
+    ] {
+        let parsed = bad.parse::<redisync::PermitId>();
+        assert!(
+            matches!(parsed, Err(Error::InvalidArgument(_))),
+            "{bad:?}: {parsed:?}"
+        );
+    }
+    let ok: redisync::PermitId = "12/00000000-0000-0000-0000-000000000000:t:1#3"
+        .parse()
+        .unwrap();
+    assert_eq!((ok.fencing_token(), ok.permits()), (12, 3));
+}

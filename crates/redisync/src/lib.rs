@@ -127,4 +127,4 @@ pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
 pub use retry::AcquireRetry;
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};
-pub use semaphore::{Semaphore, SemaphorePermit};
+pub use semaphore::{PermitId, Semaphore, SemaphorePermit};

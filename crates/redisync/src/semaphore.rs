@@ -477,6 +477,188 @@ impl Semaphore {
             )
             .await
     }
+
+    /// Gives back the permits of a [detached](SemaphorePermit::detach)
+    /// acquisition, from any client (Redisson's
+    /// `RPermitExpirableSemaphore.release(id)`), and wakes waiters. A
+    /// guard of this client that holds them says lost at once.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the permits are not held under `id` any more
+    /// (released already, or their lease ended and they were reclaimed);
+    /// [`Error::Redis`] (the outcome is then unknown: call again, a second
+    /// release answers `NotHeld`); [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done (the outcome of a dropped
+    /// call is unknown, as above).
+    pub async fn release_permit(&self, id: &PermitId) -> Result<()> {
+        let named = self.named();
+        named.check_usable("semaphore")?;
+        let client = named.client_inner();
+        if let Some(slot) = client.hub.existing_slot(&named.key) {
+            if let Some(hold) = slot.holder(&id.id) {
+                hold.mark_lost("released by its permit id");
+            }
+        }
+        let (freed, _, _) = give_back_as(
+            client.link(),
+            client.hub.publish_command(),
+            &named.key,
+            &named.channel,
+            Value::String(id.id.as_ref().into()),
+            false,
+            Some(named.client.id()),
+        )
+        .await?;
+        if let Some(slot) = client.hub.existing_slot(&named.key) {
+            // This client's waiters are woken by the client itself (the
+            // script publishes for the others).
+            slot.wake();
+        }
+        if freed > 0 {
+            Ok(())
+        } else {
+            Err(self.permit_not_held())
+        }
+    }
+
+    /// Makes the remaining lease of a [detached](SemaphorePermit::detach)
+    /// acquisition at least `lease`, from any client (Redisson's
+    /// `updateLeaseTime`; a lease is never cut). Keep calling it well
+    /// before the lease ends to keep the permits, as the watchdog does for
+    /// a guard; `Ok` means they are held until at least `lease` after the
+    /// call was sent.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the permits are not held under `id` any more
+    /// (an extension never brings them back); [`Error::InvalidArgument`]
+    /// for a zero or absurd lease, or one above the restart guard's bound;
+    /// [`Error::ReplicaSync`] with replica sync on and too few replicas;
+    /// [`Error::Redis`]; [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one script, done or not done.
+    pub async fn extend_permit(&self, id: &PermitId, lease: Duration) -> Result<()> {
+        let lease_ms = crate::script::checked_ms("lease", lease)?;
+        let named = self.named();
+        named.check_usable("semaphore")?;
+        let client = named.client_inner();
+        if let Some(guard) = &client.restart_guard {
+            guard.check_lease("extension", lease)?;
+        }
+        let renewed: Vec<i64> = RENEW
+            .run_idempotent(
+                client.link(),
+                &named.key,
+                vec![self.inner.leases.clone()],
+                vec![
+                    Value::Integer(lease_ms),
+                    Value::String(id.id.as_ref().into()),
+                ],
+            )
+            .await?;
+        if renewed.first() != Some(&1) {
+            return Err(self.permit_not_held());
+        }
+        crate::replica::writes_synced(client, &named.name, &named.key).await
+    }
+
+    fn permit_not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.inner.named.name.to_string(),
+        }
+    }
+}
+
+/// The address of a semaphore acquisition that left its guard
+/// ([`SemaphorePermit::detach`]): pass it on (its text form, `Display` and
+/// `FromStr`) and any client can [release](Semaphore::release_permit) or
+/// [extend](Semaphore::extend_permit) the permits by it, as Redisson's
+/// `RPermitExpirableSemaphore` does with its permit ids.
+///
+/// The rules of a guard hold by id: the permits are held until their lease
+/// ends (nobody renews them unless a holder calls `extend_permit`), then
+/// reclaimed, and an id whose permits were reclaimed or released answers
+/// [`Error::NotHeld`] for ever. The id carries the acquisition's
+/// [fencing token](PermitId::fencing_token). Whoever holds the id holds
+/// the permits: a copy given to two workers is two workers on the same
+/// permits.
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// use std::time::Duration;
+/// let jobs = client.semaphore("jobs").with_permits(8);
+/// let permit = jobs.acquire_with_lease(1, Duration::from_secs(60)).await?;
+/// let id = permit.detach().to_string(); // e.g. stored with the job
+/// // ... later, in any process:
+/// let id: redisync::PermitId = id.parse()?;
+/// jobs.extend_permit(&id, Duration::from_secs(60)).await?;
+/// jobs.release_permit(&id).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PermitId {
+    /// The id the permits are held under in Redis.
+    id: Arc<str>,
+    token: u64,
+}
+
+impl PermitId {
+    /// The fencing token of the acquisition (see
+    /// [`Guard::fencing_token`](crate::Guard::fencing_token)).
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// How many permits the acquisition holds.
+    pub fn permits(&self) -> u32 {
+        permits_in(&self.id).unwrap_or(0)
+    }
+}
+
+/// The permit count a permit id ends with (`#<n>`, see
+/// [`Spec::holder`]), if it is one.
+fn permits_in(id: &str) -> Option<u32> {
+    let (_, digits) = id.rsplit_once('#')?;
+    let n: u32 = digits.parse().ok()?;
+    // Canonical digits only: Lua reads the same number from them.
+    (n > 0 && n.to_string() == digits).then_some(n)
+}
+
+impl std::fmt::Display for PermitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.token, self.id)
+    }
+}
+
+impl std::fmt::Debug for PermitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PermitId({self})")
+    }
+}
+
+impl std::str::FromStr for PermitId {
+    type Err = Error;
+
+    /// Reads the text form `Display` writes (`<token>/<id>`).
+    fn from_str(s: &str) -> Result<PermitId> {
+        let bad = || Error::InvalidArgument(format!("{s:?} is not a permit id"));
+        let (token, id) = s.split_once('/').ok_or_else(bad)?;
+        let token: u64 = token.parse().map_err(|_| bad())?;
+        // "<client uuid>:<owner>:<n>#<permits>" (see `Spec::holder`).
+        let client_ok = id
+            .get(..36)
+            .is_some_and(|u| uuid::Uuid::parse_str(u).is_ok())
+            && id.as_bytes().get(36) == Some(&b':');
+        if !client_ok || permits_in(id).is_none() {
+            return Err(bad());
+        }
+        Ok(PermitId {
+            id: Arc::from(id),
+            token,
+        })
+    }
 }
 
 /// The semaphore on the engine: a fresh permit id per acquisition (no
@@ -639,6 +821,20 @@ async fn give_back(
     id: Value,
     leave: bool,
 ) -> Result<(i64, i64, i64)> {
+    give_back_as(redis, publish, key, channel, id, leave, None).await
+}
+
+/// [`give_back`] by `releaser` (a client uuid), when it is not the
+/// client the permit id names (a release by [`PermitId`]).
+async fn give_back_as(
+    redis: &dyn Link,
+    publish: &'static str,
+    key: &str,
+    channel: &Key,
+    id: Value,
+    leave: bool,
+    releaser: Option<uuid::Uuid>,
+) -> Result<(i64, i64, i64)> {
     let mut keys = vec![
         Key::from(key),
         keys::sibling_key(key, Role::Leases),
@@ -649,6 +845,7 @@ async fn give_back(
         Value::String(publish.into()),
         Value::from(channel.clone()),
         Value::String(if leave { "1" } else { "" }.into()),
+        Value::String(releaser.map(|u| u.to_string()).unwrap_or_default().into()),
     ];
     match RELEASE
         .run_unless_refused(redis, key, keys.clone(), args.clone(), 3)
@@ -708,6 +905,27 @@ impl SemaphorePermit {
     /// Cancel safe: one script, done or not done.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         self.held.extend(lease).await
+    }
+
+    /// Takes the permits out of this guard and this client, without giving
+    /// them back: their address, to pass on. The watchdog stops renewing
+    /// them and nothing releases them on a drop or at
+    /// [`Client::shutdown`](crate::Client::shutdown); they are held until
+    /// their lease ends (a watchdog lease ends within the client's
+    /// watchdog timeout) unless some client
+    /// [extends](Semaphore::extend_permit) or
+    /// [releases](Semaphore::release_permit) them by the id. Acquire with
+    /// [`acquire_with_lease`](Semaphore::acquire_with_lease) for a lease
+    /// of your choice.
+    pub fn detach(self) -> PermitId {
+        let id = PermitId {
+            id: self.held.hold().owner_str(),
+            token: self.held.hold().token,
+        };
+        // Semaphore holds are never shared (no re-entry): this guard is
+        // its hold's last, so it leaves without any release.
+        self.held.forget();
+        id
     }
 
     /// Gives the permits back and wakes waiters.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use redisync::__private;
 use redisync::fenced::Fenced;
 use redisync::{
-    Client, CountDownLatch, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, WriteLock,
+    Client, CountDownLatch, Leader, Lock, LockGuard, ReadLock, RwLock, Semaphore, SemaphorePermit,
+    WriteLock,
 };
 use tokio::time::Instant;
 
@@ -535,6 +536,12 @@ async fn admin_section(ctx: &mut Ctx, h: &Handles) {
         ctx.settings.lease,
     );
     let d = ctx.hold_time();
+    let g = match (ctx.chance(25), g) {
+        (true, Guard::Semaphore(permit)) => {
+            return detached_section(ctx, &m.admin, rec, permit, d).await
+        }
+        (_, g) => g,
+    };
     ctx.hold(&mut [&mut rec], d, &|_| !g.is_lost()).await;
     if ctx.chance(20) {
         force_release(ctx, &m.admin, Some(&g)).await;
@@ -543,6 +550,64 @@ async fn admin_section(ctx: &mut Ctx, h: &Handles) {
     ctx.close(rec, || !g.is_lost());
     let how = super::let_go_how(ctx);
     super::let_go(ctx, kind, vec![g], how).await;
+}
+
+/// The rest of an admin section held by permit id: the permit leaves its
+/// guard ([`SemaphorePermit::detach`]); the holder keeps it with
+/// `extend_permit` and gives it back with `release_permit` (through
+/// another handle: any handle of the name may). The section is valid
+/// until the lease the guard had left at the detach, or the last
+/// extension known to have run, ends by this client's clock (an extension
+/// whose outcome is unknown counts as not run).
+async fn detached_section(
+    ctx: &mut Ctx,
+    by: &Semaphore,
+    mut rec: super::Rec,
+    permit: SemaphorePermit,
+    hold_for: Duration,
+) {
+    let mut valid_until = Instant::now() + redisync::Guard::validity(&permit);
+    let id = permit.detach();
+    let end = Instant::now() + hold_for;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let until = valid_until;
+        let chunk = left.min(
+            until
+                .saturating_duration_since(Instant::now())
+                .div_f64(3.0)
+                .max(Duration::from_millis(2)),
+        );
+        ctx.hold(&mut [&mut rec], chunk, &|_| Instant::now() < until)
+            .await;
+        if left.is_zero() {
+            break;
+        }
+        let lease = ctx.extend_lease(Duration::MAX);
+        let how = ctx.how(15);
+        let sent_at = Instant::now();
+        let asked = by.extend_permit(&id, lease);
+        match ctx.call("Semaphore::extend_permit", how, asked).await {
+            Some(Ok(())) => {
+                valid_until = valid_until.max(sent_at + lease);
+                rec.section.lease_us = rec.section.lease_us.max(micros(lease));
+                ctx.stats.bump(Kind::Semaphore, Count::Extended);
+            }
+            // Gone (its lease ended): the holder carries on to its
+            // planned end, as a guard's does, and the looks say lost.
+            Some(Err(redisync::Error::NotHeld { .. })) => valid_until = sent_at,
+            _ => {}
+        }
+    }
+    let until = valid_until;
+    ctx.close(rec, || Instant::now() < until);
+    let how = ctx.how(30);
+    // Any ending: one whose outcome is unknown leaves the permit to its
+    // lease, which no section counts.
+    drop(
+        ctx.call("Semaphore::release_permit", how, by.release_permit(&id))
+            .await,
+    );
 }
 
 /// `force_release` of `s`, recorded as [`Force`]; `own`: a permit of this
@@ -1006,6 +1071,10 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
     let fenced = client.fenced(&name);
     let (read, write) = (rw.read(), rw.write());
     let d = Duration::from_millis(100);
+    // Any id: a closed client refuses before it looks.
+    let permit_id: redisync::PermitId = format!("1/{}:shut:1#1", client.id())
+        .parse()
+        .unwrap_or_else(|e| unreachable!("a well-formed permit id: {e}"));
     let mut calls: Vec<(&'static str, Pending<'_>)> = vec![
         ("Lock::lock", Box::pin(shut(lock.lock()))),
         (
@@ -1082,6 +1151,14 @@ pub(super) async fn after_shutdown(ctx: &mut Ctx, client: &Client, held: Held) {
         (
             "Semaphore::force_release",
             Box::pin(shut(sem.force_release())),
+        ),
+        (
+            "Semaphore::release_permit",
+            Box::pin(shut(sem.release_permit(&permit_id))),
+        ),
+        (
+            "Semaphore::extend_permit",
+            Box::pin(shut(sem.extend_permit(&permit_id, d))),
         ),
         (
             "CountDownLatch::try_set_count",
