@@ -1125,7 +1125,11 @@ pub(crate) async fn step(ctx: &mut Ctx, family: Family, h: &Handles) {
             let twin = Target::Redlock(h.redlock_twins[i].clone());
             reentrant(ctx, Kind::Redlock, h.names[i], &t, Again::Refused(&twin)).await;
         }
-        Family::Locked => locked(ctx, h.names[i], &h.locks[i]).await,
+        Family::Locked => {
+            // Declares the family's total: set up again after an empty restart.
+            let sem = h.semaphores[i].with_permits(SEMAPHORE_PERMITS[i]);
+            locked(ctx, h.names[i], &h.locks[i], &sem).await;
+        }
         Family::Shutdown => {
             if let Some(connect) = &h.connect {
                 shutdown(ctx, connect, &h.more.client).await;
@@ -1809,14 +1813,16 @@ async fn multi(ctx: &mut Ctx, h: &Handles) {
 /// at most one per process this often.
 const STALL_EVERY: Duration = Duration::from_secs(6);
 
-/// A `run_locked` section over a `Lock`: the work looks at its guard every
-/// few milliseconds, each look a step recorded with the guard's validity
-/// (rule (e): no step once the lease clock said lost); now and then the
-/// work stalls its runtime thread (`std::thread::sleep`) for longer than
-/// the lease, after which the library must not poll it again unless the
-/// watchdog renewed meanwhile.
-async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
-    let kind = Kind::RunLocked;
+/// A `run_locked` section over a `Lock` (30 % of the time with a permit of
+/// the name's semaphore too: `run_locked` over the pair, which is lost
+/// when either is): the work looks at its guard every few milliseconds,
+/// each look a step recorded with the guard's validity (rule (e): no step
+/// once the lease clock said lost); now and then the work stalls its
+/// runtime thread (`std::thread::sleep`) for longer than the lease, after
+/// which the library must not poll it again unless the watchdog renewed
+/// meanwhile. (The pair's permit is not a section: the semaphore family's
+/// count is checked on its own sections.)
+async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock, sem: &Semaphore) {
     let lease = ctx.lease();
     let belief = ctx.belief(lease);
     // Mostly short: these tasks share the `Lock` names, which `MultiLock`
@@ -1830,8 +1836,15 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
         .stats
         .may_stall(STALL_EVERY)
         .then(|| ctx.settings.lease.mul_f64(1.2 + 0.4 * ctx.rng.unit()));
-    let stall_after = ctx.rng.below(4);
-    let requested_us = now_us();
+    let plan = WorkPlan {
+        name,
+        requested_us: now_us(),
+        belief,
+        hold,
+        stall,
+        stall_after: ctx.rng.below(4),
+    };
+    let with_permit = ctx.chance(30);
     let mut busy = false;
     let asked = ctx.recorded("Lock::try_lock", lock.try_lock(WAIT, lease));
     let acquire = async {
@@ -1844,63 +1857,120 @@ async fn locked(ctx: &mut Ctx, name: &str, lock: &Lock) {
             Err(e) => Err(e),
         }
     };
-    let mut rec: Option<Rec> = None;
-    let mut steps: Vec<Step> = Vec::new();
-    let mut saw_lost = false;
+    let mut done = WorkDone::default();
     let shared: &Ctx = ctx;
-    let outcome = run_locked(acquire, async |g: &LockGuard| {
-        let r = rec.insert(shared.open(
-            kind,
-            name,
-            Access::Exclusive,
-            g.fencing_token(),
-            requested_us,
-            belief,
-        ));
-        let until = Instant::now() + hold;
-        let mut n = 0;
-        loop {
-            let mut left = Duration::ZERO;
-            shared.look(r, || {
-                left = g.validity();
-                !left.is_zero()
-            });
-            saw_lost |= left.is_zero();
-            steps.push(Step {
-                at_us: r.section.end_us,
-                left_us: Some(micros(left)),
-            });
-            if let Some(d) = stall.filter(|_| n == stall_after) {
-                // Blocks this runtime thread on purpose.
-                let from_us = now_us();
-                let stall = |to_us| {
-                    Record::Stall(Pause {
-                        process: shared.client.clone(),
-                        from_us,
-                        to_us,
-                    })
-                };
-                if crate::history::is_virtual_clock() {
-                    // Recorded first: the virtual clock jumps at once, and
-                    // the work may be cancelled right after (the loss the
-                    // stall caused).
-                    let _ = shared.sink.send(stall(from_us + micros(d)));
-                    crate::history::stall_runtime(d).await;
-                } else {
-                    crate::history::stall_runtime(d).await;
-                    let _ = shared.sink.send(stall(now_us()));
-                }
+    let outcome = if with_permit {
+        let permit: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match lease {
+            Some(l) => Box::pin(shared.recorded(
+                "Semaphore::try_acquire_with_lease",
+                sem.try_acquire_with_lease(1, WAIT, l),
+            )),
+            None => Box::pin(shared.recorded("Semaphore::try_acquire", sem.try_acquire(1, WAIT))),
+        };
+        let both = async {
+            let g = acquire.await?;
+            match permit.await {
+                Ok(Some(p)) => Ok((g, p)),
+                Ok(None) => Err(redisync::Error::InvalidArgument("busy".into())),
+                Err(e) => Err(e),
             }
-            n += 1;
-            if Instant::now() >= until {
-                break;
-            }
-            tokio::time::sleep(LOOK_EVERY).await;
-        }
-    })
-    .await;
+        };
+        run_locked(both, async |g: &(LockGuard, SemaphorePermit)| {
+            locked_work(shared, g, &plan, &mut done).await;
+        })
+        .await
+    } else {
+        run_locked(acquire, async |g: &LockGuard| {
+            locked_work(shared, g, &plan, &mut done).await;
+        })
+        .await
+    };
+    let busy = busy || matches!(&outcome, Err(redisync::Error::InvalidArgument(m)) if m == "busy");
     let stalled = stall.is_some();
-    locked_end(ctx, name, (rec, steps, saw_lost, stalled), outcome, busy).await;
+    locked_end(
+        ctx,
+        name,
+        (done.rec, done.steps, done.saw_lost, stalled),
+        outcome,
+        busy,
+    )
+    .await;
+}
+
+/// What a [`locked`] section's work does.
+struct WorkPlan<'a> {
+    name: &'a str,
+    requested_us: u64,
+    belief: Duration,
+    hold: Duration,
+    /// A stall of the runtime thread this long, after `stall_after` looks.
+    stall: Option<Duration>,
+    stall_after: u64,
+}
+
+/// What a [`locked`] section's work recorded.
+#[derive(Default)]
+struct WorkDone {
+    rec: Option<Rec>,
+    steps: Vec<Step>,
+    saw_lost: bool,
+}
+
+/// The work of a [`locked`] section under guard `g` (see there).
+async fn locked_work<G: redisync::Guard>(
+    shared: &Ctx,
+    g: &G,
+    plan: &WorkPlan<'_>,
+    done: &mut WorkDone,
+) {
+    let r = done.rec.insert(shared.open(
+        Kind::RunLocked,
+        plan.name,
+        Access::Exclusive,
+        g.fencing_token(),
+        plan.requested_us,
+        plan.belief,
+    ));
+    let until = Instant::now() + plan.hold;
+    let mut n = 0;
+    loop {
+        let mut left = Duration::ZERO;
+        shared.look(r, || {
+            left = g.validity();
+            !left.is_zero()
+        });
+        done.saw_lost |= left.is_zero();
+        done.steps.push(Step {
+            at_us: r.section.end_us,
+            left_us: Some(micros(left)),
+        });
+        if let Some(d) = plan.stall.filter(|_| n == plan.stall_after) {
+            // Blocks this runtime thread on purpose.
+            let from_us = now_us();
+            let stall = |to_us| {
+                Record::Stall(Pause {
+                    process: shared.client.clone(),
+                    from_us,
+                    to_us,
+                })
+            };
+            if crate::history::is_virtual_clock() {
+                // Recorded first: the virtual clock jumps at once, and
+                // the work may be cancelled right after (the loss the
+                // stall caused).
+                let _ = shared.sink.send(stall(from_us + micros(d)));
+                crate::history::stall_runtime(d).await;
+            } else {
+                crate::history::stall_runtime(d).await;
+                let _ = shared.sink.send(stall(now_us()));
+            }
+        }
+        n += 1;
+        if Instant::now() >= until {
+            break;
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
 }
 
 /// The end of a [`locked`] section: its section and work recorded, its

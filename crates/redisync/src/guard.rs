@@ -204,6 +204,58 @@ pub trait Guard: Send + Sync + Sized + 'static {
     fn release(self) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
+// Guards held together as one (see "Several guards" on `run_locked`): the
+// first member's token, lost when any member is, the shortest validity;
+// extend and release try every member.
+macro_rules! guard_tuple {
+    ($($g:ident $v:ident $i:tt),+) => {
+        impl<E: GuardError, $($g: Guard<Error = E>),+> Guard for ($($g,)+) {
+            type Error = E;
+
+            fn fencing_token(&self) -> u64 {
+                self.0.fencing_token()
+            }
+
+            fn is_lost(&self) -> bool {
+                false $(|| self.$i.is_lost())+
+            }
+
+            fn lost_signal(&self) -> LostSignal {
+                LostSignal::any([$(self.$i.lost_signal()),+])
+            }
+
+            fn validity(&self) -> Duration {
+                Duration::MAX $(.min(self.$i.validity()))+
+            }
+
+            /// Extends every member (all are tried); the first error.
+            async fn extend(&self, lease: Duration) -> Result<(), E> {
+                let ($($v,)+) = futures::join!($(self.$i.extend(lease)),+);
+                Ok(()) $(.and($v))+
+            }
+
+            /// Releases every member at once (all are tried): a member
+            /// found lost ("not held") first, else the first error.
+            async fn release(self) -> Result<(), E> {
+                let ($($v,)+) = futures::join!($(self.$i.release()),+);
+                let results = [$($v),+];
+                let mut first = None;
+                for result in results {
+                    match result {
+                        Err(e) if e.is_not_held() => return Err(e),
+                        Err(e) => first = first.or(Some(e)),
+                        Ok(()) => {}
+                    }
+                }
+                first.map_or(Ok(()), Err)
+            }
+        }
+    };
+}
+
+guard_tuple!(A a 0, B b 1);
+guard_tuple!(A a 0, B b 1, C c 2);
+
 /// How [`run_locked`]'s work ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -302,6 +354,31 @@ where
 ///     Outcome::Completed(token) => println!("done under token {token}"),
 ///     Outcome::Cancelled => println!("lost the lock; the work was stopped"),
 ///     Outcome::LostAtEnd(_) => println!("finished, but the lock was gone at the end"),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Several guards
+///
+/// A tuple of two or three guards is a [`Guard`] too: a lock and a permit,
+/// say. The work is cancelled when any of them is lost (a signal combined
+/// by hand would fire on `run_locked`'s own release), and all are released
+/// at the end. The tuple's token is its first guard's (put the guard whose
+/// token the store checks first); its validity is the shortest.
+///
+/// ```no_run
+/// # async fn demo(client: redisync::Client) -> redisync::Result<()> {
+/// use redisync::run_locked;
+///
+/// let job = client.lock("exports:daily");
+/// let slots = client.semaphore("exports").with_permits(3);
+/// let acquire = async { Ok((job.lock().await?, slots.acquire(1).await?)) };
+/// let outcome = run_locked(acquire, async |(lock, _permit)| {
+///     // ... write with lock.fencing_token() ...
+/// })
+/// .await?;
+/// if !outcome.held_throughout() {
+///     println!("the lock or the permit was lost: the export stopped");
 /// }
 /// # Ok(()) }
 /// ```
