@@ -446,8 +446,8 @@ impl Worker {
     }
 
     /// The fenced write: the effect lands only if the order is not done and
-    /// no newer token has written to it. `fence <= token`, as the README's
-    /// recipe: a token is one acquisition, so an equal token is the same
+    /// no newer token has written to it. `fence <= token`, as the recipe of
+    /// docs/writing-a-service.md: a token is one acquisition, so an equal token is the same
     /// holder writing again (a section may write several times); only an
     /// older one is stale.
     async fn write_fenced(&self, order: u32, token: i64) -> Result<Handled, BoxError> {

@@ -356,7 +356,7 @@ async fn acquisitions_ride_out_a_half_migrated_slot() {
     let got = match waiter.await.unwrap() {
         Ok(got) => got,
         // Redis 6.2: riding out a half-migrated slot needs Redis 7 (the
-        // README says so). There the waiter fails with a typed, retryable
+        // docs/connecting.md says so). There the waiter fails with a typed, retryable
         // error instead, and that client's later commands time out too,
         // whatever the name (fred 10 on 6.2; a fresh client gets in).
         Err(e) if before_7 => {

@@ -1357,7 +1357,7 @@ async fn a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost(kind: Ki
 
 /// 20. Two flows of one owner (`join!` in one task) that ask at the same
 ///     instant, or both wait behind another client's hold, never both hold:
-///     the second queues behind the first (README "Who re-enters").
+///     the second queues behind the first (docs/api.md "Who re-enters").
 async fn two_flows_of_one_owner_never_both_hold(kind: Kind) {
     use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
     let env = Env::start().await;

@@ -160,7 +160,7 @@ async fn a_fixed_lease_hold_lost_while_suspended_is_reported_at_reconnection() {
     assert_eq!(watch.lost_holds(), 2, "both lost holds counted");
 }
 
-/// Review 6, D2. The README recipe, run as written: on `Reconnected` it
+/// Review 6, D2. The recipe of docs/connecting.md, run as written: on `Reconnected` it
 /// reads `guard.is_lost()`, and must never resume (paused = false) on a
 /// hold another client took while this one was suspended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +177,7 @@ async fn the_recipe_never_resumes_work_on_a_hold_lost_while_suspended() {
     let mut connection = client.connection_state();
     let other = env.client().await;
 
-    // The README recipe, recording each decision it makes.
+    // The docs/connecting.md recipe, recording each decision it makes.
     let decisions: Arc<Mutex<Vec<(ConnectionState, bool)>>> = Arc::default();
     let recipe = {
         let decisions = decisions.clone();

@@ -161,7 +161,7 @@ async fn is_locked_right_after_a_drop_sees_the_lock_free() {
 
 /// A guard dropped on an idle second runtime (as above), then the client
 /// shut down from the test's runtime: the shutdown "lets the releases of
-/// guards dropped just before finish" (README). Either the lock is free
+/// guards dropped just before finish" (docs/api.md). Either the lock is free
 /// afterwards, or the shutdown warned that a release failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_after_a_drop_on_an_idle_runtime_releases_or_warns() {

@@ -1,7 +1,7 @@
 //! Keys that live for ever (issue 4 §6): whatever crashes, is cancelled or
 //! restarts, every key redisync leaves has a TTL within its documented
 //! bound, and once the leases ran out the keys come back to the documented
-//! floor (README "Key cost": fencing counters and a semaphore's permit
+//! floor (docs/data-layout.md, "Key cost": fencing counters and a semaphore's permit
 //! hash).
 
 mod common;
@@ -114,8 +114,8 @@ const FENCE_TTL: Duration = Duration::from_hours(1);
 /// The count-down latch's TTL there.
 const LATCH_TTL: Duration = Duration::from_secs(3);
 
-/// How long the record of a latch outlives what it records (README
-/// "Key cost": a minute).
+/// How long the record of a latch outlives what it records
+/// (docs/data-layout.md, "Key cost": a minute).
 const LATCH_RECORD: Duration = Duration::from_mins(1);
 
 /// Bound of the PTTL of any other key (holds, queues, reader tables, lease

@@ -972,7 +972,7 @@ async fn a_guard_dropped_frees_the_lock_for_an_attempt_right_after() {
 /// hand-off to a queued waiter (`hand_to_next`), the one after it by a
 /// fresh grant. A token floor ahead of the server clock
 /// (`try_lock_with_min_token`) made both fail; it is now Redlock's alone,
-/// hidden from the documented API and outside this guarantee (README).
+/// hidden from the documented API and outside this guarantee (docs/guarantees.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_never_go_back_after_the_counter_is_lost() {
     let mut env = Env::start().await;

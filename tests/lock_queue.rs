@@ -135,7 +135,7 @@ async fn a_hand_off_never_overwrites_a_key_of_another_type_at_the_fencing_counte
 /// flag from before the attempt (false for the first), so
 /// `leave_at_shutdown` does nothing, and the armed undo's background task
 /// is refused because the client is closed (`spawn_undo`:
-/// `start_background()` is `None`). README "Fairness" says a client shut
+/// `start_background()` is `None`). docs/fairness.md says a client shut
 /// down leaves the queue before it returns; instead the next release hands
 /// the lock to the dead entry and everybody waits for its 30 s lease.
 ///
@@ -272,8 +272,8 @@ async fn inspect_lists_the_clients_queued_for_a_lock() {
 /// writes a new hash without '~w' although others are still queued; its
 /// release then deletes the lock silently (code 2, nothing published, the
 /// queue not read), and the next queued client sleeps until its own next
-/// look (a quarter of its 30 s lease) while the lock is free. README
-/// "Fairness": "A release that finds somebody queued does not free the
+/// look (a quarter of its 30 s lease) while the lock is free.
+/// docs/fairness.md: "A release that finds somebody queued does not free the
 /// lock: the same script gives it to the oldest entry".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_after_a_crashed_holder_hands_the_lock_to_the_next_queued_client() {

@@ -186,7 +186,7 @@ async fn join_flows(mode: Mode) {
 /// Four duplicate messages of one entity handled by `for_each_concurrent`
 /// in one task, each holding the entity's lock while it waits for the
 /// others to come in. Per task all four are inside at once with one token
-/// (the hazard the README warns about); scoped or non-reentrant, never two.
+/// (the hazard docs/api.md warns about); scoped or non-reentrant, never two.
 async fn concurrent_messages(mode: Mode) {
     let env = Env::start().await;
     let client = env.client().await;

@@ -368,7 +368,7 @@ const SIDES_LEASE: Duration = Duration::from_secs(30);
 
 /// Review 3 of issue 39: two flows of one owner (`tokio::join!` in one task) ask for the write
 /// side and the read side of one `RwLock` at the same instant (optionally
-/// both queued behind another client's write). README "Who re-enters":
+/// both queued behind another client's write). docs/api.md, "Who re-enters":
 /// "Two flows of one owner that ask at the same instant, or wait together,
 /// do not re-enter: the second waits in this client until the first's
 /// hold ends (for every kind)". A write hold of one flow and a read hold
@@ -417,7 +417,7 @@ async fn rw_sides_of_two_flows(queued: bool, write_first: bool) -> (u32, Vec<Str
             };
             peak.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
             // Inside until the sibling's acquisition ended too, or 2 s (it
-            // should wait for this hold to end, README "Who re-enters").
+            // should wait for this hold to end, docs/api.md "Who re-enters").
             common::eventually(Duration::from_secs(2), || async {
                 resolved.load(SeqCst) == 2
             })
@@ -493,7 +493,7 @@ async fn rw_read_then_write_flows_of_one_owner_asking_together_neither_errs_nor_
 /// releases the write side and reads on; a sibling flow of the same owner
 /// that asked for the write side together with it waits until the first
 /// flow's holds have all ended, rather than getting `UpgradeNotSupported`
-/// for a read it never took (README "Who re-enters": the second waits
+/// for a read it never took (docs/api.md "Who re-enters": the second waits
 /// until the first's hold ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sibling_waits_while_a_downgraded_flow_reads_on() {

@@ -13,7 +13,7 @@ until the first failing one or --minutes, then prints a table:
     python3 crates/redisync-sim/reintroduce.py [NAME ...] [--minutes 3] [--first-seed 1]
 
 A defect the simulation does not find within the budget is reported as such;
-the README's "Testing" section says which classes only real Redis covers.
+CONTRIBUTING.md's "Simulation" section says which classes only real Redis covers.
 """
 
 import argparse

@@ -25,7 +25,7 @@ struct Cli {
         global = true
     )]
     url: String,
-    /// Print JSON (one document on stdout, errors too; schema in the README).
+    /// Print JSON (one document on stdout, errors too; schema: docs/operating.md).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]

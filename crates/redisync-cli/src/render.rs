@@ -1,5 +1,5 @@
-//! Text and JSON renderings of inspections (the JSON schema is in the
-//! README, "Operating redisync").
+//! Text and JSON renderings of inspections (the JSON schema is in
+//! docs/operating.md, "JSON output").
 
 use std::fmt::Write as _;
 use std::time::Duration;

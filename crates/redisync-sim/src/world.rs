@@ -53,7 +53,7 @@ pub struct Faults {
     /// The longest client stall or server pause.
     pub max_stall: Duration,
     /// The largest server clock step back (never forward: leases assume
-    /// bounded drift, README "Guarantees and their limits").
+    /// bounded drift, docs/guarantees.md).
     pub max_clock_step: Duration,
 }
 
@@ -306,7 +306,7 @@ impl World {
             if let Scheduled::Restart(server, _, true) = fault {
                 // Behind a proxy a restart is seen by LASTSAVE, in whole
                 // seconds: one in the same second as the server's last
-                // save is the README's undetectable case. Not before the
+                // save is the undetectable case of docs/guarantees.md. Not before the
                 // next second, then.
                 let wait = {
                     let state = self.lock();
@@ -324,7 +324,7 @@ impl World {
                 Scheduled::Stall(_, d) | Scheduled::Pause(_, d) => d,
                 // Tokens assume the clock does not step back, around a loss
                 // of data, by more than the time between the last token
-                // before it and the first after (README, "Fencing"): no
+                // before it and the first after (docs/guarantees.md, "Fencing"): no
                 // restart closer to a step than the step, either way.
                 Scheduled::ClockStep(_, us) => Duration::from_micros(us.unsigned_abs()),
                 Scheduled::Restart(..) => step_room,

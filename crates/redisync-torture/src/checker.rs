@@ -60,8 +60,8 @@
 //! A server killed and restarted empty, or from older data, forgets the
 //! locks it granted last: their holders keep believing in their guards
 //! until their watchdogs notice, while the server grants the locks again.
-//! The README documents this limit ("on one Redis primary", "Leases are
-//! time"). A conflict in (a), or a valid write rejected in (c), is excused
+//! docs/guarantees.md documents this limit ("on one Redis primary",
+//! "Leases are time"). A conflict in (a), or a valid write rejected in (c), is excused
 //! (counted, not a violation) only when such a restart explains it: for a
 //! kill `K` of the lock's server, the old holder `x` asked before `K`, the
 //! other section `y` was granted after `K`, and `x` stopped believing (or

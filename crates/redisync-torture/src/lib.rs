@@ -5,9 +5,10 @@
 //! [`RwLock`], [`Semaphore`] and [`MultiLock`]), a replica of it, and three
 //! nodes for a [`Redlock`], and two processes of workers: this one and a
 //! child process (the same binary, `redisync-torture worker ...`). Each
-//! process has three client sets, one connected directly, one through a
-//! [`FaultProxy`] per server, and one with the restart guard on (names of
-//! its own). Its tasks run the whole public API at random (see the
+//! process has four client sets: one connected directly, one through a
+//! [`FaultProxy`] per server, one with the restart guard on and one with
+//! replica sync on (these two on names of their own; the crate's README.md
+//! has the details). Its tasks run the whole public API at random (see the
 //! `workload` module: re-entry, `extend`, cancelled and zero-wait
 //! acquisitions, both sides of a read-write lock with downgrades and
 //! refused upgrades, multi-permit semaphores, `MultiLock`, guards moved to

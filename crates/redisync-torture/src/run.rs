@@ -54,9 +54,9 @@ pub struct Config {
     /// Watchdog lease of every client (renewed every third of it); fixed
     /// leases are at most this long too, `extend` goes up to 2.5 times it.
     pub lease: Duration,
-    /// Tasks per family of locks (`Lock`, `FairLock`, `RwLock`,
-    /// `Semaphore`, `MultiLock`, `Redlock`) per client set (each process
-    /// has two client sets: one direct, one through fault proxies).
+    /// Tasks per family per client set (each process has four client
+    /// sets: direct, proxied, guarded, synced; the families and sets are
+    /// in the crate's README.md).
     pub tasks_per_family: usize,
     /// Seed of every random choice (holds, leases, fault timing).
     pub seed: u64,
@@ -840,7 +840,7 @@ async fn read_child(
 /// --lease-ms L --tasks T --drop-percent D --main URL --nodes U,U,U
 /// --main-proxied URL --nodes-proxied U,U,U`.
 ///
-/// Runs the workers of one process (a direct and a proxied client set),
+/// Runs the workers of one process (its four client sets),
 /// prints each section as a history line on stdout as it ends, and says
 /// `READY` once running. On `stop` (a line on stdin) it stops the workers,
 /// prints its counters and `STOPPED`, and keeps its clients connected (for

@@ -130,8 +130,9 @@ impl ClientSet {
     }
 }
 
-/// The workers of one process: two client sets (direct and proxied), each
-/// running `tasks_per_family` tasks per family.
+/// The workers of one process: four client sets (direct, proxied,
+/// guarded, synced; see the crate's README.md), each running
+/// `tasks_per_family` tasks per family.
 pub(crate) struct Workers {
     stop: Arc<AtomicBool>,
     tasks: JoinSet<()>,
@@ -144,8 +145,9 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Connects the client sets `"<process>.direct"` and
-    /// `"<process>.proxied"` and starts the tasks. Sections go to `sink`.
+    /// Connects the client sets `"<process>.direct"`, `"<process>.proxied"`,
+    /// `"<process>.guarded"` and `"<process>.synced"` and starts the tasks.
+    /// Sections go to `sink`.
     pub(crate) async fn start(
         process: &str,
         direct: &Urls,

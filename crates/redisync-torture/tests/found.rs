@@ -136,7 +136,7 @@ async fn tokens_increase_after_a_lost_release(which: Which) {
 }
 
 /// Fencing tokens must strictly increase for every non-reentrant
-/// acquisition (README, "Fencing"). After a lost release the same task's
+/// acquisition (docs/guarantees.md, "Fencing"). After a lost release the same task's
 /// next acquisition gets the old token again. Redlock inherits it: the
 /// torture run saw two consecutive Redlock grants of one task with the same
 /// token (lease 400 ms, 3 tasks per kind, seed 7, after about 2 minutes).

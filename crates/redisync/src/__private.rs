@@ -35,11 +35,11 @@ pub use crate::restart::RestartGuard;
 ///
 /// The same bound on every node makes a Redlock's tokens agree, so no
 /// round trip writes the largest back. A token above the server's clock is
-/// outside a single server's fencing guarantee (README, "Guarantees and
-/// their limits"): once the counter is lost (`FLUSHALL`, a restart from an
+/// outside a single server's fencing guarantee (docs/guarantees.md,
+/// "Fencing"): once the counter is lost (`FLUSHALL`, a restart from an
 /// older snapshot) the next tokens follow the clock and can be below it.
 /// Redlock covers that with its majority and its per-node restart guard,
-/// within the limits its README section states.
+/// within the limits crates/redisync-redlock/README.md states.
 ///
 /// # Errors
 /// As [`Lock::try_lock`].

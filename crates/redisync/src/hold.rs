@@ -122,7 +122,7 @@ impl Released {
 /// stays with the hold it wins until that hold ends (released, lost, or
 /// surely handed off), so a second flow never sends a fresh attempt while
 /// the first one's field is in Redis (a script would take it over as a
-/// stale field of the owner): it waits, then asks anew (README "Who
+/// stale field of the owner): it waits, then asks anew (docs/api.md, "Who
 /// re-enters"). One line per owner, whatever it asks: the write and the
 /// read side of an `RwLock` take turns too (a downgrade, the read side
 /// asked by the flow that holds the write side, needs no turn). Kinds

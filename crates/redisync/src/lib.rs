@@ -51,9 +51,13 @@
 //!   [`ClientBuilder::restart_guard`]; fencing tokens protect the resource
 //!   in any case.
 //!
-//! The repository's README ("Guarantees and their limits", "Connecting",
-//! "Fairness", "Data layout") has the detail, the set-up and the recipes:
-//! <https://github.com/redisync/redisync#readme>.
+//! The repository's docs have the detail, the set-up and the recipes:
+//! guarantees and their limits
+//! (<https://github.com/redisync/redisync/blob/main/docs/guarantees.md>),
+//! connecting (<https://github.com/redisync/redisync/blob/main/docs/connecting.md>),
+//! fairness (<https://github.com/redisync/redisync/blob/main/docs/fairness.md>),
+//! the data layout (<https://github.com/redisync/redisync/blob/main/docs/data-layout.md>),
+//! and the rest from the README (<https://github.com/redisync/redisync#readme>).
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -75,11 +79,34 @@
 // by accident (see its comment).
 #[doc(hidden)]
 pub mod __private;
-// The README's code blocks are compiled as doctests (it is not the crate's
-// docs: those are written for docs.rs, above).
+// The code blocks of the README and of docs/*.md are compiled as doctests
+// (they are not the crate's docs: those are written for docs.rs, above).
+// `README.md` and `docs` are links in this crate's directory to the
+// repository's, so `cargo package` ships them and the package builds.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api.md")]
+struct ApiDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/writing-a-service.md")]
+struct WritingAServiceDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guarantees.md")]
+struct GuaranteesDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fairness.md")]
+struct FairnessDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/connecting.md")]
+struct ConnectingDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/data-layout.md")]
+struct DataLayoutDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+struct OperatingDoctests;
 
 mod client;
 mod connect;

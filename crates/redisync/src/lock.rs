@@ -105,7 +105,7 @@ const QUEUED_LOOK: Duration = Duration::from_secs(3600);
 /// (its message carries the token: one subscription per lock per client,
 /// only that client wakes). A free lock goes to whoever asks first, so the
 /// order is FIFO between waiting clients, not a fair lock's FIFO among all
-/// tasks (README "Fairness").
+/// tasks (docs/fairness.md).
 ///
 /// Leases: [`lock`](Lock::lock) and `try_lock(wait, None)` take the client's
 /// watchdog lease (30 s by default) and renew it every lease/3 while the

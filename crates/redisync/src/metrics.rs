@@ -1,6 +1,6 @@
 //! Counters, histograms and gauges through the `metrics` facade (cargo
 //! feature `metrics`; without it every call here is empty). The names and
-//! labels are the README's table ("Metrics"); the engine calls these at its
+//! labels are the table of docs/operating.md ("Metrics"); the engine calls these at its
 //! one acquire loop, its guard core and its watchdog, so every primitive
 //! reports the same way.
 

@@ -183,8 +183,8 @@ async fn guard<G>(
 /// ahead (ignored). Not further, nor from another lock (another server's
 /// clock): a bound up to a second ahead of the server's clock is honoured,
 /// and a token ahead of the clock is undercut by the clock's tokens after
-/// a restart that lost the counter (the README's limit of a clock that
-/// steps back around a data loss).
+/// a restart that lost the counter (the limit, in docs/guarantees.md, of a
+/// clock that steps back around a data loss).
 fn min_token(ctx: &mut Ctx, name: &str) -> u64 {
     match ctx.rng.below(3) {
         0 => 0,
