@@ -157,8 +157,8 @@ impl ClientBuilder {
     /// Whether metrics carry the lock name as a `name` label (besides
     /// `kind`). Off by default: every name is a time series of its own in
     /// the metrics backend, so turn it on only for a bounded set of names.
-    /// Metrics are recorded with the cargo feature `metrics` (README,
-    /// "Metrics"); without it this changes nothing.
+    /// Metrics are recorded with the cargo feature `metrics` (the
+    /// repository's docs/operating.md, "Metrics"); without it this changes nothing.
     pub fn metrics_lock_names(mut self, on: bool) -> Self {
         self.settings.metrics_lock_names = on;
         self
@@ -1481,7 +1481,7 @@ impl Client {
     /// may be lost: their renewals fail), [`Reconnected`] once Redis
     /// answers again and every hold was looked at (those gone reported
     /// lost first), and [`Shutdown`]; with the count of holds found lost
-    /// ([`ConnectionWatch::lost_holds`]). See README, "Connection state",
+    /// ([`ConnectionWatch::lost_holds`]). See the repository's docs/connecting.md, "Connection state",
     /// for pausing work while suspended.
     ///
     /// ```no_run
