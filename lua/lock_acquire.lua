@@ -84,6 +84,7 @@ local function attempt()
   end
 
   if held[1] then
+    -- reintroduce: reentry-on-any-token
     if held[2] ~= ARGV[3] then
       -- Left by an acquisition of this owner that the caller no longer holds
       -- (its release never arrived, or the lock was handed to it while it

@@ -16,6 +16,7 @@ for i, lock in ipairs(KEYS) do
     if held[1] and held[2] == token then
       -- '<=': a renewal right after a hand-off (PTTL = lease, same ms)
       -- still writes, so a WAIT after it covers the hand-off.
+      -- reintroduce: lock-renew-lowers-lease
       if redis.call('pttl', lock) <= lease then
         redis.call('pexpire', lock, lease)
       end

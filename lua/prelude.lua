@@ -59,6 +59,7 @@ end
 -- value nor older than the bound belongs to a server that may have
 -- restarted, even behind a proxy that kept the client's connection. The
 -- script then does nothing, and the client reads the uptime (INFO) first.
+-- reintroduce: restart-guard-per-connection-only
 if #ARGV >= 3 and ARGV[#ARGV - 2] == '~restart-guard' then
   local saved = redis.call('lastsave')
   if tostring(saved) ~= ARGV[#ARGV] and tonumber(redis.call('time')[1]) - saved <= tonumber(ARGV[#ARGV - 1]) then
@@ -125,6 +126,7 @@ end
 -- The fencing token after `last`: max(last + 1, server time in
 -- microseconds); see next_token.
 local function token_after(last, now_us)
+  -- reintroduce: token-counter-only
   return math.max(last + 1, now_us)
 end
 
@@ -309,6 +311,7 @@ local function release_lock(lock, fence, queue, owner, token, last, publish, cha
   if err then
     return err
   end
+  -- reintroduce: release-by-owner-only
   if not held[1] or held[2] ~= token then
     return 0
   end

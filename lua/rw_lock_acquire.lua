@@ -129,6 +129,7 @@ if first then
     redis.call('del', h, readers)
     s.mode = nil
     s.fresh[h], s.fresh[readers] = true, true
+    -- reintroduce: rw-read-reentry-after-readers-expired
     -- The caller's own read went with it (the readers key ran out while
     -- the hash lived on): not re-entered, a fresh grant.
     held[4], held[5] = false, false

@@ -22,6 +22,7 @@ for i = 1, #KEYS / 2 do
     else
       local held = redis.call('hmget', h, 'r:' .. owner, 't:' .. owner)
       if held[1] and held[2] == token and redis.call('zscore', readers, owner) then
+        -- reintroduce: rw-renew-lowers-read-lease
         redis.call('zadd', readers, 'XX', 'GT', until_ms, owner)
         ok = 1
       end

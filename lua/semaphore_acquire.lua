@@ -163,6 +163,7 @@ local function handed_before()
   return {1, state.last, total - state.used, lease_left()}
 end
 
+-- reintroduce: semaphore-one-permit-too-many
 if not queued and total - state.used >= wanted then
   local again = mode == '2' and handed_before()
   if again then

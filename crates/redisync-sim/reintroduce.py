@@ -30,84 +30,84 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFECTS = [
     {
         "name": "token-counter-only",
-        "class": "tokens go back after a restart that lost the counter (issue 11 #3)",
+        "class": "tokens go back after a restart that lost the counter",
         "edits": [("lua/prelude.lua", "return math.max(last + 1, now_us)", "return last + 1")],
     },
     {
         "name": "rw-renew-lowers-read-lease",
-        "class": "RwLock read lease cut short by a renewal or extend (issue 11 #1)",
+        "class": "RwLock read lease cut short by a renewal or extend",
         "edits": [("lua/rw_lock_renew.lua", "'zadd', readers, 'XX', 'GT',", "'zadd', readers, 'XX',")],
     },
     {
         "name": "lock-renew-lowers-lease",
-        "class": "a renewal lowers a Lock's lease (issue 11 #1, #7: leases only rise)",
+        "class": "a renewal lowers a Lock's lease",
         "edits": [("lua/lock_renew.lua", "if redis.call('pttl', lock) <= lease then", "if true then")],
     },
     {
         "name": "reentry-on-any-token",
-        "class": "re-entry after a loss on the old token (issue 11 #4)",
+        "class": "re-entry after a loss on the old token",
         "edits": [("lua/lock_acquire.lua", "    if held[2] ~= ARGV[3] then\n", "    if false then\n")],
     },
     {
         "name": "release-by-owner-only",
-        "class": "a guard that lost releases the new hold of its task (issue 11 #4)",
+        "class": "a guard that lost releases the new hold of its task",
         "edits": [("lua/prelude.lua", "  if not held[1] or held[2] ~= token then\n    return 0\n  end\n  if last ~= '1'",
                    "  if not held[1] then\n    return 0\n  end\n  if last ~= '1'")],
     },
     {
         "name": "undo-unordered",
-        "class": "the undo of a cancelled re-entrant acquisition lands after the task's next one (issue 11 #5)",
+        "class": "the undo of a cancelled re-entrant acquisition lands after the task's next one",
         "edits": [("crates/redisync/src/engine/undo.rs", "let ordered = spec.reentrant();", "let ordered = false;")],
     },
     {
         "name": "validity-from-reply",
-        "class": "a guard's validity above what Redis holds: counted from the reply, not the request (issue 11 #7)",
+        "class": "a guard's validity above what Redis holds: counted from the reply, not the request",
         "edits": [("crates/redisync/src/hold.rs", "*v = (*v).max(sent_at + lease);",
                    "*v = (*v).max(Instant::now().max(sent_at) + lease);")],
     },
     {
         "name": "reentry-revives-released-hold",
-        "class": "re-entry racing the last drop revives a released hold (issue 11 #12)",
+        "class": "re-entry racing the last drop revives a released hold",
         "edits": [("crates/redisync/src/hold.rs",
                    "(n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)",
                    "Some(n + 1)")],
     },
     {
         "name": "shutdown-without-telling-guards",
-        "class": "shutdown releases holds under running code (issue 11 #16)",
+        "class": "shutdown releases holds under running code",
         "edits": [("crates/redisync/src/client.rs", 'hold.mark_lost("client shut down");', "let _ = hold;")],
     },
     {
         "name": "force-unlock-misses-grant-in-flight",
-        "class": "force-unlock misses its own client's grant in flight (issue 26 #1)",
+        "class": "force-unlock misses its own client's grant in flight",
         "edits": [("crates/redisync/src/engine/mod.rs",
                    "slot.forced_through(u64::try_from(last).unwrap_or(0));",
                    "let _ = (slot, last);")],
     },
     {
         "name": "lost-signal-timer-only",
-        "class": "the loss loses to the work after a stall: the signal reads only its timer (issue 26 #2)",
+        "class": "the loss loses to the work after a stall: the signal reads only its timer",
         "edits": [("crates/redisync/src/guard.rs",
                    "        if self.is_lost() {\n            return Poll::Ready(());\n        }\n        Pin::new(&mut self.fired)",
                    "        Pin::new(&mut self.fired)")],
     },
     {
         "name": "redlock-validity-without-drift",
-        "class": "Redlock's validity and signal a clock drift late (issue 26 #3)",
+        "class": "Redlock's validity and signal a clock drift late",
         "edits": [("crates/redisync-redlock/src/redlock.rs",
                    ".map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));",
                    ".map_or(Duration::ZERO, |edge| edge);")],
     },
     {
         "name": "redlock-loss-not-for-good",
-        "class": "a late renewal makes a Redlock guard that ran out hold again (issue 26, review of section 1)",
+        "class": "a late renewal makes a Redlock guard that ran out hold again",
         "edits": [("crates/redisync-redlock/src/redlock.rs",
                    "        if left.is_zero() {\n            // For good,",
                    "        if false {\n            // For good,")],
     },
     {
         "name": "shutdown-one-timeout-per-lock",
-        "class": "shutdown with a hung Redis takes one command timeout per held lock (issue 26 #4)",
+        "class": "shutdown with a hung Redis takes one command timeout per held lock",
         "edits": [("crates/redisync/src/client.rs",
                    "let releases = futures::future::join_all(holds.iter().map(|hold| async move {",
                    "let one_at_a_time = &tokio::sync::Mutex::new(());\n        "
@@ -119,12 +119,12 @@ DEFECTS = [
     },
     {
         "name": "redlock-reentrant-across-values",
-        "class": "Redlock re-entrant across Redlock values in one task (issue 26 #5)",
+        "class": "Redlock re-entrant across Redlock values in one task",
         "edits": [("crates/redisync-redlock/src/redlock.rs", "let mut lock = lock.non_reentrant();", "let mut lock = lock;")],
     },
     {
         "name": "try-zero-waits-for-queued-undo",
-        "class": "try_lock(ZERO) waits a command timeout behind a queued undo (issue 26 #6)",
+        "class": "try_lock(ZERO) waits a command timeout behind a queued undo",
         "edits": [("crates/redisync/src/engine/acquire.rs",
                    "let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);",
                    "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);"),
@@ -141,24 +141,24 @@ DEFECTS = [
     },
     {
         "name": "no-restart-guard",
-        "class": "no restart guard: a young server grants (issue 26 section 2, Redlock's young nodes)",
+        "class": "no restart guard: a young server grants",
         "edits": [("crates/redisync/src/restart.rs",
                    "    let up = uptime.saturating_sub(UPTIME_SLACK);\n    max_lease.checked_sub(up).filter(|left| !left.is_zero())",
                    "    let _ = (max_lease, uptime, UPTIME_SLACK);\n    None")],
     },
     {
         "name": "stale-hand-off-message",
-        "class": "a late hand-off message counts for a newer queue entry (issue 27)",
+        "class": "a late hand-off message counts for a newer queue entry",
         "edits": [("crates/redisync/src/hub.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
     },
     {
         "name": "rw-read-reentry-after-readers-expired",
-        "class": "RwLock read re-entry after the readers key ran out (found by the simulation, 0cb3abc)",
+        "class": "RwLock read re-entry after the readers key ran out (found by the simulation)",
         "edits": [("lua/rw_lock_acquire.lua", "the hash lived on): not re-entered, a fresh grant.\n    held[4], held[5] = false, false\n",
                    "the hash lived on): not re-entered, a fresh grant.\n")],
     },
-    # The classes below came with issue 39; each names the real-Redis test
-    # that failed before its fix. The simulation (every public call ended
+    # Each class below names the real-Redis test that failed before its
+    # fix. The simulation (every public call ended
     # every way, restarts behind a proxy, two guarded sets) finds most in
     # seconds; not (2 minutes, first seed 1): a force-unlock in doubt that
     # keeps the guards (the window is one command on the same connection),
@@ -178,7 +178,7 @@ DEFECTS = [
     {
         "name": "force-unlock-in-doubt-keeps-guards",
         "class": "a force-unlock whose outcome is unknown leaves this client's guards saying held; tests/conformance.rs a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost",
-        "edits": [("crates/redisync/src/engine/mod.rs", "            hold.mark_lost(\"force-unlocked\");\n        }\n        let mut in_doubt", "            let _ = hold;\n        }\n        let mut in_doubt"),
+        "edits": [("crates/redisync/src/engine/mod.rs", "            hold.mark_lost(\"force-unlocked\");\n", "            let _ = hold;\n"),
                   ("crates/redisync/src/engine/mod.rs", "            slot.forced_in_doubt();", "            let _ = slot;")],
     },
     {
@@ -203,27 +203,27 @@ DEFECTS = [
     },
     {
         "name": "rw-sides-in-separate-owner-lines",
-        "class": "two flows of one owner asking an RwLock's write and read sides together both hold (review 3 of issue 39); tests/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
+        "class": "two flows of one owner asking an RwLock's write and read sides together both hold; tests/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
         "edits": [("crates/redisync/src/engine/acquire.rs", "let line = slot.owner_lines.join(&owner);", "let line = slot.owner_lines.join(&holder);")],
     },
     {
         "name": "force-in-doubt-without-a-slot",
-        "class": "a force-unlock in doubt, called while no task used the name, misses a grant sent during the call (review 3 of issue 39); tests/lock_faults.rs force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot",
+        "class": "a force-unlock in doubt, called while no task used the name, misses a grant sent during the call; tests/lock_faults.rs force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot",
         "edits": [("crates/redisync/src/engine/mod.rs", "        let mut in_doubt = ForceInDoubt(Some(slot));\n", "        drop(slot);\n        let mut in_doubt = ForceInDoubt(client.hub.existing_slot(&self.key).map(|_| client.hub.slot(&self.key, &self.channel)));\n")],
     },
     {
         "name": "shutdown-skips-hand-off-in-doubt",
-        "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease (review 4 of issue 39); tests/hand_off.rs in_doubt::shutdown_after_a_hand_off_in_doubt_frees_the_name",
+        "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease; tests/hand_off.rs in_doubt::shutdown_after_a_hand_off_in_doubt_frees_the_name",
         "edits": [("crates/redisync/src/engine/held.rs", "    finish_rebind(client, hold).await?;\n    (hold.ops.release)(", "    (hold.ops.release)(")],
     },
     {
         "name": "undo-gives-up-during-shutdown",
-        "class": "the undo of a waiter aborted before a shutdown gives up at a connection reset while the shutdown runs: the departed waiter stays queued (simulation, issue 39); tests/shutdown.rs an_undo_reset_during_the_shutdown_is_sent_again",
+        "class": "the undo of a waiter aborted before a shutdown gives up at a connection reset while the shutdown runs: the departed waiter stays queued (found by the simulation); tests/shutdown.rs an_undo_reset_during_the_shutdown_is_sent_again",
         "edits": [("crates/redisync/src/engine/undo.rs", "&& !client.connections_closed() =>", "&& client.check_connected().is_ok() =>")],
     },
     {
         "name": "release-gives-up-during-shutdown",
-        "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (simulation, issue 39); tests/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
+        "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (found by the simulation); tests/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
         "edits": [("crates/redisync/src/engine/held.rs", "|| client.check_still_connected(),", "|| client.check_open(),")],
     },
     {
@@ -234,14 +234,52 @@ DEFECTS = [
 ]
 
 
+# An edit applies only next to its marker: a comment line
+# `reintroduce: <name>` (`//` in Rust, `--` in Lua) at most MARKER_REACH
+# lines above the first line of the text it replaces. The marker tells
+# whoever changes that line that a defect class is tied to it (and --check,
+# run in CI, fails until this table follows).
+MARKER_REACH = 3
+MARKER = re.compile(r"^\s*(?://|--) reintroduce: ([a-z0-9-]+)\s*$")
+SCANNED = ("crates", "lua")
+
+
+def markers(text):
+    """(line number, name) of every marker in `text`."""
+    return [(i, m.group(1)) for i, line in enumerate(text.split("\n")) if (m := MARKER.match(line))]
+
+
+def problems(tree, defect):
+    """Why the defect's edits would not apply to `tree` (empty: they do)."""
+    out = []
+    by_path = {}
+    for path, old, _ in defect["edits"]:
+        by_path.setdefault(path, []).append(old)
+    for path, olds in by_path.items():
+        with open(os.path.join(tree, path), encoding="utf-8") as f:
+            text = f.read()
+        mine = [i for i, name in markers(text) if name == defect["name"]]
+        if len(mine) != len(olds):
+            out.append(f"{path}: {len(mine)} markers 'reintroduce: {defect['name']}' for {len(olds)} edits")
+        for old in olds:
+            count = text.count(old)
+            if count != 1:
+                out.append(f"{path}: the text to replace occurs {count} times, not once")
+                continue
+            line = text[: text.index(old)].count("\n")
+            if not any(0 < line - i <= MARKER_REACH for i in mine):
+                out.append(f"{path}:{line + 1}: the text to replace is not right below its marker")
+    return out
+
+
 def apply(tree, defect):
+    found = problems(tree, defect)
+    if found:
+        return "; ".join(found)
     for path, old, new in defect["edits"]:
         full = os.path.join(tree, path)
         with open(full, encoding="utf-8") as f:
             text = f.read()
-        count = text.count(old)
-        if count != 1:
-            return f"{path}: the text to replace occurs {count} times, not once"
         with open(full, "w", encoding="utf-8") as f:
             f.write(text.replace(old, new))
     return None
@@ -250,13 +288,22 @@ def apply(tree, defect):
 def check():
     bad = 0
     for d in DEFECTS:
-        for path, old, _ in d["edits"]:
-            with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-                count = f.read().count(old)
-            if count != 1:
-                bad += 1
-                print(f"{d['name']}: {path}: the text to replace occurs {count} times, not once")
-    print(f"{len(DEFECTS)} defects, {bad} edits that no longer apply")
+        for problem in problems(ROOT, d):
+            bad += 1
+            print(f"{d['name']}: {problem}")
+    names = {d["name"] for d in DEFECTS}
+    for top in SCANNED:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for file in files:
+                if not file.endswith((".rs", ".lua")):
+                    continue
+                path = os.path.join(dirpath, file)
+                with open(path, encoding="utf-8") as f:
+                    for i, name in markers(f.read()):
+                        if name not in names:
+                            bad += 1
+                            print(f"{os.path.relpath(path, ROOT)}:{i + 1}: marker of no defect: {name}")
+    print(f"{len(DEFECTS)} defects, {bad} problems")
     return bad == 0
 
 

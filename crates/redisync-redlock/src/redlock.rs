@@ -229,7 +229,9 @@ impl RedlockBuilder {
                 // Every acquisition its own owner: a Redlock never re-enters
                 // a hold of the same task (another `Redlock` value over these
                 // locks, or a plain `Lock` held on a node).
+                // reintroduce: redlock-reentrant-across-values
                 let mut lock = lock.non_reentrant();
+                // reintroduce: redlock-node-guard-per-connection-only
                 if !max_lease.is_zero() {
                     // The node's scripts check its LASTSAVE: a restart
                     // behind a proxy that keeps the connection is seen.
@@ -928,12 +930,14 @@ impl Loss {
         }
         let mut left: Vec<Duration> = nodes.filter(|v| !v.is_zero()).collect();
         let by_nodes = kth_largest(&mut left, self.quorum)
+            // reintroduce: redlock-validity-without-drift
             .map_or(Duration::ZERO, |edge| edge.saturating_sub(self.drift));
         let left = if self.fixed {
             by_nodes.min(self.valid_until().saturating_duration_since(Instant::now()))
         } else {
             by_nodes
         };
+        // reintroduce: redlock-loss-not-for-good
         if left.is_zero() {
             // For good, whoever looked: a renewal that lands later must not
             // make a guard (or a signal that fired) hold again.

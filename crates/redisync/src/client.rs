@@ -1138,10 +1138,13 @@ impl Client {
             .collect();
         // Tell every guard before any hold is given away.
         for hold in &holds {
+            // reintroduce: shutdown-without-telling-guards
             hold.mark_lost("client shut down");
         }
+        // reintroduce: shutdown-one-timeout-per-lock
         let releases = futures::future::join_all(holds.iter().map(|hold| async move {
             let release = crate::engine::held::release_at_shutdown(&self.inner, hold);
+            // reintroduce: shutdown-one-timeout-per-lock
             let error = match tokio::time::timeout_at(deadline, release).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => e.to_string(),

@@ -144,6 +144,7 @@ impl Future for LostSignal {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         // The clock first: the loss wins over work woken in the same tick.
+        // reintroduce: lost-signal-timer-only
         if self.is_lost() {
             return Poll::Ready(());
         }

@@ -326,6 +326,7 @@ impl Hold {
     pub(crate) fn end_rebind(&self, revert: Option<Arc<str>>) {
         let mut owner = lock_unpoisoned(&self.owner);
         if let Some(from) = revert {
+            // reintroduce: hand-off-in-doubt-frees-owner
             *owner = from;
         }
         self.owner_epoch.fetch_add(1, Ordering::AcqRel);
@@ -345,6 +346,7 @@ impl Hold {
         let added = self
             .holds
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                // reintroduce: reentry-revives-released-hold
                 (n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)
             })
             .is_ok();
@@ -446,6 +448,7 @@ impl Hold {
     /// and stays below what Redis holds whatever order replies arrive in.
     pub(crate) fn extend_validity(&self, sent_at: Instant, lease: Duration) {
         let mut v = lock_unpoisoned(&self.valid_until);
+        // reintroduce: validity-from-reply
         *v = (*v).max(sent_at + lease);
     }
 

@@ -153,6 +153,7 @@ impl Wakeup {
     /// Whether `number` names our queue entry (or the one we may queue).
     fn expects(&self, number: u64) -> bool {
         let (current, next) = *lock_unpoisoned(&self.numbers);
+        // reintroduce: stale-hand-off-message
         number == current || number == next
     }
 
@@ -372,6 +373,7 @@ impl Slot {
             let tried = self.undo_tried.notified();
             tokio::pin!(tried);
             tried.as_mut().enable();
+            // reintroduce: try-zero-waits-for-queued-undo
             if !self.undo_has_turn(owner) {
                 return;
             }

@@ -90,7 +90,9 @@ async fn acquire_unboxed<S: Spec>(
     // Flows of one owner take turns, one line per owner whatever side it
     // asks for (see `OwnerLines`); a gate kept while held orders them
     // already, and a downgrade (`Bypass`) is the holding flow's own.
+    // reintroduce: owner-flows-without-turns
     if spec.reentrant() && !matches!(gate, Gate::WhileHeld | Gate::Bypass) {
+        // reintroduce: rw-sides-in-separate-owner-lines
         let line = slot.owner_lines.join(&owner);
         let Some(permit) = wait_for_turn(&client.hub, &slot, &line.turn, deadline).await? else {
             return Ok(None);
@@ -116,6 +118,7 @@ async fn acquire_unboxed<S: Spec>(
     // alone cannot tell: it may say "connected" right after the connection
     // died. An undo still queued for the turn keeps nothing: whoever has the
     // turn holds, and a zero wait answers at once.
+    // reintroduce: try-zero-waits-for-queued-undo
     let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);
     let turn = if own_undo() {
         let extended = deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout));
@@ -123,6 +126,7 @@ async fn acquire_unboxed<S: Spec>(
         tokio::select! {
             biased;
             turn = &mut gate_wait => turn?,
+            // reintroduce: zero-wait-outwaits-own-undo
             () = slot.undo_try_ended(&holder) => match deadline {
                 Some(d) => tokio::time::timeout_at(d, gate_wait).await.unwrap_or(Ok(None))?,
                 None => gate_wait.await?,
@@ -1150,6 +1154,7 @@ async fn reenter<S: Spec>(
     };
     let (spec, slot) = (grant.spec, grant.slot);
     // Dropped after the undo (declared before it): see `Hold::turns`.
+    // reintroduce: reentry-undo-after-next-flow
     let _turns = hold.turns();
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.

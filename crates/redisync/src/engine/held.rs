@@ -359,6 +359,7 @@ async fn release_hold(
 /// final, after a hand-off in doubt is sent again (as [`release_hold`]
 /// does), so the name is freed rather than left under the old owner id.
 pub(crate) async fn release_at_shutdown(client: &ClientInner, hold: &Hold) -> Result<Released> {
+    // reintroduce: shutdown-skips-hand-off-in-doubt
     finish_rebind(client, hold).await?;
     (hold.ops.release)(
         client.link(),
@@ -668,6 +669,7 @@ async fn release_task(
         // name for its lease.
         retry_until_deadline(
             hold.valid_until(),
+            // reintroduce: release-gives-up-during-shutdown
             || client.check_still_connected(),
             || release_hold(&client, &slot, &hold, true, turn_passed),
         )

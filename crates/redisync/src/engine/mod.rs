@@ -339,8 +339,10 @@ impl Named {
         // unknown outcome then reaches its hold too.
         let slot = client.hub.slot(&self.key, &self.channel);
         for hold in slot.holders() {
+            // reintroduce: force-unlock-in-doubt-keeps-guards
             hold.mark_lost("force-unlocked");
         }
+        // reintroduce: force-in-doubt-without-a-slot
         let mut in_doubt = ForceInDoubt(Some(slot));
         let (deleted, last): (i64, i64) = script
             .run(
@@ -360,6 +362,7 @@ impl Named {
         // counter expired since: the holds alive when it was sent are lost
         // (above), whatever their token.
         if let Some(slot) = in_doubt.0.take() {
+            // reintroduce: force-unlock-misses-grant-in-flight
             slot.forced_through(u64::try_from(last).unwrap_or(0));
         }
         Ok(deleted == 1)
@@ -388,6 +391,7 @@ struct ForceInDoubt(Option<crate::hub::SlotRef>);
 impl Drop for ForceInDoubt {
     fn drop(&mut self) {
         if let Some(slot) = &self.0 {
+            // reintroduce: force-unlock-in-doubt-keeps-guards
             slot.forced_in_doubt();
         }
     }

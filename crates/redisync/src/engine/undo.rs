@@ -108,6 +108,7 @@ fn spawn_undo<S: Spec>(
     shutdown_waits: Option<crate::client::BackgroundTask>,
 ) {
     let client = spec.named().client.inner.clone();
+    // reintroduce: shutdown-forgets-aborted-waiters
     let Some(task) = shutdown_waits.or_else(|| client.start_background()) else {
         return; // shut down: like a crash, the leases clean up
     };
@@ -115,6 +116,7 @@ fn spawn_undo<S: Spec>(
         tracing::warn!(lock_key = %slot.key, "acquisition cancelled outside a tokio runtime; what it won expires with its lease");
         return;
     };
+    // reintroduce: undo-unordered
     let ordered = spec.reentrant();
     if ordered {
         slot.add_pending_undo(&holder, turn.is_some());
@@ -151,6 +153,7 @@ fn spawn_undo<S: Spec>(
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() + pause < expires_at
+                        // reintroduce: undo-gives-up-during-shutdown
                         && !client.connections_closed() =>
                 {
                     tracing::debug!(lock_key = %slot.key, error = %e, "undo of a cancelled acquisition failed; retrying");
