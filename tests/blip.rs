@@ -1,4 +1,4 @@
-//! A waiting acquisition rides out a blip (issue 41 §2): a connection reset,
+//! A waiting acquisition rides out a blip: a connection reset,
 //! refused connections or a Redis restart while a task waits do not end the
 //! wait with an IO error; it goes on until its deadline and is granted once
 //! the holder lets go; a zero wait fails at once; a deadline that passes

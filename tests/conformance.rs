@@ -9,7 +9,7 @@
 //! test) or `ignore("defect N: ...")` (a test that fails today). A new kind
 //! is one more variant in [`Kind`] and one more row in the table.
 //!
-//! The endings dimension (issue 39, section 2): every call that changes who
+//! The endings dimension: every call that changes who
 //! holds a name ([`Op`]: acquire, unlock, extend, hand-off, force-unlock,
 //! downgrade) ended each [`Ending`] (a reply, an error reply, an unknown
 //! outcome, never sent), each provoked every [`Way`] that applies, is one
@@ -426,7 +426,7 @@ async fn cancel_at_every_await_point(kind: Kind) {
     common::assert_no_subscriptions_left(&env, Duration::from_secs(5)).await;
 }
 
-/// 2. (defect 5) A re-entry cancelled while its script is re-sent after
+/// 2. A re-entry cancelled while its script is re-sent after
 ///    `SCRIPT FLUSH` never undoes the next acquisition of the same task.
 async fn cancelled_reentry_never_undoes_the_next_acquisition(kind: Kind) {
     let env = Env::start().await;
@@ -466,7 +466,7 @@ async fn cancelled_reentry_never_undoes_the_next_acquisition(kind: Kind) {
     }
 }
 
-/// 3. (defect 4) After a loss, a new acquisition of the same task gets a new
+/// 3. After a loss, a new acquisition of the same task gets a new
 ///    token and the old guard can neither release nor share it.
 async fn reacquire_after_loss_never_reuses_the_token_or_is_released_by_the_old_guard(kind: Kind) {
     let env = Env::start().await;
@@ -539,7 +539,7 @@ async fn probe_until_free_then_all_lost(
     }
 }
 
-/// 4a. (defect 1) `extend` on a re-entered guard shortens the lease in Redis:
+/// 4a. `extend` on a re-entered guard shortens the lease in Redis:
 ///     no guard of the owner may keep a longer local validity.
 async fn extend_and_renew_never_leave_local_validity_above_redis_reentered(kind: Kind) {
     let env = Env::start().await;
@@ -568,7 +568,7 @@ async fn extend_and_renew_never_leave_local_validity_above_redis_reentered(kind:
         .await;
 }
 
-/// 4b. (defect 7) `extend` racing the watchdog's renewals: whatever order
+/// 4b. `extend` racing the watchdog's renewals: whatever order
 ///     they reach Redis in, the local validity never outlives Redis's lease.
 async fn extend_and_renew_never_leave_local_validity_above_redis_watchdog(kind: Kind) {
     let env = Env::start().await;
@@ -631,7 +631,7 @@ async fn hold_with_a_local_writer_waiting(
     (held, waiter)
 }
 
-/// 5a. (defect 2; the write row) A writer that takes the read side
+/// 5a. (the write row) A writer that takes the read side
 ///     (downgrade) does so at once, even with a local task waiting to write.
 async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
     assert_eq!(kind, Kind::Write);
@@ -661,7 +661,7 @@ async fn up_and_downgrade_with_a_local_waiter_downgrade(kind: Kind) {
         .unwrap();
 }
 
-/// 5b. (defect 2; the read row) A reader asking for the write side gets
+/// 5b. (the read row) A reader asking for the write side gets
 ///     `UpgradeNotSupported` at once, even with a local task waiting to write.
 async fn up_and_downgrade_with_a_local_waiter_upgrade(kind: Kind) {
     assert_eq!(kind, Kind::Read);
@@ -725,7 +725,7 @@ async fn non_owner_unlock_writes_nothing(kind: Kind) {
     g2.unlock().await.expect("the new owner's unlock");
 }
 
-/// 7. (defect 8 for the semaphore) A key of any role holding a foreign
+/// 7. (for the semaphore) A key of any role holding a foreign
 ///    string: acquisitions fail with `WrongType` and write nothing.
 async fn wrong_type_keys_are_an_error_and_untouched(kind: Kind) {
     let env = Env::start().await;
@@ -832,7 +832,7 @@ async fn script_flush_changes_nothing(kind: Kind) {
     );
 }
 
-/// 9. (defect 16) `shutdown()` fails waiters, tells live guards before anyone
+/// 9. `shutdown()` fails waiters, tells live guards before anyone
 ///    else can take their names, and leaves nothing hanging.
 async fn shutdown_tells_live_guards_and_fails_waiters(kind: Kind) {
     let env = Env::start().await;
@@ -899,7 +899,7 @@ fn namespace_candidates() -> Vec<String> {
     names
 }
 
-/// 10. (defect 6) Every name is its own lock: names that look like another
+/// 10. Every name is its own lock: names that look like another
 ///     lock's keys, with or without hash tags, never collide, across kinds.
 async fn names_are_a_namespace(kind: Kind) {
     let env = Env::start().await;
@@ -956,7 +956,7 @@ async fn names_are_a_namespace(kind: Kind) {
     );
 }
 
-/// 11. (defect 3) Tokens never go back, even after a restart that reloads
+/// 11. Tokens never go back, even after a restart that reloads
 ///     an older snapshot (the fence counter it holds is behind).
 async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot(kind: Kind) {
     let mut env = Env::start().await;
@@ -1009,7 +1009,7 @@ async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot(kind: Kind)
     g.unlock().await.unwrap();
 }
 
-/// 12. (defect 12) A re-entry racing the release of the last guard (dropped
+/// 12. A re-entry racing the release of the last guard (dropped
 ///     in another task) never yields a guard for a hold that is gone.
 async fn reentry_racing_the_last_drop_never_revives_a_released_hold(kind: Kind) {
     let env = Env::start().await;
@@ -1587,7 +1587,7 @@ enum Op {
     Downgrade,
 }
 
-/// How a call ends (issue 39, section 2).
+/// How a call ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ending {
     /// Redis ran the script and answered: Ok, or a refusal it decided.

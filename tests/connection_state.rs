@@ -1,4 +1,4 @@
-//! The client's connection state (issue 3 §1): `Connected` at start,
+//! The client's connection state: `Connected` at start,
 //! `Suspended` while the command connection is lost, `Reconnected` once it
 //! is back, holds lost meanwhile counted, `Shutdown` at the end. Every wait
 //! is on `ConnectionWatch::changed`, never a sleep.
@@ -103,7 +103,7 @@ async fn until_lost(lost: impl std::future::Future<Output = ()>, what: &str) {
     );
 }
 
-/// Review 6, D1. A hold with a fixed lease (`lock_with_lease`) lost while
+/// A hold with a fixed lease (`lock_with_lease`) lost while
 /// the client was suspended (force-unlocked, and taken by another client)
 /// is looked at on reconnection, as a watchdog-renewed one is: its guard
 /// reports lost and `lost_holds()` counts it.
@@ -160,7 +160,7 @@ async fn a_fixed_lease_hold_lost_while_suspended_is_reported_at_reconnection() {
     assert_eq!(watch.lost_holds(), 2, "both lost holds counted");
 }
 
-/// Review 6, D2. The recipe of docs/connecting.md, run as written: on `Reconnected` it
+/// The recipe of docs/connecting.md, run as written: on `Reconnected` it
 /// reads `guard.is_lost()`, and must never resume (paused = false) on a
 /// hold another client took while this one was suspended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +228,7 @@ async fn the_recipe_never_resumes_work_on_a_hold_lost_while_suspended() {
     );
 }
 
-/// Review 6, D4. A partition that keeps the TCP connection open (packets
+/// A partition that keeps the TCP connection open (packets
 /// dropped, no reset) raises no connection error: renewals fail by their
 /// command timeout, and the state must say `Suspended` before the hold's
 /// lease runs out; once Redis answers again, `Reconnected`.
@@ -280,7 +280,7 @@ async fn lease_end(env: &Env, zset: &str) -> String {
     all[1].clone()
 }
 
-/// D1 for every kind with a fixed lease: a lock (`try_lock` with a lease),
+/// A fixed-lease hold's verdict at reconnection for every kind with a fixed lease: a lock (`try_lock` with a lease),
 /// a fair lock, both sides of a read-write lock and semaphore permits, all
 /// lost while suspended, are known lost when `Reconnected` is published
 /// (not later); holds with a fixed lease that were kept are not, and the
@@ -415,7 +415,7 @@ async fn a_client_without_holds_follows_the_connection() {
         .unwrap();
 }
 
-/// D4, the other ending: a partition healed before the lease runs out is
+/// A partition that keeps TCP open, the other ending: a partition healed before the lease runs out is
 /// `Suspended` (the renewal timed out), then `Reconnected` once a look
 /// renewed the hold; nothing was lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

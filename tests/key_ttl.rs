@@ -1,4 +1,4 @@
-//! Keys that live for ever (issue 4 §6): whatever crashes, is cancelled or
+//! Keys that live for ever: whatever crashes, is cancelled or
 //! restarts, every key redisync leaves has a TTL within its documented
 //! bound, and once the leases ran out the keys come back to the documented
 //! floor (docs/data-layout.md, "Key cost": fencing counters and a semaphore's permit

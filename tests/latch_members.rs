@@ -1,4 +1,4 @@
-//! Count-down latches with members (issue 4 §4, §6): a member counts once
+//! Count-down latches with members: a member counts once
 //! per phase, also when its worker is restarted after its check-in; a
 //! count-down on a latch that is not set is an error; and the latch's
 //! record is trimmed as it goes (it does not grow with its count-downs and

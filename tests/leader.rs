@@ -426,7 +426,7 @@ async fn a_leadership_after_its_clients_shutdown_sends_nothing() {
     );
 }
 
-/// Issue 3 §2: a grant that never led (no identity published for it: here a
+/// A grant that never led (no identity published for it: here a
 /// plain `Lock` on the election's name) is no leader to a watch; the next
 /// real term is. Failed before: the watch reported the lock's grant as a
 /// leader with identity `None`.
@@ -456,7 +456,7 @@ async fn a_watch_never_reports_a_grant_that_never_led() {
     won.resign().await.unwrap();
 }
 
-/// Issue 3 §2: guarded candidates campaign through server restarts (empty,
+/// Guarded candidates campaign through server restarts (empty,
 /// and from a snapshot); a watch reports only terms a `Leadership` was
 /// returned for, never a grant the restart guard undid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

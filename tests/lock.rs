@@ -964,7 +964,7 @@ async fn a_guard_dropped_frees_the_lock_for_an_attempt_right_after() {
     }
 }
 
-/// Issue 39 #4: tokens never go back when the counter is lost, with no
+/// Tokens never go back when the counter is lost, with no
 /// clock step: after `FLUSHALL` (any client), and after a restart from a
 /// snapshot taken before the last grant (here a client with the restart
 /// guard, which takes nothing from a server up for less than its

@@ -826,7 +826,7 @@ async fn with_redis_down_the_error_has_no_internal_words() {
 /// The lease of the force-unlock test below (it must outlast the test).
 const FORCE_LEASE: Duration = Duration::from_secs(30);
 
-/// Review 3 of issue 39. A force-unlock whose outcome is unknown (its future dropped after its
+/// A force-unlock whose outcome is unknown (its future dropped after its
 /// second send: the NOSCRIPT fallback's EVAL), called while this client
 /// had no slot for the name, and an acquisition of the same client sent
 /// during the call (after the force's EVALSHA, before its EVAL). The

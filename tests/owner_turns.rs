@@ -366,7 +366,7 @@ async fn plain_lock_unlock_flows_of_one_owner_never_two_holders_fair() {
 const SIDES_WAIT: Duration = Duration::from_secs(10);
 const SIDES_LEASE: Duration = Duration::from_secs(30);
 
-/// Review 3 of issue 39: two flows of one owner (`tokio::join!` in one task) ask for the write
+/// Two flows of one owner (`tokio::join!` in one task) ask for the write
 /// side and the read side of one `RwLock` at the same instant (optionally
 /// both queued behind another client's write). docs/api.md, "Who re-enters":
 /// "Two flows of one owner that ask at the same instant, or wait together,

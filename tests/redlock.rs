@@ -468,7 +468,7 @@ async fn a_node_seen_old_that_restarts_is_judged_again() {
     drop(held);
 }
 
-/// Issue 39 #5, for Redlock's per-node guard: B reaches node 1 through a
+/// For Redlock's per-node guard: B reaches node 1 through a
 /// proxy that redials the server and keeps B's connection, so B's client
 /// never reconnects. Node 1, seen old by B, restarts empty: B must not
 /// count its grant while A's lease (nodes 0 and 1) may still run.

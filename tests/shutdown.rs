@@ -187,8 +187,8 @@ async fn no_renewal_reaches_the_server_after_shutdown() {
 /// stopped) when its task is aborted right before `client.shutdown()`: the
 /// grant it makes once the server runs it is undone, so the name is free
 /// after the shutdown, not taken for the whole lease. On one thread, so the
-/// aborted future is dropped inside the shutdown. Found by review 4 (the
-/// shutdown only waited for the undos of attempts that may queue).
+/// aborted future is dropped inside the shutdown. (The shutdown once waited only for the undos
+/// of attempts that may queue.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_zero_wait_attempt_aborted_right_before_shutdown_leaves_no_grant() {
     let env = Env::start().await;

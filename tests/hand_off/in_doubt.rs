@@ -1,8 +1,7 @@
 //! A `hand_off()` whose outcome stayed unknown and that never ran (the
 //! server unreachable for the whole call): whatever follows it (a second
 //! hand-off, a drop whose release the next attempt carries, `unlock`), the
-//! name is free once everything is released, not after the lease. Found by
-//! the second adversarial review of issue 39.
+//! name is free once everything is released, not after the lease.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -196,7 +195,7 @@ async fn fair_a_second_hand_off_after_one_in_doubt_frees_the_name_on_unlock() {
 /// The same in-doubt hand-off, then `client.shutdown()` while the guard
 /// lives: the shutdown releases every hold, re-sending the hand-off first as
 /// the guard's own final release does (it released under the new owner id
-/// only, and the name stayed taken for the lease). Found by review 4.
+/// only, and the name stayed taken for the lease).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_after_a_hand_off_in_doubt_frees_the_name() {
     let s = Setup::start().await;

@@ -1475,7 +1475,7 @@ async fn follow_moved_shard_channels<T: Clone>(
     }
 }
 
-// ---- Connection state (issue 3 §1) ----
+// ---- Connection state ----
 
 impl Client {
     /// A live view of this client's connection state: [`Connected`],
