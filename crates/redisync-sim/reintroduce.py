@@ -62,13 +62,13 @@ DEFECTS = [
     {
         "name": "validity-from-reply",
         "class": "a guard's validity above what Redis holds: counted from the reply, not the request",
-        "edits": [("crates/redisync/src/hold.rs", "*v = (*v).max(sent_at + lease);",
+        "edits": [("crates/redisync/src/engine/hold.rs", "*v = (*v).max(sent_at + lease);",
                    "*v = (*v).max(Instant::now().max(sent_at) + lease);")],
     },
     {
         "name": "reentry-revives-released-hold",
         "class": "re-entry racing the last drop revives a released hold",
-        "edits": [("crates/redisync/src/hold.rs",
+        "edits": [("crates/redisync/src/engine/hold.rs",
                    "(n > 0 && !self.released.load(Ordering::Acquire)).then_some(n + 1)",
                    "Some(n + 1)")],
     },
@@ -128,7 +128,7 @@ DEFECTS = [
         "edits": [("crates/redisync/src/engine/acquire.rs",
                    "let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);",
                    "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);"),
-                  ("crates/redisync/src/hub.rs",
+                  ("crates/redisync/src/engine/hub.rs",
                    "            if !self.undo_has_turn(owner) {",
                    "            if !self.has_pending_undo(owner) {")],
     },
@@ -142,14 +142,14 @@ DEFECTS = [
     {
         "name": "no-restart-guard",
         "class": "no restart guard: a young server grants",
-        "edits": [("crates/redisync/src/restart.rs",
+        "edits": [("crates/redisync/src/redis/restart.rs",
                    "    let up = uptime.saturating_sub(UPTIME_SLACK);\n    max_lease.checked_sub(up).filter(|left| !left.is_zero())",
                    "    let _ = (max_lease, uptime, UPTIME_SLACK);\n    None")],
     },
     {
         "name": "stale-hand-off-message",
         "class": "a late hand-off message counts for a newer queue entry",
-        "edits": [("crates/redisync/src/hub.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
+        "edits": [("crates/redisync/src/engine/hub.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
     },
     {
         "name": "rw-read-reentry-after-readers-expired",
@@ -173,7 +173,7 @@ DEFECTS = [
     {
         "name": "hand-off-in-doubt-frees-owner",
         "class": "a hand-off whose script never ran lets its old owner take the field over while the guard says held; tests/hand_off.rs a_hand_off_that_never_ran_leaves_one_holder",
-        "edits": [("crates/redisync/src/hold.rs", "            *owner = from;\n        }\n", "            *owner = from;\n        }\n        self.end_owner_turn();\n")],
+        "edits": [("crates/redisync/src/engine/hold.rs", "            *owner = from;\n        }\n", "            *owner = from;\n        }\n        self.end_owner_turn();\n")],
     },
     {
         "name": "force-unlock-in-doubt-keeps-guards",

@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::guard::LostSignal;
 use crate::lock::{Lock, LockGuard};
 
-pub use crate::restart::RestartGuard;
+pub use crate::redis::restart::RestartGuard;
 
 /// [`Lock::try_lock`], with a lower bound for the fencing token of a new
 /// acquisition: the token is at least `min_token` when that is at most one

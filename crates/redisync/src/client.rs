@@ -13,8 +13,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::connect::{CredentialSource, Credentials, ReconnectPolicy};
+use crate::engine::hub::Hub;
 use crate::error::{Error, Result};
-use crate::hub::Hub;
 use crate::link::{Delivery, FredLink};
 use crate::owner::Owner;
 use futures::StreamExt;
@@ -76,14 +76,14 @@ impl Settings {
                 self.fence_ttl
             )));
         }
-        crate::script::checked_ms("fence_ttl", self.fence_ttl)?;
+        crate::redis::script::checked_ms("fence_ttl", self.fence_ttl)?;
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidArgument(format!(
                 "watchdog_timeout must be at least 30 ms, got {:?}",
                 self.watchdog_timeout
             )));
         }
-        crate::script::checked_ms("watchdog_timeout", self.watchdog_timeout)?;
+        crate::redis::script::checked_ms("watchdog_timeout", self.watchdog_timeout)?;
         if let Some((replicas, timeout)) = self.replica_sync {
             if replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout {
                 return Err(Error::InvalidArgument(format!(
@@ -93,11 +93,11 @@ impl Settings {
             }
         }
         // Deadlines are `now + timeout`: past a year the clock may overflow.
-        crate::script::checked_ms("command_timeout", self.command_timeout)?;
-        crate::script::checked_ms("connect_timeout", self.connect_timeout)?;
+        crate::redis::script::checked_ms("command_timeout", self.command_timeout)?;
+        crate::redis::script::checked_ms("connect_timeout", self.connect_timeout)?;
         if let Some(max_lease) = self.restart_guard {
-            crate::script::checked_ms("restart_guard's max_lease", max_lease)?;
-            crate::restart::RestartGuard::new(max_lease)
+            crate::redis::script::checked_ms("restart_guard's max_lease", max_lease)?;
+            crate::redis::restart::RestartGuard::new(max_lease)
                 .check_lease("watchdog_timeout", self.watchdog_timeout)?;
         }
         self.reconnect.validate()?;
@@ -526,7 +526,7 @@ pub(crate) struct ClientInner {
     /// told to quit (see [`ClientInner::close_connections`]).
     routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
     /// See [`ClientBuilder::restart_guard`].
-    pub(crate) restart_guard: Option<crate::restart::RestartGuard>,
+    pub(crate) restart_guard: Option<crate::redis::restart::RestartGuard>,
     /// The connection state users watch (see [`Client::connection_state`]).
     pub(crate) connection: Arc<crate::connection::ConnectionSignal>,
     /// The runtime the client was connected on, which runs its connection
@@ -822,7 +822,7 @@ fn stop_routers(routers: Vec<fred::types::ConnectHandle>) {
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        for t in crate::hold::lock_unpoisoned(&self.tasks).drain(..) {
+        for t in crate::mutex::lock_unpoisoned(&self.tasks).drain(..) {
             t.abort();
         }
         if self.connections_closed.swap(true, Ordering::AcqRel) {
@@ -964,7 +964,7 @@ impl Client {
                 fred.redis.cluster_change_rx(),
             )));
         }
-        crate::hold::lock_unpoisoned(&inner.tasks).extend(tasks);
+        crate::mutex::lock_unpoisoned(&inner.tasks).extend(tasks);
         Ok(client)
     }
 
@@ -980,7 +980,7 @@ impl Client {
     ) -> Client {
         let restart_guard = settings
             .restart_guard
-            .map(crate::restart::RestartGuard::new);
+            .map(crate::redis::restart::RestartGuard::new);
         let inner = Arc::new(ClientInner {
             id,
             id_str: id.to_string(),
@@ -999,7 +999,7 @@ impl Client {
             connection: Arc::new(crate::connection::ConnectionSignal::new()),
             runtime: tokio::runtime::Handle::current().id(),
         });
-        *crate::hold::lock_unpoisoned(&inner.tasks) = vec![
+        *crate::mutex::lock_unpoisoned(&inner.tasks) = vec![
             tokio::spawn(receive_messages(
                 Arc::downgrade(&inner.hub),
                 inner.link.deliveries(),
@@ -1121,7 +1121,7 @@ impl Client {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let tasks = std::mem::take(&mut *crate::hold::lock_unpoisoned(&self.inner.tasks));
+        let tasks = std::mem::take(&mut *crate::mutex::lock_unpoisoned(&self.inner.tasks));
         for t in tasks {
             t.abort();
         }
@@ -1203,7 +1203,7 @@ impl ClientInner {
     /// Keeps a background task of this client: aborted at shutdown or when
     /// the client is dropped (at once if that happened already).
     pub(crate) fn add_task(&self, task: JoinHandle<()>) {
-        let mut tasks = crate::hold::lock_unpoisoned(&self.tasks);
+        let mut tasks = crate::mutex::lock_unpoisoned(&self.tasks);
         if self.closed.load(Ordering::Acquire) {
             task.abort();
         } else {
@@ -1270,13 +1270,13 @@ impl ClientInner {
     /// Whether fred's connection tasks all still run: not once the runtime
     /// they ran on shut down (a command sent then fails, and fred warns).
     pub(crate) fn routers_running(&self) -> bool {
-        crate::hold::lock_unpoisoned(&self.routers)
+        crate::mutex::lock_unpoisoned(&self.routers)
             .iter()
             .all(|r| !r.is_finished())
     }
 
     fn take_routers(&self) -> Vec<fred::types::ConnectHandle> {
-        crate::hold::lock_unpoisoned(&self.routers)
+        crate::mutex::lock_unpoisoned(&self.routers)
             .drain(..)
             .collect()
     }

@@ -109,7 +109,7 @@ impl Provider {
 
     /// The credentials it gave last, if any.
     pub(crate) fn last(&self) -> Option<Credentials> {
-        crate::hold::lock_unpoisoned(&self.last).clone()
+        crate::mutex::lock_unpoisoned(&self.last).clone()
     }
 }
 
@@ -148,7 +148,7 @@ impl fred::types::config::CredentialProvider for FredProvider {
                     format!("the credential provider failed: {e}"),
                 )
             })?;
-            *crate::hold::lock_unpoisoned(&self.0.last) = Some(credentials.clone());
+            *crate::mutex::lock_unpoisoned(&self.0.last) = Some(credentials.clone());
             Ok((credentials.username, Some(credentials.password)))
         })
     }

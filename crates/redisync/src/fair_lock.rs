@@ -8,18 +8,18 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::hold::HoldOps;
+use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::hold::HoldOps;
-use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
-use crate::keys::{Kind, Role};
 use crate::lock::{
     lock_renew_args, rebind_lock_hash, release_hold, CHECK as LOCK_CHECK_SCRIPT,
     RENEW as LOCK_RENEW_SCRIPT,
 };
-use crate::script::checked_ms;
-use crate::script::{lua_script, token_arg};
+use crate::redis::keys::{Kind, Role};
+use crate::redis::script::checked_ms;
+use crate::redis::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 

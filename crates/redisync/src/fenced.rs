@@ -14,7 +14,7 @@ use fred::types::{Key, Value};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::script::lua_script;
+use crate::redis::script::lua_script;
 
 lua_script!(WRITE, "fenced_write.lua");
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
-use crate::hold::Hold;
+use crate::engine::hold::Hold;
 
 /// An owned, cloneable signal that an acquisition no longer holds its lock:
 /// it was lost (lease ran out, found gone by the watchdog, force-unlocked,

@@ -24,8 +24,8 @@ use uuid::Uuid;
 
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
-use crate::keys::{self, Kind, Role};
-use crate::script::lua_script;
+use crate::redis::keys::{self, Kind, Role};
+use crate::redis::script::lua_script;
 
 lua_script!(INSPECT, "inspect.lua");
 

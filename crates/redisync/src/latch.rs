@@ -12,9 +12,9 @@ use crate::client::Client;
 use crate::engine::held::retry_until_deadline;
 use crate::error::{Error, Result};
 use crate::inspect::{inspect_kind, Inspection};
-use crate::keys::{self, Kind, Role};
+use crate::redis::keys::{self, Kind, Role};
+use crate::redis::script::{checked_ms, lua_script};
 use crate::retry::{is_blip, plain_while, Outage};
-use crate::script::{checked_ms, lua_script};
 
 lua_script!(SET_COUNT, "latch_set_count.lua");
 lua_script!(COUNT_DOWN, "latch_count_down.lua");
@@ -383,7 +383,7 @@ impl CountDownLatch {
                 return Ok(false);
             }
             // Again when the TTL ends (an expiry publishes nothing).
-            let mut next = now + crate::hub::look_again_after(ttl, period);
+            let mut next = now + crate::engine::hub::look_again_after(ttl, period);
             if let Some(d) = deadline {
                 next = next.min(d);
             }

@@ -73,7 +73,7 @@ struct RunStatus {
 impl RunStatus {
     /// Registers an entry.
     fn start(&self, token: Option<u64>) -> u64 {
-        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
+        let mut runs = crate::mutex::lock_unpoisoned(&self.runs);
         runs.0 += 1;
         let id = runs.0;
         runs.1.insert(id, token);
@@ -83,7 +83,7 @@ impl RunStatus {
 
     /// Ends entry `id` (again: nothing).
     fn end(&self, id: u64) {
-        let mut runs = crate::hold::lock_unpoisoned(&self.runs);
+        let mut runs = crate::mutex::lock_unpoisoned(&self.runs);
         runs.1.remove(&id);
         self.show(&runs.1);
     }
@@ -465,7 +465,8 @@ impl Leader {
         // Whole milliseconds, as leases: 1 ns runs the job every 1 ms,
         // not in a hot loop.
         let every = Duration::from_millis(
-            u64::try_from(crate::script::checked_ms("run period", every)?).unwrap_or(u64::MAX),
+            u64::try_from(crate::redis::script::checked_ms("run period", every)?)
+                .unwrap_or(u64::MAX),
         );
         self.check_name()?;
         // Campaigning between terms; ended however `run` ends: returned,
@@ -557,7 +558,7 @@ fn a_term(read: Option<LeaderInfo>) -> Option<LeaderInfo> {
 /// When a watch reads again without a message: when the leader's lease
 /// runs out (a crashed leader's), and at least once per watchdog period.
 fn look_again_after(leader: &Leader, info: Option<&LeaderInfo>) -> Duration {
-    crate::hub::look_again_after(
+    crate::engine::hub::look_again_after(
         info.and_then(|i| i.lease_left),
         leader.lock.client().watchdog_timeout(),
     )

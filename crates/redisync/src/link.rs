@@ -201,7 +201,7 @@ impl Link for FredLink {
 
     fn connection_generation(&self) -> u64 {
         use tokio::sync::broadcast::error::TryRecvError;
-        let mut guard = crate::hold::lock_unpoisoned(&self.reconnects);
+        let mut guard = crate::mutex::lock_unpoisoned(&self.reconnects);
         let (rx, count) = &mut *guard;
         loop {
             match rx.try_recv() {

@@ -8,14 +8,14 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::hold::{Hold, HoldOps, Released};
+use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps, Released};
-use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
-use crate::keys::{sibling_key, Kind, Role};
 use crate::link::Link;
-use crate::script::{lua_script, token_arg};
+use crate::redis::keys::{sibling_key, Kind, Role};
+use crate::redis::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -201,7 +201,10 @@ impl Lock {
     /// [`__private::with_restart_guard`](crate::__private::with_restart_guard),
     /// through which `redisync-redlock` reaches it).
     #[must_use]
-    pub(crate) fn with_restart_guard(&self, guard: Arc<crate::restart::RestartGuard>) -> Lock {
+    pub(crate) fn with_restart_guard(
+        &self,
+        guard: Arc<crate::redis::restart::RestartGuard>,
+    ) -> Lock {
         Lock {
             inner: Arc::new(self.inner.with_restart_guard(guard)),
         }

@@ -8,14 +8,14 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::hold::{Hold, HoldOps, Released};
+use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps, Released};
-use crate::hub::Slot;
 use crate::inspect::{HoldMode, Inspection};
-use crate::keys::{self, Kind, Role};
 use crate::link::Link;
-use crate::script::{lua_script, token_arg};
+use crate::redis::keys::{self, Kind, Role};
+use crate::redis::script::{lua_script, token_arg};
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");

@@ -9,13 +9,13 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::engine::held::{guard_accessors, Held};
+use crate::engine::hold::{Hold, HoldOps, Released};
+use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, HoldOps, Released};
-use crate::hub::Slot;
-use crate::keys::{self, Kind, Role};
 use crate::link::Link;
-use crate::script::{lua_script, LuaScript};
+use crate::redis::keys::{self, Kind, Role};
+use crate::redis::script::{lua_script, LuaScript};
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");
 lua_script!(RESET_PERMITS, "semaphore_reset_permits.lua");
@@ -540,7 +540,7 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend_permit(&self, id: &PermitId, lease: Duration) -> Result<()> {
-        let lease_ms = crate::script::checked_ms("lease", lease)?;
+        let lease_ms = crate::redis::script::checked_ms("lease", lease)?;
         let named = self.named();
         named.check_usable("semaphore")?;
         let client = named.client_inner();
@@ -561,7 +561,7 @@ impl Semaphore {
         if renewed.first() != Some(&1) {
             return Err(self.permit_not_held());
         }
-        crate::replica::writes_synced(client, &named.name, &named.key).await
+        crate::redis::replica::writes_synced(client, &named.name, &named.key).await
     }
 
     fn permit_not_held(&self) -> Error {

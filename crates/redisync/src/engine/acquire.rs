@@ -14,12 +14,12 @@ use tokio::time::Instant;
 use super::held::{Folded, Held};
 use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try};
+use crate::engine::hold::{Hold, OwnerTurn};
+use crate::engine::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::error::{Error, Result};
-use crate::hold::{Hold, OwnerTurn};
-use crate::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::metrics::{Acquisition, Labels, Outcome};
+use crate::redis::script::checked_ms;
 use crate::retry::{is_blip, plain, Outage};
-use crate::script::checked_ms;
 
 /// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
 /// `lease: None` takes the client's watchdog lease, renewed while the guard
@@ -907,7 +907,7 @@ async fn restart_young_since(
 }
 
 /// How long the server stays too young to grant under the client's restart
-/// guard (see [`crate::restart`]); `None` without a guard or when it is old
+/// guard (see [`crate::redis::restart`]); `None` without a guard or when it is old
 /// enough.
 async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Duration>> {
     restart_young_by(client, client.restart_guard.as_ref()).await
@@ -917,7 +917,7 @@ async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Dur
 /// [`Named::restart_guard`](super::Named::restart_guard)).
 async fn restart_young_by(
     client: &crate::client::ClientInner,
-    guard: Option<&crate::restart::RestartGuard>,
+    guard: Option<&crate::redis::restart::RestartGuard>,
 ) -> Result<Option<Duration>> {
     let Some(guard) = guard else {
         return Ok(None);
@@ -1102,18 +1102,20 @@ impl<S: Spec> Grant<'_, S> {
     }
 
     /// Replica sync of an acquisition: with replica sync on, `WAIT`s (see
-    /// [`crate::replica::writes_synced`]); too few acknowledgements (or a
+    /// [`crate::redis::replica::writes_synced`]); too few acknowledgements (or a
     /// failing `WAIT`) undo it and answer the error (see
-    /// [`crate::replica::unsynced`]), but for a `WAIT` that met a blip: its
+    /// [`crate::redis::replica::unsynced`]), but for a `WAIT` that met a blip: its
     /// guard comes back unreleased, for the caller to give back in order
     /// ([`Synced::Blip`]). With replica sync off, the guard at once.
     async fn synced(&self, held: Held) -> Result<Synced> {
         let named = self.spec.named();
         let client = &named.client.inner;
-        match crate::replica::writes_synced(client, &named.name, &named.key).await {
+        match crate::redis::replica::writes_synced(client, &named.name, &named.key).await {
             Ok(()) => Ok(Synced::Held(held)),
             Err(e) if is_blip(&e) => Ok(Synced::Blip(held, e)),
-            Err(e) => Err(crate::replica::unsynced(&named.key, held, Held::release, e).await),
+            Err(e) => {
+                Err(crate::redis::replica::unsynced(&named.key, held, Held::release, e).await)
+            }
         }
     }
 }

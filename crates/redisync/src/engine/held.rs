@@ -11,10 +11,10 @@ use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
+use crate::engine::hold::{Hold, RebindRefused, Released};
+use crate::engine::hub::SlotRef;
 use crate::error::{Error, Result};
-use crate::hold::{Hold, RebindRefused, Released};
-use crate::hub::SlotRef;
-use crate::script::checked_ms;
+use crate::redis::script::checked_ms;
 
 /// Local hand-offs in a row (of a hold that keeps the local turn) before
 /// waiters of other clients get a turn.
@@ -107,7 +107,7 @@ impl Held {
             // A replica without the longer lease would keep the old one
             // after a failover: unacknowledged, the estimate stays (the
             // longer lease left in Redis only outlives our belief: safe).
-            crate::replica::writes_synced(&self.client, &self.name, &hold.key).await?;
+            crate::redis::replica::writes_synced(&self.client, &self.name, &hold.key).await?;
             hold.extend_validity(sent_at, lease);
             Ok(())
         } else {
@@ -257,7 +257,7 @@ impl Held {
             hold.mark_lost("release found it gone");
             return Err(self.not_held());
         }
-        crate::replica::after_release(&self.client, &hold.key).await;
+        crate::redis::replica::after_release(&self.client, &hold.key).await;
         if was_lost {
             return Err(self.not_held());
         }
@@ -417,7 +417,7 @@ impl Drop for Held {
 /// its own script, so an acquire-and-drop cycle costs one round trip and
 /// one script. A task sends it after one yield of the runtime if no attempt
 /// took it by then. Only for kinds whose acquire script can carry it
-/// ([`HoldOps::folds_release`](crate::hold::HoldOps)), without replica sync
+/// ([`HoldOps::folds_release`](crate::engine::hold::HoldOps)), without replica sync
 /// (a release then waits for replicas), not when the turn goes to other
 /// clients first, and not while a hand-off is in flight or in doubt (the
 /// final release finishes it first). `false`: release it the ordinary way.
@@ -634,7 +634,7 @@ fn send_with(
     let task = rt.spawn({
         let release = release.clone();
         async move {
-            let first = crate::hold::lock_unpoisoned(&release).take();
+            let first = crate::mutex::lock_unpoisoned(&release).take();
             if let Some(release) = first {
                 release.await;
             }
@@ -643,7 +643,7 @@ fn send_with(
     if task.is_finished() || !client_alive {
         return;
     }
-    let mut first = crate::hold::lock_unpoisoned(&release);
+    let mut first = crate::mutex::lock_unpoisoned(&release);
     if let Some(release) = first.as_mut() {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if release.as_mut().poll(&mut cx).is_ready() {

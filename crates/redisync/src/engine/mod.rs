@@ -61,17 +61,19 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Client, ClientInner};
+use crate::engine::hold::{Hold, HoldOps};
+use crate::engine::hub::Slot;
 use crate::error::Result;
-use crate::hold::{Hold, HoldOps};
-use crate::hub::Slot;
 use crate::inspect::Inspection;
-use crate::keys::{self, Kind, Role};
 use crate::metrics::Labels;
-use crate::restart::RestartGuard;
-use crate::script::LuaScript;
+use crate::redis::keys::{self, Kind, Role};
+use crate::redis::restart::RestartGuard;
+use crate::redis::script::LuaScript;
 
 pub(crate) mod acquire;
 pub(crate) mod held;
+pub(crate) mod hold;
+pub(crate) mod hub;
 pub(crate) mod undo;
 pub(crate) mod watchdog;
 
@@ -117,7 +119,7 @@ pub(crate) struct Try<'a, A> {
     pub(crate) expect_busy: bool,
     pub(crate) ask: A,
     /// A dropped guard's final release for the script to run first (see
-    /// [`HoldOps::folds_release`](crate::hold::HoldOps)), and where the
+    /// [`HoldOps::folds_release`](crate::engine::hold::HoldOps)), and where the
     /// script's answer for it goes.
     pub(crate) release: Option<(&'a Hold, &'a AtomicI64)>,
 }
@@ -386,7 +388,7 @@ impl std::fmt::Debug for Named {
 
 /// A force-unlock in flight: dropped before its reply (an error, the call
 /// dropped), its outcome is unknown (see [`Slot::forced_in_doubt`]).
-struct ForceInDoubt(Option<crate::hub::SlotRef>);
+struct ForceInDoubt(Option<crate::engine::hub::SlotRef>);
 
 impl Drop for ForceInDoubt {
     fn drop(&mut self) {

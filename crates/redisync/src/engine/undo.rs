@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::Spec;
-use crate::hub::SlotRef;
+use crate::engine::hub::SlotRef;
 
 /// What an attempt in flight (or a queued waiter) may have left in Redis for
 /// `holder`. Dropped armed, it undoes that in the background (see

@@ -15,10 +15,11 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
+use crate::engine::hold::{Hold, HoldOps};
 use crate::error::Result;
-use crate::hold::{lock_unpoisoned, Hold, HoldOps};
 use crate::metrics;
-use crate::script::LuaScript;
+use crate::mutex::lock_unpoisoned;
+use crate::redis::script::LuaScript;
 
 /// Holds renewed by one script call.
 const RENEW_BATCH: usize = 100;
@@ -287,8 +288,8 @@ async fn renew_batch(
         .await
     {
         Ok(flags) => {
-            let counts =
-                !flags.contains(&1) || crate::replica::renewal_counts(client, &span_key).await;
+            let counts = !flags.contains(&1)
+                || crate::redis::replica::renewal_counts(client, &span_key).await;
             for ((h, ok), epoch) in batch.iter().zip(flags).zip(epochs) {
                 if ok == 1 {
                     if counts {

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::link::Link;
@@ -13,12 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::metrics::{HoldMeter, Labels};
-
-/// Locks a std mutex, ignoring poison (the data stays consistent: every
-/// critical section here is a few assignments).
-pub(crate) fn lock_unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock_unpoisoned;
 
 /// What one kind of hold needs from its primitive after the grant: how to
 /// renew it and how to release it. Each primitive defines its own in its
@@ -29,13 +24,13 @@ pub(crate) struct HoldOps {
     /// order), with `ARGV[1]` the lease in milliseconds, replying one flag
     /// per hold (1 renewed, 0 gone). It only ever raises a lease. The
     /// watchdog batches it; `extend` runs it for one hold.
-    pub(crate) renew: &'static std::sync::LazyLock<crate::script::LuaScript>,
+    pub(crate) renew: &'static std::sync::LazyLock<crate::redis::script::LuaScript>,
     /// The renewal's ownership check without its write: a batched script
     /// over the same keys and per-hold arguments (without the lease),
     /// replying one flag per hold (1 still ours, 0 gone). It writes
     /// nothing: a hold with a fixed lease is looked at on a reconnection
     /// (see `engine::watchdog::verify_holds`), its lease left as it is.
-    pub(crate) check: &'static std::sync::LazyLock<crate::script::LuaScript>,
+    pub(crate) check: &'static std::sync::LazyLock<crate::redis::script::LuaScript>,
     /// The keys and the arguments of one hold.
     pub(crate) hold_args: fn(&Hold) -> (Vec<fred::types::Key>, Vec<Value>),
     /// Releases one local hold, or with `last` the whole acquisition,

@@ -16,9 +16,10 @@ use fred::types::{Key, Value};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
+use crate::engine::hold::{Hold, OwnerLines};
 use crate::error::{Error, Result};
-use crate::hold::{lock_unpoisoned, Hold, OwnerLines};
 use crate::link::Link;
+use crate::mutex::lock_unpoisoned;
 
 /// Payload that wakes every waiter of a slot, addressed ones included (what
 /// the plain lock's scripts publish).
@@ -726,7 +727,7 @@ impl Hub {
     /// Any other wakes the slot's waiters; the addressed waiters (of the
     /// hand-off kinds) only for [`WAKE_ALL_PAYLOAD`].
     pub(crate) fn on_message(&self, channel: &str, payload: &Value) {
-        if let Some(key) = crate::keys::sibling(channel, crate::keys::Role::Hold) {
+        if let Some(key) = crate::redis::keys::sibling(channel, crate::redis::keys::Role::Hold) {
             if let Some(entry) = self.slots.get(key.as_str()) {
                 let text = payload.as_str();
                 if let Some((owner, number, token, free)) = text.as_deref().and_then(parse_handed) {

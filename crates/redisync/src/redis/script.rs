@@ -181,9 +181,9 @@ pub(crate) fn checked_ms(what: &str, d: Duration) -> Result<i64> {
 /// server time, the fencing-token rule) in front of it.
 macro_rules! lua_script {
     ($static:ident, $file:literal) => {
-        pub(crate) static $static: std::sync::LazyLock<$crate::script::LuaScript> =
+        pub(crate) static $static: std::sync::LazyLock<$crate::redis::script::LuaScript> =
             std::sync::LazyLock::new(|| {
-                $crate::script::LuaScript::new(
+                $crate::redis::script::LuaScript::new(
                     $file,
                     concat!(
                         include_str!("../lua/prelude.lua"),
