@@ -860,6 +860,9 @@ async fn bad_permit_ids_are_refused() {
         "12/00000000-0000-0000-0000-000000000000:t:1#0",
         "12/00000000-0000-0000-0000-000000000000:t:1",
         "12/00000000-0000-0000-0000-000000000000:t:1#01",
+        "+12/00000000-0000-0000-0000-000000000000:t:1#1",
+        "12/0000000A-0000-0000-0000-000000000000:t:1#1",
+        "12/000000000000000000000000000000000000:t:1#1",
     ] {
         let parsed = bad.parse::<redisync::PermitId>();
         assert!(
@@ -871,4 +874,47 @@ async fn bad_permit_ids_are_refused() {
         .parse()
         .unwrap();
     assert_eq!((ok.fencing_token(), ok.permits()), (12, 3));
+}
+
+/// An extension by id never brings back a permit whose lease ended, even
+/// while no acquisition has reclaimed it yet (it counts as gone, as the
+/// reconnection check says).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_permit_after_the_lease_ended_is_not_held() {
+    let env = Env::start().await;
+    let (a, b) = (env.client().await, env.client().await);
+    let sem_a = a.semaphore("lapse").with_permits(2);
+    // Keeps the lease zset alive past the short lease.
+    let keep = sem_a
+        .acquire_with_lease(1, Duration::from_mins(2))
+        .await
+        .unwrap();
+    let id = sem_a
+        .acquire_with_lease(1, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .detach();
+    let leases = common::key("sem", "leases", "lapse");
+    let member = id.to_string().split_once('/').unwrap().1.to_owned();
+    let ends: f64 = env
+        .admin
+        .zscore::<Option<f64>, _, _>(&leases, &member)
+        .await
+        .unwrap()
+        .expect("held");
+    // The server's clock passes the lease end (nothing reclaims it: no
+    // acquisition runs meanwhile).
+    while (common::server_ms(&env.admin).await as f64) <= ends + 1.0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left: Option<f64> = env.admin.zscore(&leases, &member).await.unwrap();
+    assert!(left.is_some(), "not reclaimed yet");
+    let sem_b = b.semaphore("lapse").with_permits(2);
+    let extended = sem_b.extend_permit(&id, Duration::from_mins(2)).await;
+    assert!(
+        matches!(extended, Err(Error::NotHeld { .. })),
+        "a lapsed permit was extended: {extended:?}"
+    );
+    assert_eq!(sem_b.available_permits().await.unwrap(), 1);
+    keep.release().await.unwrap();
 }

@@ -645,11 +645,16 @@ impl std::str::FromStr for PermitId {
     fn from_str(s: &str) -> Result<PermitId> {
         let bad = || Error::InvalidArgument(format!("{s:?} is not a permit id"));
         let (token, id) = s.split_once('/').ok_or_else(bad)?;
+        // Digits only, as `Display` writes them (no sign).
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
         let token: u64 = token.parse().map_err(|_| bad())?;
-        // "<client uuid>:<owner>:<n>#<permits>" (see `Spec::holder`).
+        // "<client uuid>:<owner>:<n>#<permits>" (see `Spec::holder`), the
+        // uuid as a client writes it (lower case, hyphenated).
         let client_ok = id
             .get(..36)
-            .is_some_and(|u| uuid::Uuid::parse_str(u).is_ok())
+            .is_some_and(|u| uuid::Uuid::parse_str(u).is_ok_and(|parsed| parsed.to_string() == u))
             && id.as_bytes().get(36) == Some(&b':');
         if !client_ok || permits_in(id).is_none() {
             return Err(bad());
@@ -917,6 +922,10 @@ impl SemaphorePermit {
     /// [releases](Semaphore::release_permit) them by the id. Acquire with
     /// [`acquire_with_lease`](Semaphore::acquire_with_lease) for a lease
     /// of your choice.
+    ///
+    /// This guard lets the permits go as a release does: a
+    /// [`LostSignal`](crate::LostSignal) taken from it fires, and this
+    /// client reports nothing more about them.
     pub fn detach(self) -> PermitId {
         let id = PermitId {
             id: self.held.hold().owner_str(),
