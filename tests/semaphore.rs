@@ -896,15 +896,17 @@ async fn extend_permit_after_the_lease_ended_is_not_held() {
         .detach();
     let leases = common::key("sem", "leases", "lapse");
     let member = id.to_string().split_once('/').unwrap().1.to_owned();
-    let ends: f64 = env
+    let ends: i64 = env
         .admin
-        .zscore::<Option<f64>, _, _>(&leases, &member)
+        .zscore::<Option<String>, _, _>(&leases, &member)
         .await
         .unwrap()
-        .expect("held");
+        .expect("held")
+        .parse()
+        .expect("a lease end in whole milliseconds");
     // The server's clock passes the lease end (nothing reclaims it: no
     // acquisition runs meanwhile).
-    while (common::server_ms(&env.admin).await as f64) <= ends + 1.0 {
+    while common::server_ms(&env.admin).await <= ends + 1 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let left: Option<f64> = env.admin.zscore(&leases, &member).await.unwrap();
