@@ -920,3 +920,23 @@ async fn extend_permit_after_the_lease_ended_is_not_held() {
     assert_eq!(sem_b.available_permits().await.unwrap(), 1);
     keep.release().await.unwrap();
 }
+
+/// Through a handle that declares its total, a semaphore not set up (never,
+/// or forgotten in a restart) has the declared total free: what its next
+/// acquisition finds. A plain handle answers `NotInitialized`; nothing is
+/// written either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn available_permits_through_a_declaring_handle_answers_the_declared_total() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let declared = client.semaphore("declared-free").with_permits(3);
+    assert_eq!(declared.available_permits().await.unwrap(), 3);
+    assert!(matches!(
+        client.semaphore("declared-free").available_permits().await,
+        Err(Error::NotInitialized { .. })
+    ));
+    assert_eq!(sem_field(&env, "declared-free", "~permits").await, None);
+    let permit = declared.acquire(1).await.unwrap();
+    assert_eq!(declared.available_permits().await.unwrap(), 2);
+    permit.release().await.unwrap();
+}

@@ -236,9 +236,11 @@ impl ClientBuilder {
     /// The restart guard (the single-server analogue of Redlock's
     /// `max_lease`): a Redis restarted without persistence has forgotten
     /// every lease it granted, so a second holder could get a lock while
-    /// the first still works. With the guard, this client takes nothing
-    /// from a server that has been up for less than `max_lease`: its
-    /// acquisitions wait until every lease granted before the restart could
+    /// the first still works. Without it, the defaults are not safe across
+    /// such a restart. With the guard, this client takes nothing from a
+    /// server that has been up for less than `max_lease`, whatever the
+    /// primitive (locks, fair and read-write locks, semaphore permits,
+    /// leader campaigns): its acquisitions wait until every lease granted before the restart could
     /// have ended (a zero-wait `try_lock` answers `None`), and leases above
     /// `max_lease` are refused at once ([`Error::InvalidArgument`]): fixed
     /// leases, extensions, and a `watchdog_timeout` above it (at connect).

@@ -190,8 +190,8 @@ impl ConnectionWatch {
         self.rx.borrow().state
     }
 
-    /// How many holds of the client were found lost while a guard of them
-    /// was alive, since it connected: by the watchdog (gone from Redis, or
+    /// How many holds of the client (of every kind, leaderships included)
+    /// were found lost while a guard of them was alive, since it connected: by the watchdog (gone from Redis, or
     /// its lease ran out while renewals failed), by an `extend` or a
     /// release that found it gone, by a force-unlock. Holds given up by the
     /// shutdown are not counted. It only grows: compare it with a value

@@ -406,7 +406,13 @@ impl Leader {
     /// (see [`Fenced`](crate::fenced::Fenced)).
     ///
     /// A Redis failure while campaigning is logged and retried after a
-    /// second.
+    /// second. While the connection is down
+    /// ([`ConnectionState::Suspended`](crate::ConnectionState::Suspended)),
+    /// runs go on until the lease clock says the lead is lost (nobody else
+    /// is granted it before then); across a Redis restart without
+    /// persistence only the client's
+    /// [`restart_guard`](crate::ClientBuilder::restart_guard) keeps a second
+    /// leader out meanwhile.
     ///
     /// The period is whole milliseconds, rounded up (1 ns runs the job
     /// every 1 ms).

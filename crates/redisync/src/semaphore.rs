@@ -76,7 +76,9 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// resource cannot reject "older" tokens as it does for a lock. A permit
 /// limit holds only among holders that honour their loss signal
 /// ([`SemaphorePermit::lost_signal`]); guard each write with the permit's
-/// validity, or fence per permit slot. Waiting never polls:
+/// validity, or fence per permit slot. Work under a lock and a permit
+/// together: [`run_locked`](crate::run_locked) over the pair ("Several
+/// guards" there) stops when either is lost. Waiting never polls:
 /// tasks of one client queue in FIFO order and only the first of them asks
 /// Redis (not at all while the last grant left no permit and nothing was
 /// released since); a client that finds too few permits joins the
@@ -129,7 +131,8 @@ impl Semaphore {
     /// through this handle that finds the semaphore not set up (never, or
     /// lost when Redis restarted without persistence) sets it up with
     /// `total` permits in the same script, so workers need no set-up call
-    /// and a restarted semaphore comes back at once with its size. A
+    /// and a restarted semaphore comes back with its size at its next
+    /// acquisition through such a handle. A
     /// semaphore already set up keeps its total (change it with
     /// [`set_permits`](Semaphore::set_permits)).
     ///
@@ -411,11 +414,15 @@ impl Semaphore {
         Ok(held.map(|held| SemaphorePermit { held, permits }))
     }
 
-    /// Permits free now (expired leases of crashed holders are reclaimed first).
+    /// Permits free now (expired leases of crashed holders are reclaimed
+    /// first). Through a handle that declares its total
+    /// ([`with_permits`](Semaphore::with_permits)), a semaphore not set up
+    /// (never, or forgotten in a restart) has that total free: what its
+    /// next acquisition finds (reading sets nothing up).
     ///
     /// # Errors
-    /// [`Error::NotInitialized`] when no total is set (see [`Semaphore::with_permits`]), [`Error::WrongType`],
-    /// [`Error::Redis`].
+    /// [`Error::NotInitialized`] when no total is set and the handle
+    /// declares none, [`Error::WrongType`], [`Error::Redis`].
     ///
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
@@ -436,7 +443,7 @@ impl Semaphore {
         match reply[..] {
             // Below zero while the total is lower than what is in use.
             [1, free] => Ok(u32::try_from(free.max(0)).unwrap_or(u32::MAX)),
-            _ => Err(self.not_initialized()),
+            _ => self.inner.declared.ok_or_else(|| self.not_initialized()),
         }
     }
 
