@@ -459,7 +459,7 @@ fn missing_grants(history: &History, leaderships: &[Section]) -> Vec<String> {
     missing_grants_of(history, leaderships, &sets)
 }
 
-/// [`missing_grants`] for the client sets `sets` (labels
+/// `missing_grants` (the checks of a run) for the client sets `sets` (labels
 /// `"<process>.<set>"`): a run that checked nothing proves nothing.
 pub fn missing_grants_of(
     history: &History,
