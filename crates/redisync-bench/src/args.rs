@@ -1,97 +1,241 @@
-//! The command line.
+//! The command line (clap): the flags, then the rules clap does not state,
+//! checked after parsing in the order the hand-written parser had them, with
+//! its messages.
 
 use crate::opts::{Kind, Lease, Opts, Release, Scenario};
 use crate::suite::{Suite, Which};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use std::ffi::OsString;
 use std::time::Duration;
 
-pub(crate) const USAGE: &str = "\
-usage: redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
+const USAGE: &str = "\
+redisync-bench --scenario S1|S2|S3 --ports P1[,P2,P3] [parameters]
        redisync-bench --scenario S5 --ports P1[,P2,...] [--cluster] [parameters]
        redisync-bench --scenario S6 --ports P1 --clients N [parameters]
        redisync-bench --all [--quick] [--repeats N]
        redisync-bench --compare [--quick] [--repeats N]
-       redisync-bench --tls [--quick] [--repeats N]
-  --all        every scenario and variant (Lock, FairLock, Semaphore(1), spin baseline,
-               rslock, the floors, Redlock S4, S5 on one server and on a 3-primary
-               cluster) on fresh servers, then the ratios to the spin baseline and to
-               rslock and the S5 cluster / one-node ratio
-  --compare    side by side with the peer rslock, interleaved: S1 (Lock, Lock released
-               by drop, rslock, Lock's scripts, fred floor, raw floor), S2 (Lock, rslock),
-               S6 (layouts 16x1 and 4x4: Lock, FairLock, Semaphore(1), RwLock (write),
-               rslock, spin; plus
-               the reference Lock 1x16), S4.1/S4.2 (Redlock, rslock over 3 servers);
-               markdown tables of medians (min-max) and ratios to rslock on stderr
-  --tls        the cost of TLS: S1 and S2 (Lock, fixed lease) over plain TCP and over
-               TLS (rustls + ring, test CA) on fresh servers of the same binary,
-               interleaved; markdown tables of medians (min-max) and TLS / plain ratios
-  --repeats N  run S1, S2, S4, S5 and S6 N times (interleaved) and compare medians
-               (default 5 with --compare and --tls, 1 with --all)
-  --quick      small workloads (smoke run; numbers not comparable)
-parameters (defaults per scenario as in BENCHMARKS.md):
+       redisync-bench --tls [--quick] [--repeats N]";
+
+const AFTER_HELP: &str = "\
+Defaults per scenario (as in BENCHMARKS.md):
   S1: --iterations 3000 --duration-s 5 [--ttl-ms 10000]
   S2: --workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000
   S3: --requests 100 --hold-ms 300 --wait-s 35 --ttl-ms 60000
   S5: --workers 64 --keys 1000 --duration-s 5 --ttl-ms 10000 [--hold-ms 0]
-      many keys: each worker loops on a uniformly random key bench:lock:<i>, i < keys
-  S6: as S2 (--workers 16 --hold-ms 2 --duration-s 5 --ttl-ms 10000), spread over
-      --clients N clients (each its own redisync Client / rslock LockManager / fred
-      client for spin); one port; the line's label is the layout, e.g. \"S6 4x4\"
-      (clients x workers per client)
-  --cluster                S5 only: the ports are Redis Cluster nodes; connect with
-                           redis-cluster://127.0.0.1:P1 (plain Lock); without it, one port
-  --lease fixed|watchdog   fixed: try_lock(wait, Some(ttl)) (default); watchdog: try_lock(wait, None)
-  --clients N              S2/S3/S6: spread the workers over N clients (default 1): redisync
-                           Clients, rslock LockManagers or (spin) plain fred clients
-  --release await|drop     S1 with --kind lock, one port: await unlock() (default) or drop
-                           the guard (released in the background) and acquire again at once;
-                           an acquisition that is not a new one (fencing token not above
-                           the previous) or a lock still held 5 s after the window: not ok
-  --kind lock|fair|semaphore|write|spin|rslock|fred-floor|raw-floor|script-floor
-                           lock: redisync::Lock (default); fair: redisync::FairLock;
-                           semaphore: redisync::Semaphore with 1 permit (watchdog-leased);
-                           spin: the naive baseline (SET NX PX, sleep 50 ms, Lua release;
-                           fixed lease, one port); rslock: the peer (fixed lease; three
-                           ports: its Redlock); fred-floor / raw-floor: S1 floors, two
-                           empty EVALSHA through fred / two hand-written PINGs;
-                           script-floor: S1 with Lock's own scripts through fred, no engine";
+  S6: as S2, spread over --clients N clients; one port; the line's label is the
+      layout, e.g. \"S6 4x4\" (clients x workers per client)
+With --ports: one JSON line on stdout, exit 0 even when it says \"ok\": false.
+Three ports (not S5): the scenario through a Redlock over the three servers (S4).
+A bad command line: one JSON line with the error, exit 2.";
+
+/// Benchmark scenarios S1-S6 for redisync (see BENCHMARKS.md).
+// `args_override_self`: a repeated option keeps its last value, as before.
+// `allow_negative_numbers`: "-1" is a (rejected) value, not a flag.
+#[derive(Parser, Debug)]
+#[command(
+    name = "redisync-bench",
+    override_usage = USAGE,
+    after_help = AFTER_HELP,
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+#[allow(clippy::struct_excessive_bools)] // one per flag of the command line
+struct Cli {
+    /// Suite: every scenario and variant on fresh servers, then the ratios to spin and rslock
+    #[arg(long)]
+    all: bool,
+    /// Suite: side by side with rslock, interleaved, on fresh servers; tables on stderr
+    #[arg(long)]
+    compare: bool,
+    /// Suite: S1 and S2 (Lock) over plain TCP and over TLS, interleaved, on fresh servers
+    #[arg(long)]
+    tls: bool,
+    /// Suites: run S1, S2, S4, S5 and S6 N times, interleaved [default: 5; --all: 1]
+    #[arg(long, value_name = "N", value_parser = parse_repeats)]
+    repeats: Option<usize>,
+    /// Suites: small workloads (smoke run; numbers not comparable)
+    #[arg(long)]
+    quick: bool,
+    /// One run of this scenario against the servers of --ports
+    // Appended: the first one counts, as before.
+    #[arg(long, value_name = "S", action = clap::ArgAction::Append)]
+    scenario: Vec<Scenario>,
+    /// Servers on 127.0.0.1: one, three (S4: through a Redlock) or (S5 --cluster) cluster nodes
+    #[arg(long, value_name = "P1[,P2,...]", value_parser = parse_ports)]
+    ports: Option<Ports>,
+    /// S1: acquire+release pairs [default: 3000]
+    #[arg(long, value_name = "N")]
+    iterations: Option<usize>,
+    /// S1/S2/S5/S6: the window in seconds [default: 5]
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    duration_s: Option<Duration>,
+    /// S2/S5/S6: tasks looping on the lock [default: 16; S5: 64]
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// S2/S3/S5/S6: how long each hold lasts, in ms [default: 2; S3: 300; S5: 0]
+    #[arg(long, value_name = "MS", value_parser = parse_secs)]
+    hold_ms: Option<Duration>,
+    /// S3: tasks that want the lock at once [default: 100]
+    #[arg(long, value_name = "N")]
+    requests: Option<usize>,
+    /// S3: how long each request may wait, in seconds [default: 35]
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    wait_s: Option<Duration>,
+    /// The lease (--lease fixed), in ms [default: 10000; S3: 60000]
+    #[arg(long, value_name = "MS", value_parser = parse_secs)]
+    ttl_ms: Option<Duration>,
+    /// S5: how many keys the workers pick from [default: 1000]
+    #[arg(long, value_name = "N")]
+    keys: Option<usize>,
+    /// S5 only: the ports are Redis Cluster nodes (redis-cluster://127.0.0.1:P1)
+    #[arg(long)]
+    cluster: bool,
+    /// fixed: each acquisition asks for --ttl-ms; watchdog: the library keeps it [default: fixed]
+    #[arg(long, value_name = "LEASE")]
+    lease: Option<Lease>,
+    /// S2/S3/S6: spread the workers over N clients, each its own connection [default: 1]
+    #[arg(long, value_name = "N")]
+    clients: Option<usize>,
+    /// The lock (or baseline, peer, floor) every acquisition uses [default: lock]
+    #[arg(long, value_name = "KIND")]
+    kind: Option<Kind>,
+    /// S1, --kind lock, one port: await the unlock, or drop the guard [default: await]
+    #[arg(long, value_name = "HOW")]
+    release: Option<Release>,
+}
+
+/// The ports of `--ports` (a newtype: a plain `Vec` would be read by clap as
+/// a list of occurrences).
+#[derive(Clone, Debug)]
+struct Ports(Vec<u16>);
+
+/// `P1[,P2,...]`; empty items are skipped (an empty list is caught later).
+fn parse_ports(v: &str) -> Result<Ports, std::num::ParseIntError> {
+    let ports = v.split(',').filter(|s| !s.is_empty()).map(str::parse);
+    Ok(Ports(ports.collect::<Result<_, _>>()?))
+}
+
+/// Seconds as a decimal number (`--hold-ms` and `--ttl-ms` divide by 1000
+/// afterwards, as the hand-written parser did: same range, same rounding).
+fn parse_secs(v: &str) -> Result<Duration, String> {
+    let x: f64 = v.parse().map_err(|e| format!("{e}"))?;
+    Duration::try_from_secs_f64(x).map_err(|e| format!("{e}"))
+}
+
+fn parse_repeats(v: &str) -> Result<usize, String> {
+    v.parse::<usize>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| "a whole number >= 1".to_string())
+}
 
 /// What the command line asks for.
 pub(crate) enum Command {
     One(Opts),
     /// `--all`, `--compare` or `--tls`.
     Suite(Suite),
-    Help,
 }
 
-/// A suite, with only `--repeats N` among the options.
-pub(crate) fn parse_suite(
-    which: Which,
-    quick: bool,
-    pairs: &[(String, String)],
-) -> Result<Command, String> {
-    // Ratios between peers need repeats (the machine is noisy).
-    let mut repeats = if which == Which::All { 1 } else { 5 };
-    for (k, v) in pairs {
-        if k == "repeats" {
-            repeats = v
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or(format!("--repeats {v}: a whole number >= 1"))?;
-        } else {
-            return Err(format!("--{k} cannot be combined with {}", which.flag()));
+/// Parses the command line (`args` starts with the program's name). `--help`
+/// comes back as an error of kind `DisplayHelp`, as clap has it.
+pub(crate) fn parse_args<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cmd = Cli::command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    cli.into_command(&matches)
+        .map_err(|msg| cmd.error(ErrorKind::ArgumentConflict, msg))
+}
+
+/// The one-line message of a command-line error (the JSON line's `error`).
+pub(crate) fn message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+/// The value options given on the command line, in the order given (the
+/// flags and `--repeats` aside).
+fn given_options(matches: &ArgMatches) -> Vec<String> {
+    let cmd = Cli::command();
+    let mut given: Vec<(usize, String)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values() && a.get_id() != "repeats")
+        .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .filter_map(|a| {
+            let index = matches.index_of(a.get_id().as_str())?;
+            Some((index, a.get_long()?.to_string()))
+        })
+        .collect();
+    given.sort();
+    given.into_iter().map(|(_, long)| long).collect()
+}
+
+impl Cli {
+    fn into_command(self, matches: &ArgMatches) -> Result<Command, String> {
+        let flags: Vec<Which> = [
+            (self.all, Which::All),
+            (self.compare, Which::Compare),
+            (self.tls, Which::Tls),
+        ]
+        .into_iter()
+        .filter_map(|(on, which)| on.then_some(which))
+        .collect();
+        if let Some(which) = which_suite(&flags, self.cluster)? {
+            if let Some(option) = given_options(matches).first() {
+                return Err(format!(
+                    "--{option} cannot be combined with {}",
+                    which.flag()
+                ));
+            }
+            // Ratios between peers need repeats (the machine is noisy).
+            let default = if which == Which::All { 1 } else { 5 };
+            return Ok(Command::Suite(Suite {
+                which,
+                quick: self.quick,
+                repeats: self.repeats.unwrap_or(default),
+            }));
         }
+        if self.quick {
+            return Err("--quick only goes with --all, --compare or --tls".into());
+        }
+        let Some(&scenario) = self.scenario.first() else {
+            return Err("--scenario S1|S2|S3|S5|S6 is required".into());
+        };
+        if self.repeats.is_some() {
+            return Err("--repeats only goes with --all, --compare or --tls".into());
+        }
+        let mut o = Opts::defaults(scenario);
+        o.cluster = self.cluster;
+        o.iterations = self.iterations.unwrap_or(o.iterations);
+        o.workers = self.workers.unwrap_or(o.workers);
+        o.requests = self.requests.unwrap_or(o.requests);
+        o.keys = self.keys.unwrap_or(o.keys);
+        o.clients = self.clients.map_or(o.clients, |n| n.max(1));
+        o.duration = self.duration_s.unwrap_or(o.duration);
+        o.wait = self.wait_s.unwrap_or(o.wait);
+        o.hold = self.hold_ms.map_or(o.hold, |d| d / 1000);
+        o.ttl = self.ttl_ms.map_or(o.ttl, |d| d / 1000);
+        o.kind = self.kind.unwrap_or(o.kind);
+        o.lease = self.lease.unwrap_or(o.lease);
+        o.release = self.release.unwrap_or(o.release);
+        let Some(Ports(ports)) = self.ports else {
+            return Err("--ports is required".into());
+        };
+        o.ports = ports;
+        check(&o)?;
+        Ok(Command::One(o))
     }
-    Ok(Command::Suite(Suite {
-        which,
-        quick,
-        repeats,
-    }))
 }
 
-/// The suite the flags `--all`, `--compare` and `--tls` (`flags`, in the
-/// order given) ask for, if any.
-pub(crate) fn which_suite(flags: &[Which], cluster: bool) -> Result<Option<Which>, String> {
+/// The suite the flags `--all`, `--compare` and `--tls` (`flags`) ask for,
+/// if any.
+fn which_suite(flags: &[Which], cluster: bool) -> Result<Option<Which>, String> {
     let has = |w: Which| flags.contains(&w);
     if has(Which::All) && has(Which::Compare) {
         return Err("--all already includes --compare".into());
@@ -106,101 +250,8 @@ pub(crate) fn which_suite(flags: &[Which], cluster: bool) -> Result<Option<Which
     Ok(which)
 }
 
-pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut suites = Vec::new();
-    let mut quick = false;
-    let mut cluster = false;
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let Some(name) = arg.strip_prefix("--") else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        match name {
-            "all" => suites.push(Which::All),
-            "compare" => suites.push(Which::Compare),
-            "tls" => suites.push(Which::Tls),
-            "quick" => quick = true,
-            "cluster" => cluster = true,
-            "help" => return Ok(Command::Help),
-            _ => {
-                let (key, value) = match name.split_once('=') {
-                    Some((k, v)) => (k.to_string(), v.to_string()),
-                    None => (
-                        name.to_string(),
-                        args.next().ok_or(format!("missing value for --{name}"))?,
-                    ),
-                };
-                pairs.push((key, value));
-            }
-        }
-    }
-    if let Some(which) = which_suite(&suites, cluster)? {
-        return parse_suite(which, quick, &pairs);
-    }
-    if quick {
-        return Err("--quick only goes with --all, --compare or --tls".into());
-    }
-    let scenario = match pairs
-        .iter()
-        .find(|(k, _)| k == "scenario")
-        .map(|(_, v)| v.as_str())
-    {
-        Some("S1") => Scenario::S1,
-        Some("S2") => Scenario::S2,
-        Some("S3") => Scenario::S3,
-        Some("S5") => Scenario::S5,
-        Some("S6") => Scenario::S6,
-        _ => return Err("--scenario S1|S2|S3|S5|S6 is required".into()),
-    };
-    let mut o = Opts::defaults(scenario);
-    o.cluster = cluster;
-    let mut have_ports = false;
-    for (key, value) in &pairs {
-        let secs = |v: &str| -> Result<Duration, String> {
-            let x: f64 = v.parse().map_err(|e| format!("--{key} {v}: {e}"))?;
-            Duration::try_from_secs_f64(x).map_err(|e| format!("--{key} {v}: {e}"))
-        };
-        let count = |v: &str| -> Result<usize, String> {
-            v.parse().map_err(|e| format!("--{key} {v}: {e}"))
-        };
-        match key.as_str() {
-            "scenario" => {}
-            "ports" => {
-                o.ports = value
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        s.parse::<u16>()
-                            .map_err(|e| format!("--ports {value}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                have_ports = true;
-            }
-            "iterations" => o.iterations = count(value)?,
-            "workers" => o.workers = count(value)?,
-            "requests" => o.requests = count(value)?,
-            "keys" => o.keys = count(value)?,
-            "clients" => o.clients = count(value)?.max(1),
-            "duration-s" => o.duration = secs(value)?,
-            "wait-s" => o.wait = secs(value)?,
-            "hold-ms" => o.hold = secs(value)? / 1000,
-            "ttl-ms" => o.ttl = secs(value)? / 1000,
-            "kind" => o.kind = Kind::parse(value)?,
-            "lease" => o.lease = Lease::parse(value)?,
-            "release" => o.release = Release::parse(value)?,
-            _ => return Err(format!("unknown option --{key}")),
-        }
-    }
-    if !have_ports {
-        return Err("--ports is required".into());
-    }
-    check(&o)?;
-    Ok(Command::One(o))
-}
-
 /// The combinations a single run does not support.
-pub(crate) fn check(o: &Opts) -> Result<(), String> {
+fn check(o: &Opts) -> Result<(), String> {
     if o.scenario == Scenario::S5 {
         if o.cluster && o.ports.is_empty() {
             return Err("S5 --cluster: --ports P1[,P2,...] (cluster nodes) is required".into());
@@ -261,7 +312,8 @@ mod tests {
     use crate::opts::Transport;
 
     fn parse(s: &str) -> Result<Command, String> {
-        parse_args(s.split_whitespace().map(String::from))
+        let args = std::iter::once("redisync-bench").chain(s.split_whitespace());
+        parse_args(args).map_err(|e| message(&e))
     }
 
     #[test]
@@ -475,5 +527,38 @@ mod tests {
         };
         assert_eq!(o.transport, Transport::Plain);
         assert!(o.tls.is_none());
+    }
+
+    #[test]
+    fn every_flag_has_a_help_line() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        for arg in cmd.get_arguments() {
+            assert!(
+                arg.get_help().is_some(),
+                "--{:?} has no help",
+                arg.get_long()
+            );
+        }
+        let help = parse_args(["redisync-bench", "--tls", "--help"]).err();
+        assert_eq!(help.map(|e| e.kind()), Some(ErrorKind::DisplayHelp));
+    }
+
+    #[test]
+    fn repeats_and_repeated_options() {
+        // The last value of an option counts; the first --scenario.
+        let Ok(Command::One(o)) =
+            parse("--scenario S2 --scenario S1 --ports 1 --ports 2 --workers 3 --workers 4")
+        else {
+            panic!("repeated options did not parse");
+        };
+        assert_eq!((o.scenario, o.ports, o.workers), (Scenario::S2, vec![2], 4));
+        assert!(parse("--all --all --quick --quick").is_ok());
+        // --repeats: suites only; --clients 0 means one client.
+        assert!(parse("--scenario S1 --ports 1 --repeats 3").is_err());
+        let Ok(Command::One(o)) = parse("--scenario S2 --ports 1 --clients 0") else {
+            panic!("--clients 0 did not parse");
+        };
+        assert_eq!(o.clients, 1);
     }
 }

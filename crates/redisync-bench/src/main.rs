@@ -103,7 +103,7 @@ mod spin;
 mod stats;
 mod suite;
 
-use args::{parse_args, Command, USAGE};
+use args::{message, parse_args, Command};
 use report::emit;
 use run::run_one;
 use serde_json::{json, Map};
@@ -116,21 +116,23 @@ const KEY: &str = "bench:lock";
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
     stats::now_ns(); // starts the monotonic clock
-    match parse_args(std::env::args().skip(1)) {
+    match parse_args(std::env::args_os()) {
         Ok(Command::One(o)) => {
             emit(&run_one(&o).await);
             ExitCode::SUCCESS
         }
         Ok(Command::Suite(suite)) => run_suite(suite).await,
-        Ok(Command::Help) => {
-            println!("{USAGE}");
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            // Help goes to stdout, exit 0.
+            let _ = e.print();
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{e}\n{USAGE}");
+            let _ = e.print();
+            // The caller reads stdout: it gets one line there too.
             let mut out = Map::new();
             out.insert("ok".into(), json!(false));
-            out.insert("error".into(), json!(e));
+            out.insert("error".into(), json!(message(&e)));
             out.insert("lib".into(), json!("redisync"));
             out.insert("lib_version".into(), json!(env!("CARGO_PKG_VERSION")));
             out.insert("lang".into(), json!("rust"));

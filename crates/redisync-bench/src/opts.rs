@@ -4,20 +4,29 @@
 use crate::compare;
 use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// On the command line by these names (`--scenario S1`), case-sensitive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Scenario {
+    /// Uncontended: one task acquires and releases one key.
+    #[value(name = "S1")]
     S1,
+    /// Contended: workers loop on one key.
+    #[value(name = "S2")]
     S2,
+    /// Requests want one key at once, each for a long hold.
+    #[value(name = "S3")]
     S3,
     /// Many keys, one node or a cluster.
+    #[value(name = "S5")]
     S5,
     /// S2 spread over clients (`--clients N`): its rows carry the layout
     /// ("S6 16x1": 16 clients x 1 worker) as their label.
+    #[value(name = "S6")]
     S6,
 }
 
 /// Which lease every acquisition asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Lease {
     /// `try_lock(wait, Some(ttl))`: the watchdog is not involved.
     Fixed,
@@ -25,18 +34,8 @@ pub(crate) enum Lease {
     Watchdog,
 }
 
-impl Lease {
-    pub(crate) fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "fixed" => Ok(Lease::Fixed),
-            "watchdog" => Ok(Lease::Watchdog),
-            _ => Err("--lease fixed|watchdog".into()),
-        }
-    }
-}
-
 /// How S1 gives the lock back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Release {
     /// `unlock().await` (the default).
     Await,
@@ -45,30 +44,21 @@ pub(crate) enum Release {
     Drop,
 }
 
-impl Release {
-    pub(crate) fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "await" => Ok(Release::Await),
-            "drop" => Ok(Release::Drop),
-            _ => Err("--release await|drop".into()),
-        }
-    }
-}
-
 /// Which lock type every acquisition uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Kind {
     /// `redisync::Lock`.
     Lock,
     /// `redisync::FairLock`.
     Fair,
-    /// `redisync::Semaphore` with one permit.
+    /// `redisync::Semaphore` with one permit (watchdog-leased).
     Semaphore,
     /// The write side of `redisync::RwLock`.
     Write,
-    /// The naive spin-lock baseline of `spin.rs`.
+    /// The naive spin-lock baseline of `spin.rs` (SET NX PX, 50 ms sleep; fixed
+    /// lease, one port).
     Spin,
-    /// The peer rslock (`peers.rs`).
+    /// The peer rslock (`peers.rs`; fixed lease; three ports: its Redlock).
     Rslock,
     /// Floor: two empty `EVALSHA` through a plain fred client (S1 only).
     FredFloor,
@@ -86,24 +76,6 @@ impl Kind {
             self,
             Kind::Lock | Kind::Fair | Kind::Semaphore | Kind::Write
         )
-    }
-
-    pub(crate) fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "lock" => Ok(Kind::Lock),
-            "fair" => Ok(Kind::Fair),
-            "semaphore" => Ok(Kind::Semaphore),
-            "write" => Ok(Kind::Write),
-            "spin" => Ok(Kind::Spin),
-            "rslock" => Ok(Kind::Rslock),
-            "fred-floor" => Ok(Kind::FredFloor),
-            "raw-floor" => Ok(Kind::RawFloor),
-            "script-floor" => Ok(Kind::ScriptFloor),
-            _ => Err(
-                "--kind lock|fair|semaphore|write|spin|rslock|fred-floor|raw-floor|script-floor"
-                    .into(),
-            ),
-        }
     }
 }
 
