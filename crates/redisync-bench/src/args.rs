@@ -561,4 +561,65 @@ mod tests {
         };
         assert_eq!(o.clients, 1);
     }
+
+    /// The bench command lines of `BENCHMARKS.md`'s and `CONTRIBUTING.md`'s
+    /// code blocks and prose (`cargo run ... -p redisync-bench -- ARGS`,
+    /// continued lines joined, comments cut).
+    fn quoted_command_lines(doc: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut pending = String::new();
+        for line in doc.lines() {
+            let line = line.split(" #").next().unwrap_or_default().trim();
+            if pending.is_empty() && !line.contains("-p redisync-bench -- ") {
+                continue;
+            }
+            pending.push_str(line.trim_end_matches('\\'));
+            pending.push(' ');
+            if !line.ends_with('\\') {
+                // In the prose, the command ends at its closing backquote.
+                let args = pending.split("-p redisync-bench -- ").nth(1);
+                let args = args
+                    .unwrap_or_default()
+                    .split('`')
+                    .next()
+                    .unwrap_or_default();
+                lines.push(args.trim().to_string());
+                pending.clear();
+            }
+        }
+        lines
+    }
+
+    #[test]
+    fn the_documented_command_lines_parse() {
+        let benchmarks = include_str!("../../../BENCHMARKS.md");
+        let contributing = include_str!("../../../CONTRIBUTING.md");
+        let mut lines = quoted_command_lines(benchmarks);
+        lines.extend(quoted_command_lines(contributing));
+        assert!(lines.len() >= 8, "the how-to-run block moved: {lines:?}");
+        // Quoted in the prose, with P for a port.
+        lines.extend(
+            [
+                "--scenario S1 --ports P --kind lock --iterations 10000 --duration-s 30",
+                "--scenario S1 --ports P --kind fred-floor",
+                "--scenario S1 --ports P --kind rslock",
+                "--scenario S1 --ports P --iterations 20000 --kind lock --release drop",
+                "--scenario S1 --ports P --release drop",
+                "--scenario S2 --ports P",
+                "--scenario S2 --ports P --kind semaphore",
+                "--scenario S2 --ports P --clients 16",
+                "--scenario S6 --ports P --clients 16 --workers 16 --kind fair",
+                "--scenario S3 --ports P --kind spin",
+                "--scenario S1 --ports P1,P2,P3",
+                "--tls --repeats 15",
+            ]
+            .map(String::from),
+        );
+        for line in &lines {
+            let line = line
+                .replace("P1,P2,P3", "7001,7002,7003")
+                .replace('P', "6379");
+            assert!(parse(&line).is_ok(), "{line}: {:?}", parse(&line).err());
+        }
+    }
 }
