@@ -84,12 +84,16 @@
 //! checked between grants whose request came after the other's start, so
 //! grants racing each other are not compared.
 
+mod probes;
+pub use probes::FAULT_GRACE_US;
+
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::history::{
     client_of, is_guarded, is_synced, Access, History, Kind, Probe, Section, Server, Work,
 };
+use probes::check_probe;
 
 /// One broken guarantee.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -568,53 +572,6 @@ fn merge_sibling_reentries<'a>(sections: impl Iterator<Item = &'a Section>) -> V
     out
 }
 
-/// How long after a fault a `try_lock(ZERO)` may still be slow: clients
-/// reconnect (a restarted server, reset connections) and drain what the
-/// fault held up.
-pub const FAULT_GRACE_US: u64 = 2_000_000;
-
-/// Whether a stall of a runtime thread of `holder`'s process overlaps
-/// `(from, to)`.
-fn stalled(history: &History, holder: &str, from: u64, to: u64) -> bool {
-    let process = holder.split('.').next().unwrap_or(holder);
-    history
-        .stalls
-        .iter()
-        .any(|p| p.process.split('.').next() == Some(process) && p.from_us < to && p.to_us > from)
-}
-
-/// (f): a bounded call returned within its bound, unless its process was
-/// frozen (paused, or a runtime thread stalled) meanwhile, or, for a
-/// `try_lock(ZERO)` or a queue left at shutdown, a fault was active or had
-/// ended less than [`FAULT_GRACE_US`] before (for a queue left, a freeze
-/// too).
-fn check_probe(p: &Probe, history: &History, report: &mut Report) {
-    report.probes += 1;
-    if p.done_us.saturating_sub(p.asked_us) <= p.bound_us {
-        return;
-    }
-    // A queue left at shutdown also waits out what a freeze just before
-    // left behind (late renewals, grants to the departed waiter).
-    let queue_left = p.what.starts_with("queue-left");
-    let from = if queue_left {
-        p.asked_us.saturating_sub(FAULT_GRACE_US)
-    } else {
-        p.asked_us
-    };
-    let frozen =
-        paused(history, &p.client, from, p.done_us) || stalled(history, &p.client, from, p.done_us);
-    let faulted = (p.what == "try-zero" || queue_left)
-        && history
-            .faults
-            .iter()
-            .any(|&(from, to)| from < p.done_us && to.saturating_add(FAULT_GRACE_US) > p.asked_us);
-    if frozen || faulted {
-        report.excused_slow += 1;
-    } else {
-        report.violations.push(Violation::Slow { probe: p.clone() });
-    }
-}
-
 /// How late a step may run past the validity end its holder knew, for the
 /// race between the library's last look at the lease clock and the step's
 /// own clock read (a preempted thread). The bug it catches costs far more:
@@ -961,7 +918,7 @@ mod tests {
     /// An exclusive section of lock "l" (kind `Lock`, lease 1000, asked 5
     /// before its start) that was valid from `start` to `valid_until`
     /// (`None`: lost at its start) and ended at `end`.
-    fn section(
+    pub(super) fn section(
         client: &str,
         token: u64,
         start: u64,
@@ -990,7 +947,7 @@ mod tests {
     }
 
     /// A section valid until just before its end, with `access`.
-    fn held(client: &str, token: u64, start: u64, end: u64, access: Access) -> Section {
+    pub(super) fn held(client: &str, token: u64, start: u64, end: u64, access: Access) -> Section {
         let kind = match access {
             Access::Exclusive => Kind::RwWrite,
             Access::Shared => Kind::RwRead,
@@ -1003,18 +960,18 @@ mod tests {
         }
     }
 
-    fn permits(n: u32, of: u32) -> Access {
+    pub(super) fn permits(n: u32, of: u32) -> Access {
         Access::Permits { held: n, of }
     }
 
-    fn history(sections: Vec<Section>) -> History {
+    pub(super) fn history(sections: Vec<Section>) -> History {
         History {
             sections,
             ..History::default()
         }
     }
 
-    fn with_kills(sections: Vec<Section>, kills_at: &[u64]) -> History {
+    pub(super) fn with_kills(sections: Vec<Section>, kills_at: &[u64]) -> History {
         History {
             sections,
             kills: kills_at
@@ -1029,7 +986,7 @@ mod tests {
         }
     }
 
-    fn kinds(report: &Report) -> Vec<&'static str> {
+    pub(super) fn kinds(report: &Report) -> Vec<&'static str> {
         report
             .violations
             .iter()
@@ -1047,7 +1004,7 @@ mod tests {
             .collect()
     }
 
-    fn assert_clean(report: &Report) {
+    pub(super) fn assert_clean(report: &Report) {
         assert!(report.violations.is_empty(), "{:#?}", report.violations);
     }
 
@@ -1714,7 +1671,7 @@ mod tests {
     }
 
     /// A `run_locked` work of "l" by `client` with steps `(at, left)`.
-    fn work(client: &str, token: u64, steps: &[(u64, u64)]) -> Work {
+    pub(super) fn work(client: &str, token: u64, steps: &[(u64, u64)]) -> Work {
         Work {
             lock: "l".into(),
             kind: Kind::RunLocked,
@@ -1732,7 +1689,7 @@ mod tests {
         }
     }
 
-    fn with_works(works: Vec<Work>) -> History {
+    pub(super) fn with_works(works: Vec<Work>) -> History {
         History {
             works,
             ..History::default()
@@ -1877,62 +1834,6 @@ mod tests {
         assert_eq!(report.stale_writes_rejected, 1);
         h.pauses.clear();
         assert!(kinds(&check(&h)).contains(&"overlap"));
-    }
-
-    fn probe(what: &str, asked: u64, done: u64, bound: u64) -> Probe {
-        Probe {
-            what: what.into(),
-            client: "p1.direct.l0".into(),
-            asked_us: asked,
-            done_us: done,
-            bound_us: bound,
-        }
-    }
-
-    #[test]
-    fn bounded_calls_within_their_bound_pass() {
-        let h = History {
-            probes: vec![
-                probe("try-zero", 100, 1_100, 1_000),
-                probe("shutdown", 100, 600, 500),
-            ],
-            ..History::default()
-        };
-        let report = check(&h);
-        assert_clean(&report);
-        assert_eq!((report.probes, report.excused_slow), (2, 0));
-    }
-
-    #[test]
-    fn a_slow_bounded_call_is_a_violation_unless_excused() {
-        let slow = |what: &str| History {
-            probes: vec![probe(what, 10_000_000, 12_000_000, 1_000_000)],
-            ..History::default()
-        };
-        let report = check(&slow("try-zero"));
-        assert_eq!(kinds(&report), ["slow"], "{report:#?}");
-        assert!(report.violations[0]
-            .to_string()
-            .starts_with("(f) slow try-zero by p1.direct.l0: 2000000 us"));
-        // During a fault, or within the grace after it: excused.
-        let mut h = slow("try-zero");
-        h.faults.push((1_000_000, 10_000_000 - FAULT_GRACE_US + 1));
-        assert_clean(&check(&h));
-        h.faults[0].1 = 10_000_000 - FAULT_GRACE_US;
-        assert_eq!(kinds(&check(&h)), ["slow"]);
-        // A shutdown is bounded whatever the servers do.
-        let mut h = slow("shutdown");
-        h.faults.push((9_000_000, 13_000_000));
-        assert_eq!(kinds(&check(&h)), ["slow"]);
-        // Its process frozen meanwhile: excused.
-        h.stalls.push(crate::history::Pause {
-            process: "p1.direct.k0".into(),
-            from_us: 10_500_000,
-            to_us: 11_800_000,
-        });
-        let report = check(&h);
-        assert_clean(&report);
-        assert_eq!(report.excused_slow, 1);
     }
 
     #[test]
