@@ -87,51 +87,80 @@ pub(super) fn check_fencing(
             if holder.is_none_or(|h| writer.token > h.token) {
                 holder = Some(writer);
             }
-            // The first grant that started after the writer's: before this
-            // write, it should have fenced it off.
-            let first_after = grants.partition_point(|g| g.start_us <= writer.start_us);
-            match grants.get(first_after).filter(|g| g.start_us < at_us) {
-                // The later start was a forced holder whose reply came
-                // late: its lock was gone before the writer's grant, so it
-                // superseded nothing (it believes until it learns).
-                Some(later) if excuses.forces.excuse(later, writer, valid_until(later)) => {
-                    report.forced_rejections += 1;
-                }
-                // Likewise a later start whose grant a restart wiped: asked
-                // before the kill, granted by the old life (its section
-                // began after the kill: a reply read after a stall, or a
-                // `MultiLock` still taking its other members).
-                Some(later) if excuses.kills.excuse(later, writer, valid_until(later)) => {
-                    report.excused_overlaps += 1;
-                }
-                Some(later) => report.violations.push(Violation::StaleWriteAccepted {
-                    lock: lock.to_owned(),
-                    writer: writer.clone(),
-                    at_us,
-                    superseded_by: (*later).clone(),
-                }),
-                None if !believed_valid => report.late_writes_accepted += 1,
-                None => {}
-            }
+            accepted(lock, writer, at_us, believed_valid, grants, excuses, report);
         } else if !believed_valid {
             report.stale_writes_rejected += 1;
         } else if let Some(h) = holder {
-            if h.client == writer.client && h.start_us > writer.start_us {
-                report.downgrade_writes_rejected += 1;
-            } else if let Some(why) = excuses.excuse(writer, h, at_us) {
-                match why {
-                    Why::Restart => report.excused_rejections += 1,
-                    Why::Forced => report.forced_rejections += 1,
-                }
-            } else {
-                report.violations.push(Violation::ValidWriteRejected {
-                    lock: lock.to_owned(),
-                    writer: writer.clone(),
-                    at_us,
-                    fenced_by: h.clone(),
-                });
-            }
+            rejected(lock, writer, at_us, h, excuses, report);
         }
+    }
+}
+
+/// (c) for a write the store accepted: stale when a grant that started
+/// after the writer's had started before the write, unless an excuse says
+/// that grant superseded nothing; else counted when its writer knew it had
+/// lost.
+fn accepted(
+    lock: &str,
+    writer: &Section,
+    at_us: u64,
+    believed_valid: bool,
+    grants: &[&Section],
+    excuses: &Excuses<'_>,
+    report: &mut Report,
+) {
+    // The first grant that started after the writer's: before this
+    // write, it should have fenced it off.
+    let first_after = grants.partition_point(|g| g.start_us <= writer.start_us);
+    match grants.get(first_after).filter(|g| g.start_us < at_us) {
+        // The later start was a forced holder whose reply came
+        // late: its lock was gone before the writer's grant, so it
+        // superseded nothing (it believes until it learns).
+        Some(later) if excuses.forces.excuse(later, writer, valid_until(later)) => {
+            report.forced_rejections += 1;
+        }
+        // Likewise a later start whose grant a restart wiped: asked
+        // before the kill, granted by the old life (its section
+        // began after the kill: a reply read after a stall, or a
+        // `MultiLock` still taking its other members).
+        Some(later) if excuses.kills.excuse(later, writer, valid_until(later)) => {
+            report.excused_overlaps += 1;
+        }
+        Some(later) => report.violations.push(Violation::StaleWriteAccepted {
+            lock: lock.to_owned(),
+            writer: writer.clone(),
+            at_us,
+            superseded_by: (*later).clone(),
+        }),
+        None if !believed_valid => report.late_writes_accepted += 1,
+        None => {}
+    }
+}
+
+/// (c) for a write the store rejected although its writer believed in its
+/// lease: `h` holds the store's token.
+fn rejected(
+    lock: &str,
+    writer: &Section,
+    at_us: u64,
+    h: &Section,
+    excuses: &Excuses<'_>,
+    report: &mut Report,
+) {
+    if h.client == writer.client && h.start_us > writer.start_us {
+        report.downgrade_writes_rejected += 1;
+    } else if let Some(why) = excuses.excuse(writer, h, at_us) {
+        match why {
+            Why::Restart => report.excused_rejections += 1,
+            Why::Forced => report.forced_rejections += 1,
+        }
+    } else {
+        report.violations.push(Violation::ValidWriteRejected {
+            lock: lock.to_owned(),
+            writer: writer.clone(),
+            at_us,
+            fenced_by: h.clone(),
+        });
     }
 }
 

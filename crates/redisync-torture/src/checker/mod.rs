@@ -203,6 +203,8 @@ pub enum Violation {
 }
 
 impl fmt::Display for Violation {
+    // Over 60 lines: one arm per variant, every message in one place (tests
+    // and tools match on them), so they are kept together.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Violation::Overlap {
