@@ -84,12 +84,15 @@
 //! checked between grants whose request came after the other's start, so
 //! grants racing each other are not compared.
 
+// One file per rule: (a) exclusion, (b) tokens, (c) fencing, (e) work,
+// (f) probes, and the leader jobs' sections that (a) to (c) also check.
 mod exclusion;
 mod fencing;
 mod leader;
 mod probes;
 mod tokens;
 mod work;
+
 pub use fencing::FencedStore;
 pub use leader::leader_sections;
 pub use probes::FAULT_GRACE_US;
@@ -572,6 +575,9 @@ fn valid_until(s: &Section) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    //! Tests of `check` as a whole, and the helpers (`pub(super)`) the rule
+    //! files' tests share.
+
     use super::*;
     use crate::history::{Access, Kill, Kind, Step};
 
