@@ -1,5 +1,6 @@
 //! The history checker: exclusion by access, token order across every life
-//! of a server, and a fenced store.
+//! of a server, a fenced store, no work past a known loss, and probes that
+//! answer.
 //!
 //! Each lock (the `lock` string of its sections) is checked on its own:
 //! sections of different locks never interact.
@@ -483,7 +484,7 @@ impl Report {
 }
 
 /// Checks (a), (b) and (c) on `history` (its sections and the leaderships
-/// derived from its leader jobs), and (e) on its work.
+/// derived from its leader jobs), (e) on its work and (f) on its probes.
 pub fn check(history: &History) -> Report {
     let leaderships = leader_sections(history);
     let mut report = Report {
