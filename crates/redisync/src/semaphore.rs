@@ -85,8 +85,8 @@ static NEXT_PERMIT: AtomicU64 = AtomicU64::new(1);
 /// semaphore's wait queue in Redis, and a release hands the freed permits
 /// to the oldest queued clients whose asks fit, telling only them (FIFO
 /// among waiting clients: a large ask is not passed over; the
-/// repository's docs/fairness.md). Every acquisition gets a token, strictly increasing per
-/// semaphore.
+/// repository's docs/fairness.md). Every acquisition gets a token,
+/// strictly increasing per semaphore.
 #[derive(Clone)]
 pub struct Semaphore {
     inner: Arc<SemaphoreInner>,
