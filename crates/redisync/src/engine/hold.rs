@@ -18,6 +18,13 @@ use crate::mutex::lock_unpoisoned;
 /// What one kind of hold needs from its primitive after the grant: how to
 /// renew it and how to release it. Each primitive defines its own in its
 /// module; the guard core, the watchdog and shutdown use nothing else.
+///
+/// Why a table of functions beside the `Spec` trait: `Spec` is generic and
+/// serves the acquisition, which has the typed handle. A hold outlives
+/// its acquisition and meets holds of every kind in one place (the
+/// watchdog renews a batch per kind, a reconnection checks them all, the
+/// shutdown releases them all), where no handle and no type parameter is
+/// left: one `&'static HoldOps` per kind keeps `Hold` one type.
 pub(crate) struct HoldOps {
     /// The renewal: a batched script whose keys and per-hold arguments come
     /// from [`HoldOps::hold_args`] (a fixed number per hold, appended in
