@@ -2,7 +2,7 @@
 //! in Redis commands, who gets the lock next, and how long a waiter that
 //! crashed or left can hold the others up.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;

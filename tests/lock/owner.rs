@@ -3,7 +3,7 @@
 //! `for_each_concurrent`) and a spawned child task, for every re-entrant
 //! primitive, against a real redis-server.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -4,9 +4,8 @@
 //! any other contender. Against a real redis-server, for the lock and the
 //! fair lock.
 
-mod common;
+use crate::common;
 /// A hand-off whose outcome stayed unknown.
-#[path = "hand_off/in_doubt.rs"]
 mod in_doubt;
 
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! lease. Found by an adversarial review against real Redis.
 #![allow(clippy::pedantic)] // a stress harness, kept as the review wrote it
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 //! lost before its replica sync, `inspect`, a crashed holder. Each test
 //! failed on the first version of the hand-off (its comment says why).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! the caller's own owner id, keys of the wrong type; and a fair queue's
 //! TTL, which only grows. (From the second review of the fair hand-off.)
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

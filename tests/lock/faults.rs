@@ -2,7 +2,7 @@
 //! paused and restarted servers, killed subscriber connections, cancelled
 //! waiters and owner checks. Every test runs against its own fresh server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::future::Future;
