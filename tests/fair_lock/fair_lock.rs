@@ -2,7 +2,7 @@
 //! clients, eviction of crashed waiters (and only of those), cancellation,
 //! faults and owner checks. Every test runs against its own fresh server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -314,8 +314,8 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
                 .admin
                 .eval(
                     concat!(
-                        include_str!("../lua/prelude.lua"),
-                        include_str!("../lua/fair_lock_leave.lua")
+                        include_str!("../../lua/prelude.lua"),
+                        include_str!("../../lua/fair_lock_leave.lua")
                     ),
                     vec![
                         hash_key("leave"),
@@ -1415,8 +1415,8 @@ async fn a_leave_over_a_wrong_type_hash_still_removes_its_queue_entry() {
         .admin
         .eval(
             concat!(
-                include_str!("../lua/prelude.lua"),
-                include_str!("../lua/fair_lock_leave.lua")
+                include_str!("../../lua/prelude.lua"),
+                include_str!("../../lua/fair_lock_leave.lua")
             ),
             vec![
                 hash_key(name),
