@@ -3,7 +3,7 @@
 //! preference, hand-offs after downgrades, force-unlocks and cancelled
 //! waiters, and what a key of another type does while the lock is written.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! `RwLock` against real redis-server processes.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
