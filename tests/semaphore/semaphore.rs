@@ -1,6 +1,6 @@
 //! `Semaphore` against real redis-server processes.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

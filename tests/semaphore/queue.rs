@@ -4,7 +4,7 @@
 //! over); crashed, departed and shut-down waiters hold the others up for a
 //! bounded time.
 
-mod common;
+use crate::common;
 
 use common::{cli, SlotMove};
 

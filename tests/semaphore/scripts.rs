@@ -2,7 +2,7 @@
 //! under random operations of several clients (the scripts run as the
 //! library sends them, prelude included), and the hand-off's liveness.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,12 +12,12 @@ use fred::prelude::*;
 use fred::types::Value;
 use tokio::time::timeout;
 
-const PRELUDE: &str = include_str!("../lua/prelude.lua");
-const ACQUIRE: &str = include_str!("../lua/semaphore_acquire.lua");
-const RELEASE: &str = include_str!("../lua/semaphore_release.lua");
-const RENEW: &str = include_str!("../lua/semaphore_renew.lua");
-const FORCE: &str = include_str!("../lua/semaphore_force_release.lua");
-const ADD: &str = include_str!("../lua/semaphore_add_permits.lua");
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const ACQUIRE: &str = include_str!("../../lua/semaphore_acquire.lua");
+const RELEASE: &str = include_str!("../../lua/semaphore_release.lua");
+const RENEW: &str = include_str!("../../lua/semaphore_renew.lua");
+const FORCE: &str = include_str!("../../lua/semaphore_force_release.lua");
+const ADD: &str = include_str!("../../lua/semaphore_add_permits.lua");
 
 const CLIENTS: [&str; 3] = [
     "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa",
