@@ -4,7 +4,7 @@
 //! record is trimmed as it goes (it does not grow with its count-downs and
 //! phases).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -13,9 +13,9 @@ use fred::prelude::*;
 use redisync::Error;
 use tokio::time::timeout;
 
-const PRELUDE: &str = include_str!("../lua/prelude.lua");
-const COUNT_DOWN: &str = include_str!("../lua/latch_count_down.lua");
-const SET_COUNT: &str = include_str!("../lua/latch_set_count.lua");
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const COUNT_DOWN: &str = include_str!("../../lua/latch_count_down.lua");
+const SET_COUNT: &str = include_str!("../../lua/latch_set_count.lua");
 
 /// Bound on every wait for an event; only reached when the code is wrong.
 const WITHIN: Duration = Duration::from_secs(10);

@@ -4,7 +4,7 @@
 //! error for its waiters, and bad input or a key of another type is refused
 //! without a write.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,9 +18,9 @@ use redisync::{Client, CountDownLatch, Error};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
-const PRELUDE: &str = include_str!("../lua/prelude.lua");
-const COUNT_DOWN: &str = include_str!("../lua/latch_count_down.lua");
-const SET_COUNT: &str = include_str!("../lua/latch_set_count.lua");
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const COUNT_DOWN: &str = include_str!("../../lua/latch_count_down.lua");
+const SET_COUNT: &str = include_str!("../../lua/latch_set_count.lua");
 
 /// Bound on every wait for an event; only reached when the code is wrong.
 /// Well below the default watchdog period (30 s): a waiter that wakes

@@ -1,7 +1,7 @@
 //! Phases of a count-down latch (expired, opened, set again), its waiters
 //! under faults, `Leader::status` with several runs, and shutdown.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
