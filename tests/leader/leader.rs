@@ -2,7 +2,7 @@
 //! after a resign or a leader cut off, and `run`, which never lets a job
 //! run once the lead is known lost.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
