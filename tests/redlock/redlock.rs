@@ -3,7 +3,7 @@
 //! mutual exclusion and fencing tokens across clients, the restart guard,
 //! extension, watchdog loss, cancellation.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

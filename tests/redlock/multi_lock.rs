@@ -1,7 +1,7 @@
 //! `MultiLock` against real servers: all-or-nothing, no deadlock between
 //! opposite orders, cancellation, waiting, and release reporting every failure.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
