@@ -6,7 +6,7 @@
 //! whose reply was lost leads to exactly one grant. The waiter goes through
 //! a `FaultProxy`; the holder and the checker connect directly.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

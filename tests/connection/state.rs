@@ -3,7 +3,7 @@
 //! is back, holds lost meanwhile counted, `Shutdown` at the end. Every wait
 //! is on `ConnectionWatch::changed`, never a sleep.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! redisync through Redis Sentinel: `redis-sentinel://` URLs and failover.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;

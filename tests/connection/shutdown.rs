@@ -3,7 +3,7 @@
 //! lock released when the server answers, and nothing of the client reaching
 //! the server once it returned.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

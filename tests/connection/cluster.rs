@@ -1,7 +1,7 @@
 //! Every primitive on a 3-primary Redis Cluster (with replicas).
 #![allow(clippy::many_single_char_names)]
 
-mod common;
+use crate::common;
 
 use common::{cli, primary_of_slot, SlotMove};
 

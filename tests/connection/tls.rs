@@ -4,7 +4,7 @@
 //! A server binary without TLS skips these tests with a printed reason,
 //! unless `REDISYNC_REQUIRE_TLS=1` (CI), where it fails them.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

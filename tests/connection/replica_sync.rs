@@ -1,6 +1,6 @@
 //! Replica sync: WAIT after acquisitions, undo when too few replicas acknowledge.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -598,7 +598,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "lock",
             "redis.call('hset', KEYS[1], ARGV[2], 1, '~t', ARGV[3])
              redis.call('pexpire', KEYS[1], ARGV[1])",
-            include_str!("../lua/lock_renew.lua"),
+            include_str!("../../lua/lock_renew.lua"),
             &["lock"],
             &["owner", "7"],
             "pexpire",
@@ -609,7 +609,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "write hold",
             "redis.call('hset', KEYS[1], 'w:' .. ARGV[2], 1, '~t', ARGV[3])
              redis.call('pexpire', KEYS[1], ARGV[1])",
-            include_str!("../lua/rw_lock_renew.lua"),
+            include_str!("../../lua/rw_lock_renew.lua"),
             &["rw", "readers"],
             &["owner", "7", "w"],
             "pexpire",
@@ -624,7 +624,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
              redis.call('zadd', KEYS[2], ends, ARGV[2])
              redis.call('pexpire', KEYS[1], ARGV[1])
              redis.call('pexpire', KEYS[2], ARGV[1])",
-            include_str!("../lua/rw_lock_renew.lua"),
+            include_str!("../../lua/rw_lock_renew.lua"),
             &["rw", "readers"],
             &["owner", "7", "r"],
             "pexpire",
@@ -636,7 +636,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "local t = redis.call('time')
              local ends = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ARGV[1]
              redis.call('zadd', KEYS[1], ends, ARGV[2])",
-            include_str!("../lua/semaphore_renew.lua"),
+            include_str!("../../lua/semaphore_renew.lua"),
             &["leases"],
             &["permit"],
             "zadd",
@@ -648,7 +648,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
     for (what, hand_off, renewal, keys, args, writes_with, handed, renewed) in cases {
         let script = format!(
             "{}\ndo\n{hand_off}\nend\n{renewal}",
-            include_str!("../lua/prelude.lua")
+            include_str!("../../lua/prelude.lua")
         );
         let runs = 20u64;
         let before = common::command_calls(&env).await;
