@@ -23,7 +23,7 @@
 // sweep, `a` and `b` two clients, `v` and `d` the value's name and value).
 #![allow(clippy::too_many_lines, clippy::many_single_char_names)]
 
-mod common;
+use crate::common;
 
 use std::fmt::Display;
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! older fencing token than the value has seen is refused and changes
 //! nothing.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The one guard trait, the owned lost signal and `run_locked`, for every
 //! guard and permit, against a real redis-server.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! floor (docs/data-layout.md, "Key cost": fencing counters and a semaphore's permit
 //! hash).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

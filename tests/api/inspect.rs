@@ -1,7 +1,7 @@
 //! The inspector's view of every primitive (`inspect`, `Client::inspect`,
 //! `Client::list`), read from real servers; and the semaphore's force release.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
