@@ -4,10 +4,10 @@
 //! A process-wide `log` logger and `tracing` subscriber record every event
 //! at warn level or above; every test takes `common::capture::serial`.
 
+use crate::common;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 

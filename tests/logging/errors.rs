@@ -5,7 +5,7 @@
 //! above; the tests take [`serial`] so that one test's records are not
 //! another's.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

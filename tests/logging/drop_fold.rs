@@ -3,7 +3,7 @@
 //! are not driven afterwards, reads right after a drop, shutdown, and
 //! cancelled attempts that carry a release. Every test takes
 //! `common::capture::serial`.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
