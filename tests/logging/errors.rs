@@ -492,7 +492,7 @@ async fn messages_name_the_right_thing_and_no_internals() {
 
     client.shutdown().await.expect("shutdown");
     drop(server);
-    // (With Redis down the messages are checked in lock_faults.rs: the
+    // (With Redis down the messages are checked in lock/faults.rs: the
     // undos a dead server leaves pending would log into the next test's
     // capture here.) The lost permit warned, as it should: let what
     // follows land, then clear the capture for the next test.

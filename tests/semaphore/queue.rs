@@ -661,7 +661,7 @@ async fn a_release_handed_to_a_crashed_waiter_leaves_local_waiters_asleep() {
 /// success and the entry stays in the queue (no TTL). After the migration
 /// the dead entry is handed the next free permit, for its whole lease.
 ///
-/// Known gap (`cargo test --test semaphore_queue -- --ignored`): the undo now
+/// Known gap (`cargo test --test semaphore -- --ignored queue::`): the undo now
 /// returns the refusal instead of skipping the leave, and retries; but B's
 /// client shuts down before the slot settles, which cuts the retries short,
 /// and the entry costs what a crashed waiter's costs (one lease). Closing
