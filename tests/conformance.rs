@@ -19,7 +19,7 @@
 //! error reply writes nothing.
 //!
 //! Not in the matrix: undoing an acquisition that replicas did not
-//! acknowledge; `tests/replica_sync.rs` already covers it for every primitive.
+//! acknowledge; `tests/connection/replica_sync.rs` already covers it for every primitive.
 
 mod common;
 
@@ -1913,7 +1913,7 @@ impl Bench {
         let proxy = redisync_testkit::FaultProxy::start(env.server.addr()).await;
         // Calls end with their fault (the endings under test): a waiting
         // acquisition would ride it out instead (`AcquireRetry`, checked
-        // in tests/blip.rs), so the bench's waits do not retry.
+        // in tests/connection/blip.rs), so the bench's waits do not retry.
         let a = Client::builder(&proxy.url())
             .command_timeout(CALL_TIMEOUT)
             .acquire_retry(redisync::AcquireRetry::never())

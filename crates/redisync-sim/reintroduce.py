@@ -172,7 +172,7 @@ DEFECTS = [
     },
     {
         "name": "hand-off-in-doubt-frees-owner",
-        "class": "a hand-off whose script never ran lets its old owner take the field over while the guard says held; tests/hand_off.rs a_hand_off_that_never_ran_leaves_one_holder",
+        "class": "a hand-off whose script never ran lets its old owner take the field over while the guard says held; tests/lock/hand_off.rs a_hand_off_that_never_ran_leaves_one_holder",
         "edits": [("crates/redisync/src/engine/hold.rs", "            *owner = from;\n        }\n", "            *owner = from;\n        }\n        self.end_owner_turn();\n")],
     },
     {
@@ -193,7 +193,7 @@ DEFECTS = [
     },
     {
         "name": "redlock-node-guard-per-connection-only",
-        "class": "a Redlock node restarted behind a proxy that keeps the connection is not seen by its node's restart guard; tests/redlock.rs a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_again",
+        "class": "a Redlock node restarted behind a proxy that keeps the connection is not seen by its node's restart guard; tests/redlock/redlock.rs a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_again",
         "edits": [("crates/redisync-redlock/src/redlock.rs", "                if !max_lease.is_zero() {\n                    // The node's scripts", "                if false {\n                    // The node's scripts")],
     },
     {
@@ -203,27 +203,27 @@ DEFECTS = [
     },
     {
         "name": "rw-sides-in-separate-owner-lines",
-        "class": "two flows of one owner asking an RwLock's write and read sides together both hold; tests/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
+        "class": "two flows of one owner asking an RwLock's write and read sides together both hold; tests/lock/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
         "edits": [("crates/redisync/src/engine/acquire.rs", "let line = slot.owner_lines.join(&owner);", "let line = slot.owner_lines.join(&holder);")],
     },
     {
         "name": "force-in-doubt-without-a-slot",
-        "class": "a force-unlock in doubt, called while no task used the name, misses a grant sent during the call; tests/lock_faults.rs force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot",
+        "class": "a force-unlock in doubt, called while no task used the name, misses a grant sent during the call; tests/lock/faults.rs force_unlock_in_doubt_loses_a_grant_sent_during_the_call_without_an_earlier_slot",
         "edits": [("crates/redisync/src/engine/mod.rs", "        let mut in_doubt = ForceInDoubt(Some(slot));\n", "        drop(slot);\n        let mut in_doubt = ForceInDoubt(client.hub.existing_slot(&self.key).map(|_| client.hub.slot(&self.key, &self.channel)));\n")],
     },
     {
         "name": "shutdown-skips-hand-off-in-doubt",
-        "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease; tests/hand_off.rs in_doubt::shutdown_after_a_hand_off_in_doubt_frees_the_name",
+        "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease; tests/lock/hand_off/in_doubt.rs shutdown_after_a_hand_off_in_doubt_frees_the_name",
         "edits": [("crates/redisync/src/engine/held.rs", "    finish_rebind(client, hold).await?;\n    (hold.ops.release)(", "    (hold.ops.release)(")],
     },
     {
         "name": "undo-gives-up-during-shutdown",
-        "class": "the undo of a waiter aborted before a shutdown gives up at a connection reset while the shutdown runs: the departed waiter stays queued (found by the simulation); tests/shutdown.rs an_undo_reset_during_the_shutdown_is_sent_again",
+        "class": "the undo of a waiter aborted before a shutdown gives up at a connection reset while the shutdown runs: the departed waiter stays queued (found by the simulation); tests/connection/shutdown.rs an_undo_reset_during_the_shutdown_is_sent_again",
         "edits": [("crates/redisync/src/engine/undo.rs", "&& !client.connections_closed() =>", "&& client.check_connected().is_ok() =>")],
     },
     {
         "name": "release-gives-up-during-shutdown",
-        "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (found by the simulation); tests/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
+        "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (found by the simulation); tests/connection/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
         "edits": [("crates/redisync/src/engine/held.rs", "|| client.check_still_connected(),", "|| client.check_open(),")],
     },
     {

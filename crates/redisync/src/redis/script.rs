@@ -52,7 +52,7 @@ impl LuaScript {
     /// ([`LuaScript::run`]) a script in flight when the connection drops is
     /// **not** sent again after the reconnect; it fails with an IO error
     /// (outcome unknown, compensated by the caller; shown through the fault
-    /// proxy by `tests/lock_faults.rs::a_force_unlock_whose_reply_is_lost_never_runs_twice`).
+    /// proxy by `tests/lock/faults.rs::a_force_unlock_whose_reply_is_lost_never_runs_twice`).
     /// With more attempts it **may** be sent again and run twice (the
     /// conformance matrix's endings saw an acquisition reset after it ran
     /// come back granted), and fred re-sends after a cluster redirection.
