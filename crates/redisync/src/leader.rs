@@ -281,8 +281,9 @@ impl Leader {
     ///
     /// A watch reports only real terms: a grant counts once its identity is
     /// published (see [`LeaderInfo::identity`]), so a grant that never led
-    /// (undone by the restart guard after a server restart, or a plain
-    /// [`Lock`] on the name) shows as nobody leading, never as a leader.
+    /// (one a guarded client's own check gives back because the server
+    /// turned out to be freshly restarted, or a plain [`Lock`] on the
+    /// name) shows as nobody leading, never as a leader.
     /// The end of a term is heard at once when it is given back (resigned,
     /// dropped), and at its lease's end when the leader crashed.
     ///

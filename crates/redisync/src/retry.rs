@@ -297,10 +297,13 @@ pub(crate) fn plain_while(
     let waited = if lasted.is_zero() {
         format!("while trying to {try_to}")
     } else {
-        format!(
-            "for {:.1} s while waiting for {wait_for}",
-            lasted.as_secs_f64()
-        )
+        // Under a second in milliseconds: "0.0 s" would say it never waited.
+        let how_long = if lasted < Duration::from_secs(1) {
+            format!("{} ms", lasted.as_millis().max(1))
+        } else {
+            format!("{:.1} s", lasted.as_secs_f64())
+        };
+        format!("for {how_long} while waiting for {wait_for}")
     };
     let message = match e.redis_kind() {
         // The server's own reply (LOADING, READONLY, ...) comes first: its
@@ -372,5 +375,21 @@ mod tests {
             "Redis at 127.0.0.1:6379/0 unreachable for 2.1 s while waiting for lock \"x\": Connection reset by peer"
         ), "{p}");
         assert_eq!(p.redis_kind(), Some(crate::RedisErrorKind::Io));
+    }
+
+    /// An outage under a second reads in milliseconds, never "0.0 s".
+    #[test]
+    fn a_short_outage_is_said_in_milliseconds() {
+        let e = Error::redis(fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            "Request timed out.",
+        ));
+        let at = ["127.0.0.1:6379/0".to_owned()];
+        let p = plain(e, &at, "lock", "x", Duration::from_millis(40));
+        assert!(
+            p.to_string()
+                .contains("did not answer for 40 ms while waiting for lock"),
+            "{p}"
+        );
     }
 }
