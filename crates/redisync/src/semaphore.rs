@@ -503,12 +503,11 @@ impl Semaphore {
         let named = self.named();
         named.check_usable("semaphore")?;
         let client = named.client_inner();
-        if let Some(slot) = client.hub.existing_slot(&named.key) {
-            if let Some(hold) = slot.holder(&id.id) {
-                hold.mark_lost("released by its permit id");
-            }
+        let slot = client.hub.existing_slot(&named.key);
+        if let Some(hold) = slot.as_ref().and_then(|slot| slot.holder(&id.id)) {
+            hold.mark_lost("released by its permit id");
         }
-        let (freed, _, _) = give_back_as(
+        let (freed, _, _) = give_back(
             client.link(),
             client.hub.publish_command(),
             &named.key,
@@ -518,7 +517,7 @@ impl Semaphore {
             Some(named.client.id()),
         )
         .await?;
-        if let Some(slot) = client.hub.existing_slot(&named.key) {
+        if let Some(slot) = slot {
             // This client's waiters are woken by the client itself (the
             // script publishes for the others).
             slot.wake();
@@ -547,28 +546,27 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe: one script, done or not done.
     pub async fn extend_permit(&self, id: &PermitId, lease: Duration) -> Result<()> {
-        let lease_ms = crate::redis::script::checked_ms("lease", lease)?;
         let named = self.named();
-        named.check_usable("semaphore")?;
         let client = named.client_inner();
-        if let Some(guard) = &client.restart_guard {
-            guard.check_lease("extension", lease)?;
+        let lease_ms = engine::held::extension_ms(client, lease)?;
+        named.check_usable("semaphore")?;
+        let keys = vec![self.inner.leases.clone()];
+        let args = vec![Value::String(id.id.as_ref().into())];
+        let renewed = engine::held::extend_in_redis(
+            client,
+            &named.name,
+            &named.key,
+            &RENEW,
+            keys,
+            args,
+            lease_ms,
+        )
+        .await?;
+        if renewed {
+            Ok(())
+        } else {
+            Err(self.permit_not_held())
         }
-        let renewed: Vec<i64> = RENEW
-            .run_idempotent(
-                client.link(),
-                &named.key,
-                vec![self.inner.leases.clone()],
-                vec![
-                    Value::Integer(lease_ms),
-                    Value::String(id.id.as_ref().into()),
-                ],
-            )
-            .await?;
-        if renewed.first() != Some(&1) {
-            return Err(self.permit_not_held());
-        }
-        crate::redis::replica::writes_synced(client, &named.name, &named.key).await
     }
 
     fn permit_not_held(&self) -> Error {
@@ -778,6 +776,7 @@ impl Spec for Semaphore {
             &named.channel,
             Value::String(holder.into()),
             true,
+            None,
         )
         .await?;
         slot.wake();
@@ -810,6 +809,7 @@ async fn release_permit(redis: &dyn Link, publish: &'static str, hold: &Hold) ->
         &hold.channel,
         hold.owner(),
         false,
+        None,
     )
     .await?;
     Ok(Released {
@@ -824,21 +824,9 @@ async fn release_permit(redis: &dyn Link, publish: &'static str, hold: &Hold) ->
 /// `semaphore_release.lua` for permit id `id` of the semaphore whose hold
 /// key is `key` (`leave`: also take the id's queue entry out): the permits
 /// given back (0: it held none), the permits free after it, and 1 if some
-/// went to a waiter of another client.
+/// went to a waiter of another client. `releaser`: the releasing client,
+/// when it is not the one the id names (a release by [`PermitId`]).
 async fn give_back(
-    redis: &dyn Link,
-    publish: &'static str,
-    key: &str,
-    channel: &Key,
-    id: Value,
-    leave: bool,
-) -> Result<(i64, i64, i64)> {
-    give_back_as(redis, publish, key, channel, id, leave, None).await
-}
-
-/// [`give_back`] by `releaser` (a client uuid), when it is not the
-/// client the permit id names (a release by [`PermitId`]).
-async fn give_back_as(
     redis: &dyn Link,
     publish: &'static str,
     key: &str,

@@ -7,14 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
+use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::engine::hold::{Hold, RebindRefused, Released};
 use crate::engine::hub::SlotRef;
 use crate::error::{Error, Result};
-use crate::redis::script::checked_ms;
+use crate::redis::script::{checked_ms, LuaScript};
 
 /// Local hand-offs in a row (of a hold that keeps the local turn) before
 /// waiters of other clients get a turn.
@@ -86,28 +86,29 @@ impl Held {
     /// hold); the local estimate follows the reply (with replica sync, only
     /// once enough replicas acknowledged it).
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
-        let lease_ms = checked_ms("lease", lease)?;
-        if let Some(guard) = &self.client.restart_guard {
-            guard.check_lease("extension", lease)?;
-        }
+        let lease_ms = extension_ms(&self.client, lease)?;
         self.client.check_connected()?;
         let hold = self.hold();
         if hold.is_lost() {
             return Err(self.not_held());
         }
         let sent_at = Instant::now();
-        let (keys, mut args) = (hold.ops.hold_args)(hold);
-        args.insert(0, Value::Integer(lease_ms));
-        let flags: Vec<i64> = hold
-            .ops
-            .renew
-            .run_idempotent(self.client.link(), &hold.key, keys, args)
-            .await?;
-        if flags.first() == Some(&1) {
-            // A replica without the longer lease would keep the old one
-            // after a failover: unacknowledged, the estimate stays (the
-            // longer lease left in Redis only outlives our belief: safe).
-            crate::redis::replica::writes_synced(&self.client, &self.name, &hold.key).await?;
+        let (keys, args) = (hold.ops.hold_args)(hold);
+        let renew = hold.ops.renew;
+        if extend_in_redis(
+            &self.client,
+            &self.name,
+            &hold.key,
+            renew,
+            keys,
+            args,
+            lease_ms,
+        )
+        .await?
+        {
+            // Only once synced: a replica without the longer lease would
+            // keep the old one after a failover (the longer lease left in
+            // Redis only outlives our belief: safe).
             hold.extend_validity(sent_at, lease);
             Ok(())
         } else {
@@ -275,6 +276,38 @@ impl Drop for EndRebind<'_> {
     fn drop(&mut self) {
         self.hold.end_rebind(self.revert.take());
     }
+}
+
+/// `lease` checked for an extension (not zero, not absurd, within the
+/// restart guard's bound): its milliseconds.
+pub(crate) fn extension_ms(client: &ClientInner, lease: Duration) -> Result<i64> {
+    let lease_ms = checked_ms("lease", lease)?;
+    if let Some(guard) = &client.restart_guard {
+        guard.check_lease("extension", lease)?;
+    }
+    Ok(lease_ms)
+}
+
+/// One renewal of one hold in Redis by `renew` (its keys and per-hold
+/// arguments as [`HoldOps::hold_args`] gives them) to at least `lease_ms`,
+/// synced to the replicas when it renewed: whether the hold was there. For
+/// a guard's `extend` and an extension by permit id alike.
+pub(crate) async fn extend_in_redis(
+    client: &ClientInner,
+    name: &str,
+    key: &str,
+    renew: &LuaScript,
+    keys: Vec<Key>,
+    mut args: Vec<Value>,
+    lease_ms: i64,
+) -> Result<bool> {
+    args.insert(0, Value::Integer(lease_ms));
+    let flags: Vec<i64> = renew.run_idempotent(client.link(), key, keys, args).await?;
+    if flags.first() != Some(&1) {
+        return Ok(false);
+    }
+    crate::redis::replica::writes_synced(client, name, key).await?;
+    Ok(true)
 }
 
 /// Takes one guard off `hold`: its renewal stops at once; the last one also
