@@ -754,9 +754,12 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
         .await
         .unwrap()
         .unwrap();
-    let msg = messages
-        .try_recv()
-        .expect("the release told the next owner");
+    // The test's own subscriber may hear the hand-off after the waiter has
+    // the lock: wait for the message, do not only look.
+    let msg = timeout(Duration::from_secs(2), messages.recv())
+        .await
+        .expect("the release told the next owner")
+        .unwrap();
     let payload: String = msg.value.convert().unwrap();
     assert!(
         payload.starts_with("g:") && payload.contains(&format!(":{}:", c.id())),
