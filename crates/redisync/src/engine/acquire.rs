@@ -279,9 +279,8 @@ async fn reenter_held_once<S: Spec>(
     Ok(None)
 }
 
-/// The attempt loop, once the local turn `gate` asks for is ours.
-// One loop, read top to bottom; each blip site hands over to `ride_out`.
-#[allow(clippy::too_many_lines)]
+/// The attempt loop, once the local turn `gate` asks for is ours: one
+/// [`Contender::step`] after another until the acquisition ends.
 async fn contend<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
@@ -291,58 +290,92 @@ async fn contend<S: Spec>(
     lease_ms: i64,
     outage: Outage,
 ) -> Result<Option<Held>> {
-    let (spec, slot, ask, lease) = (grant.spec, grant.slot, grant.ask, grant.lease);
-    let named = spec.named();
-    let client = named.client_inner();
+    // Outlives the contender: its undo and place go first when dropped.
+    let registration = Registration::new(grant.slot, holder);
     // A zero wait is one try that never queues.
     let enqueue = deadline.is_none_or(|d| d > Instant::now());
-    let registration = Registration::new(slot, holder);
-    let wakeup = &*registration.wakeup;
-    let mut undo = Undo::new(spec, slot, holder, None, turn);
-    let mut place = Place::new(wakeup);
-    let mut ride = Ride {
-        outage,
-        wakeup,
+    let mut contender = Contender {
+        grant,
+        holder,
+        gate,
         deadline,
-        waits: enqueue,
+        lease_ms,
+        enqueue,
+        refusals_until: deadline.unwrap_or_else(|| {
+            Instant::now() + grant.spec.named().client_inner().settings.command_timeout
+        }),
+        place: Place::new(&registration.wakeup),
+        undo: Undo::new(grant.spec, grant.slot, holder, None, turn),
+        ride: Ride {
+            outage,
+            wakeup: &registration.wakeup,
+            deadline,
+            waits: enqueue,
+        },
     };
-    let refusals_until =
-        deadline.unwrap_or_else(|| Instant::now() + client.settings.command_timeout);
     loop {
+        if let Step::Done(held) = contender.step().await? {
+            return Ok(held);
+        }
+    }
+}
+
+/// Where a step of [`contend`] leaves the acquisition.
+enum Step {
+    /// It ended: held, or `None` once the deadline passed.
+    Done(Option<Held>),
+    /// The next step at once (a blip ridden out, a hand-off not kept, a
+    /// subscription made, a wake-up or the server's bound).
+    Again,
+    /// Busy: look again at this instant unless woken first.
+    Busy(Instant),
+}
+
+/// What [`contend`] carries from one step to the next.
+struct Contender<'c, S: Spec> {
+    grant: &'c Grant<'c, S>,
+    holder: &'c Arc<str>,
+    gate: Gate,
+    deadline: Option<Instant>,
+    lease_ms: i64,
+    /// Not a zero wait: an attempt may queue us.
+    enqueue: bool,
+    /// Until when a refusal while the slot migrates is tried again.
+    refusals_until: Instant,
+    // Dropped in this order: the place's hold on a shutdown, then the undo.
+    place: Place,
+    undo: Undo<S>,
+    ride: Ride<'c>,
+}
+
+impl<S: Spec> Contender<'_, S> {
+    /// One turn of the loop: a hand-off to take, or one attempt (once the
+    /// slot is not exhausted and the server not too young), then the wait
+    /// its answer asks for.
+    async fn step(&mut self) -> Result<Step> {
+        let named = self.grant.spec.named();
+        let client = named.client_inner();
         if let Err(e) = client.check_open() {
-            return Err(failed(grant, holder, (place.queued, false), &mut undo, e).await);
+            let queue = (self.place.queued, false);
+            return Err(failed(self.grant, self.holder, queue, &mut self.undo, e).await);
         }
-        if let Some(token) = wakeup.take_handed(place.number).filter(|_| place.queued) {
-            // A release handed us the hold (whatever the deadline says: it
-            // is ours, and cheaper to keep than to give back).
-            let held = match handed(grant, holder, gate, &mut undo, token, place.busy_at).await {
-                Ok(held) => held,
-                // What was handed to us is still to be given back (a blip
-                // met while it was judged or synced): undone in order
-                // before the next attempt.
-                Err(e) if undo.is_armed() => {
-                    let r = &mut ride;
-                    ride_out(grant, holder, &mut undo, &mut place, r, e, true, false).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if held.is_some() {
-                return Ok(held);
+        let wakeup = self.ride.wakeup;
+        if let Some(token) = wakeup.take_handed(self.place.number) {
+            if self.place.queued {
+                return self.take_handed(token).await;
             }
-            place.left();
-            continue;
         }
-        let queued = place.queued;
         // The slot's generation, of local releases and wake-ups for all
         // (what a grant that exhausted the permits waits for), and ours.
         // A waiter without a queue entry looks again as often as a queued
         // one: the server's bound may predate a hand-off of a shorter lease.
-        let look = handed_look(lease);
+        let look = handed_look(self.grant.lease);
+        let may_wait = self.enqueue && !self.place.queued;
+        let slot = self.grant.slot;
         let Some(exhausted_since) =
-            wait_while_exhausted(slot, enqueue && !queued, look, deadline, &named.labels).await
+            wait_while_exhausted(slot, may_wait, look, self.deadline, &named.labels).await
         else {
-            return Ok(None);
+            return Ok(Step::Done(None));
         };
         let since = wakeup.generation();
         // A server too young since its restart grants nothing: wait (a
@@ -350,167 +383,225 @@ async fn contend<S: Spec>(
         let generation = guarded_generation(client);
         let young = match restart_young(client).await {
             Ok(young) => young,
-            Err(e) => {
-                ride_out(
-                    grant, holder, &mut undo, &mut place, &mut ride, e, false, false,
-                )
-                .await?;
-                continue;
-            }
+            Err(e) => return self.ride_out(e, false, false).await,
         };
         if let Some(left) = young {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Step::Done(None));
             }
-            let until = super::after(left);
-            park(wakeup, since, until, deadline, &named.labels).await;
-            continue;
+            park(
+                wakeup,
+                since,
+                super::after(left),
+                self.deadline,
+                &named.labels,
+            )
+            .await;
+            return Ok(Step::Again);
         }
+        let seen = (exhausted_since, generation);
+        match self.attempt(seen).await? {
+            Step::Busy(until) => self.wait(since, until).await,
+            step => Ok(step),
+        }
+    }
+
+    /// Takes the hold a release handed us while we waited in the queue
+    /// (whatever the deadline says: it is ours, and cheaper to keep than
+    /// to give back).
+    async fn take_handed(&mut self, token: u64) -> Result<Step> {
+        let (grant, holder, gate) = (self.grant, self.holder, self.gate);
+        let busy_at = self.place.busy_at;
+        match handed(grant, holder, gate, &mut self.undo, token, busy_at).await {
+            Ok(Some(held)) => Ok(Step::Done(Some(held))),
+            Ok(None) => {
+                self.place.left();
+                Ok(Step::Again)
+            }
+            // What was handed to us is still to be given back (a blip met
+            // while it was judged or synced): undone in order before the
+            // next attempt.
+            Err(e) if self.undo.is_armed() => self.ride_out(e, true, false).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends one attempt and reads its reply. `seen`: the slot's
+    /// exhaustion mark and the guarded connection generation from before.
+    async fn attempt(&mut self, seen: (u64, u64)) -> Result<Step> {
+        let (spec, slot) = (self.grant.spec, self.grant.slot);
+        let named = spec.named();
         // Subscribed before the attempt: a release after it is heard. A
         // subscription another slot of the name keeps costs nothing.
-        let heard = client.hub.attach_if_subscribed(slot);
+        let heard = named.client_inner().hub.attach_if_subscribed(slot);
         let sent_at = Instant::now();
-        undo.arm(sent_at + spec.linger(lease));
-        let attempt = place.attempt::<S, _>(named, slot, holder, lease_ms, enqueue, ask);
+        self.undo.arm(sent_at + spec.linger(self.grant.lease));
+        let (holder, lease_ms, enqueue) = (self.holder, self.lease_ms, self.enqueue);
+        let attempt =
+            self.place
+                .attempt::<S, _>(named, slot, holder, lease_ms, enqueue, self.grant.ask);
         let reply = attempt_carrying(spec, slot, attempt).await;
         slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
-        let until = match reply {
+        match reply {
             // Refused unrun while the slot migrates (after the runner's own
             // retries): nothing changed, so wait and try again while the
             // wait lasts (`lock()`: for the command timeout).
-            Err(e) if e.is_refused() && Instant::now() < refusals_until => {
+            Err(e) if e.is_refused() && Instant::now() < self.refusals_until => {
                 tracing::debug!(lock_key = %named.key, error = %e, "refused while the slot moves; trying again");
-                Instant::now() + REFUSED_PAUSE
+                Ok(Step::Busy(Instant::now() + REFUSED_PAUSE))
             }
             // The attempt in flight may have queued us, or granted (its
             // outcome unknown: undone before the next attempt).
             Err(e) => {
                 let in_doubt = e.outcome_unknown();
-                let r = &mut ride;
-                ride_out(
-                    grant, holder, &mut undo, &mut place, r, e, in_doubt, enqueue,
-                )
-                .await?;
-                continue;
+                self.ride_out(e, in_doubt, enqueue).await
             }
             Ok(Reply::Granted { token, exhausted }) => {
-                ride.outage.over();
-                // A hand-off that crossed this grant is stale: the grant
-                // replaced it.
-                let _ = wakeup.take_handed(place.number);
-                // A young server's grant is undone (the undo stays armed
-                // until then).
-                let young = match restart_young_since(client, generation).await {
-                    Ok(young) => young,
-                    Err(e) => {
-                        ride_out(
-                            grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
-                        )
-                        .await?;
-                        continue;
-                    }
-                };
-                if let Some(left) = young {
-                    if let Err(e) = spec.undo(slot, holder, None).await {
-                        ride_out(
-                            grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
-                        )
-                        .await?;
-                        continue;
-                    }
-                    undo.disarm();
-                    // A new entry number: a hand-off to the entry this grant
-                    // took, crossing it, is stale and must not be taken as
-                    // a hand-off to the next entry.
-                    place = Place::new(wakeup);
-                    super::after(left)
-                } else {
-                    undo.disarm();
-                    let exhausted = exhausted.filter(|_| heard && gate == Gate::UntilGranted);
-                    slot.note_exhausted(exhausted_since, exhausted);
-                    // The local turn stays with the acquisition until the
-                    // grant is synced: one given back below tries again as
-                    // its client's first task.
-                    let held = grant.new_held(holder.clone(), token, sent_at, None);
-                    match grant.synced(held).await? {
-                        Synced::Held(held) => {
-                            keep_turn_if(&held, &mut undo, gate);
-                            return Ok(Some(held));
-                        }
-                        Synced::Blip(held, e) => {
-                            if held.hold().is_shared() {
-                                // Another flow of the owner re-entered it:
-                                // theirs too, never undone; synced again.
-                                let r = (&mut undo, &mut place, &mut ride);
-                                if let Some(held) = resync_shared(grant, holder, r, held, e).await?
-                                {
-                                    keep_turn_if(&held, &mut undo, gate);
-                                    return Ok(Some(held));
-                                }
-                                continue;
-                            }
-                            // Whether the replicas have the grant is
-                            // unknown: it is given back in order, as a grant
-                            // in doubt, before the next attempt (never a
-                            // background release under the holder id the
-                            // next attempt uses).
-                            if !held.forget() {
-                                // Shared in the meantime: this guard went (a
-                                // count-down); the next attempt acquires
-                                // again.
-                                ride_out(
-                                    grant, holder, &mut undo, &mut place, &mut ride, e, false,
-                                    false,
-                                )
-                                .await?;
-                                continue;
-                            }
-                            undo.arm(Instant::now() + spec.linger(lease));
-                            ride_out(
-                                grant, holder, &mut undo, &mut place, &mut ride, e, true, false,
-                            )
-                            .await?;
-                            continue;
-                        }
-                    }
-                }
+                let (exhausted_since, generation) = seen;
+                let exhausted = exhausted.filter(|_| heard && self.gate == Gate::UntilGranted);
+                self.granted(token, (exhausted_since, exhausted), generation, sent_at)
+                    .await
             }
             Ok(Reply::Busy {
                 until,
                 queued,
                 renumbered,
             }) => {
-                ride.outage.over();
+                self.ride.outage.over();
                 if !queued {
-                    undo.disarm();
+                    self.undo.disarm();
                 }
-                let at = sent_at;
-                let entry = (queued, renumbered.then_some(wakeup));
-                place.busy::<S>(&named.client.inner, entry, at, until, lease)
+                let entry = (queued, renumbered.then_some(self.ride.wakeup));
+                let client = &named.client.inner;
+                let until = self
+                    .place
+                    .busy::<S>(client, entry, sent_at, until, self.grant.lease);
+                Ok(Step::Busy(until))
             }
-        };
-        if place.queued && wakeup.has_handed(place.number) {
-            continue; // handed the hold while the reply was on its way
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            if place.queued && spec.undo(slot, holder, None).await.is_ok() {
-                undo.disarm();
+    }
+
+    /// An attempt sent at `sent_at` was granted `token`. `exhausted`: the
+    /// slot's mark from before and what the grant says of the permits left.
+    async fn granted(
+        &mut self,
+        token: u64,
+        exhausted: (u64, Option<Instant>),
+        generation: u64,
+        sent_at: Instant,
+    ) -> Result<Step> {
+        let (spec, slot) = (self.grant.spec, self.grant.slot);
+        self.ride.outage.over();
+        // A hand-off that crossed this grant is stale: the grant replaced it.
+        let _ = self.ride.wakeup.take_handed(self.place.number);
+        // A young server's grant is undone (the undo stays armed until then).
+        let young = match restart_young_since(spec.named().client_inner(), generation).await {
+            Ok(young) => young,
+            Err(e) => return self.ride_out(e, true, false).await,
+        };
+        if let Some(left) = young {
+            if let Err(e) = spec.undo(slot, self.holder, None).await {
+                return self.ride_out(e, true, false).await;
+            }
+            self.undo.disarm();
+            // A new entry number: a hand-off to the entry this grant took,
+            // crossing it, is stale and must not be taken as a hand-off to
+            // the next entry.
+            self.place = Place::new(self.ride.wakeup);
+            return Ok(Step::Busy(super::after(left)));
+        }
+        self.undo.disarm();
+        slot.note_exhausted(exhausted.0, exhausted.1);
+        // The local turn stays with the acquisition until the grant is
+        // synced: one given back below tries again as its client's first
+        // task.
+        let held = self
+            .grant
+            .new_held(self.holder.clone(), token, sent_at, None);
+        self.sync(held).await
+    }
+
+    /// Waits for the replicas to have a new grant (when the client asks
+    /// for it) and keeps it.
+    async fn sync(&mut self, held: Held) -> Result<Step> {
+        match self.grant.synced(held).await? {
+            Synced::Held(held) => Ok(self.keep(held)),
+            // Another flow of the owner re-entered it: theirs too, never
+            // undone; synced again.
+            Synced::Blip(held, e) if held.hold().is_shared() => {
+                let r = (&mut self.undo, &mut self.place, &mut self.ride);
+                match resync_shared(self.grant, self.holder, r, held, e).await? {
+                    Some(held) => Ok(self.keep(held)),
+                    None => Ok(Step::Again),
+                }
+            }
+            // Whether the replicas have the grant is unknown: it is given
+            // back in order, as a grant in doubt, before the next attempt
+            // (never a background release under the holder id the next
+            // attempt uses).
+            Synced::Blip(held, e) => {
+                if !held.forget() {
+                    // Shared in the meantime: this guard went (a count-
+                    // down); the next attempt acquires again.
+                    return self.ride_out(e, false, false).await;
+                }
+                self.undo
+                    .arm(Instant::now() + self.grant.spec.linger(self.grant.lease));
+                self.ride_out(e, true, false).await
+            }
+        }
+    }
+
+    /// The acquisition ends holding `held`.
+    fn keep(&mut self, held: Held) -> Step {
+        keep_turn_if(&held, &mut self.undo, self.gate);
+        Step::Done(Some(held))
+    }
+
+    /// After a busy answer: until `until` (the server's bound) unless a
+    /// release wakes us, subscribed first; `since`: the wake-up generation
+    /// from before the attempt.
+    async fn wait(&mut self, since: u64, until: Instant) -> Result<Step> {
+        let (spec, slot) = (self.grant.spec, self.grant.slot);
+        let wakeup = self.ride.wakeup;
+        if self.place.queued && wakeup.has_handed(self.place.number) {
+            return Ok(Step::Again); // handed the hold while the reply was on its way
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.place.queued && spec.undo(slot, self.holder, None).await.is_ok() {
+                self.undo.disarm();
             }
             // Otherwise the undo runs in the background.
-            return Ok(None);
+            return Ok(Step::Done(None));
         }
         if !slot.is_subscribed() {
             // Subscribe, then try again before parking: a message sent
             // before the subscription would be missed.
+            let client = spec.named().client_inner();
             if let Err(e) = client.hub.ensure_subscribed(slot).await {
-                ride_out(
-                    grant, holder, &mut undo, &mut place, &mut ride, e, false, false,
-                )
-                .await?;
+                return self.ride_out(e, false, false).await;
             }
-            continue;
+            return Ok(Step::Again);
         }
-        park(wakeup, since, until, deadline, &named.labels).await;
+        park(wakeup, since, until, self.deadline, &spec.named().labels).await;
+        Ok(Step::Again)
+    }
+
+    /// [`ride_out`] for this acquisition: `Step::Again` once ridden out.
+    async fn ride_out(&mut self, e: Error, in_doubt: bool, in_flight: bool) -> Result<Step> {
+        let (undo, place, ride) = (&mut self.undo, &mut self.place, &mut self.ride);
+        ride_out(
+            self.grant,
+            self.holder,
+            undo,
+            place,
+            ride,
+            e,
+            in_doubt,
+            in_flight,
+        )
+        .await?;
+        Ok(Step::Again)
     }
 }
 
