@@ -344,22 +344,6 @@ pub(crate) fn classify(e: &RedisError) -> Failure {
     Failure::Other
 }
 
-/// fred's details of an I/O error without the `Debug` wrapping of
-/// `std::io::Error` (`Custom { kind: InvalidData, error: X }` -> `X`).
-pub(crate) fn tidy(details: &str) -> &str {
-    let custom = details
-        .strip_prefix("Custom { kind: ")
-        .and_then(|rest| rest.split_once(", error: "))
-        .and_then(|(_, inner)| inner.strip_suffix(" }"));
-    let os = details
-        .strip_prefix("Os { ")
-        .and_then(|rest| rest.split_once("message: "))
-        .and_then(|(_, inner)| inner.strip_suffix(" }"));
-    custom
-        .or(os)
-        .map_or(details, |inner| inner.trim_matches('"'))
-}
-
 /// The hint a failure's message ends with (`tls`: the URL asks for TLS).
 pub(crate) fn hint(failure: &Failure, tls: bool, timed_out: bool) -> &'static str {
     match failure {
@@ -599,12 +583,19 @@ mod tests {
             Failure::UntrustedCertificate
         );
         assert_eq!(
-            tidy("Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }"),
+            crate::error::tidy(
+                "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }"
+            ),
             "InvalidCertificate(UnknownIssuer)"
         );
-        assert_eq!(tidy("Connection refused"), "Connection refused");
         assert_eq!(
-            tidy(r#"Os { code: 104, kind: ConnectionReset, message: "Connection reset by peer" }"#),
+            crate::error::tidy("Connection refused"),
+            "Connection refused"
+        );
+        assert_eq!(
+            crate::error::tidy(
+                r#"Os { code: 104, kind: ConnectionReset, message: "Connection reset by peer" }"#
+            ),
             "Connection reset by peer"
         );
     }

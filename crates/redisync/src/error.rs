@@ -397,6 +397,22 @@ pub(crate) fn refused_unrun(e: &fred::error::Error) -> bool {
         || (*e.kind() == ErrorKind::Routing && e.details().contains("Max attempts reached"))
 }
 
+/// fred's details of an I/O error without the `Debug` wrapping of
+/// `std::io::Error` (`Custom { kind: InvalidData, error: X }` -> `X`).
+pub(crate) fn tidy(details: &str) -> &str {
+    let custom = details
+        .strip_prefix("Custom { kind: ")
+        .and_then(|rest| rest.split_once(", error: "))
+        .and_then(|(_, inner)| inner.strip_suffix(" }"));
+    let os = details
+        .strip_prefix("Os { ")
+        .and_then(|rest| rest.split_once("message: "))
+        .and_then(|(_, inner)| inner.strip_suffix(" }"));
+    custom
+        .or(os)
+        .map_or(details, |inner| inner.trim_matches('"'))
+}
+
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;

@@ -133,6 +133,7 @@ pub struct FairLock {
 struct FairLockInner {
     named: Named,
     queue: Key,
+    client: Client,
 }
 
 impl std::fmt::Debug for FairLock {
@@ -155,11 +156,12 @@ fn after_ms(now: Instant, ms: i64) -> Option<Instant> {
 
 impl FairLock {
     fn new(client: Client, name: &str) -> FairLock {
-        let named = Named::new(client, Kind::Fair, name);
+        let named = Named::new(client.inner.clone(), Kind::Fair, name);
         FairLock {
             inner: Arc::new(FairLockInner {
                 queue: named.role(Role::Queue),
                 named,
+                client,
             }),
             queue_lease: DEFAULT_QUEUE_LEASE,
         }
@@ -183,6 +185,7 @@ impl FairLock {
             inner: Arc::new(FairLockInner {
                 named: self.inner.named.non_reentrant(),
                 queue: self.inner.queue.clone(),
+                client: self.inner.client.clone(),
             }),
             queue_lease: self.queue_lease,
         }
@@ -218,7 +221,7 @@ impl FairLock {
 
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
-        &self.inner.named.client
+        &self.inner.client
     }
 
     fn queue_lease_ms(&self) -> Result<i64> {
@@ -425,7 +428,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn inspect(&self) -> Result<Inspection> {
-        self.named().inspect(Self::WHAT).await
+        crate::inspect::inspect_handle(self.named(), Self::WHAT).await
     }
 
     /// Removes what blocks the lock and tells the next waiter in the queue:

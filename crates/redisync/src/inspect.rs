@@ -22,7 +22,10 @@ use fred::types::{Key, Value};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
+use crate::engine::client_inner::ClientInner;
+use crate::engine::held::send_parked_release;
+use crate::engine::Named;
 use crate::error::{Error, Result};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::script::lua_script;
@@ -338,7 +341,15 @@ impl Client {
     }
 }
 
-/// The inspection of `name` as `kind` (a handle's `inspect`).
+/// What Redis holds of a handle's name now (its `inspect`); `what` names
+/// it in errors.
+pub(crate) async fn inspect_handle(named: &Named, what: &str) -> Result<Inspection> {
+    // A dropped guard's release parked for our next attempt goes first.
+    send_parked_release(&named.client, &named.key, &named.channel);
+    inspect_kind(named.client_inner(), &named.name, named.kind, what).await
+}
+
+/// The inspection of `name` as `kind`.
 pub(crate) async fn inspect_kind(
     client: &ClientInner,
     name: &str,

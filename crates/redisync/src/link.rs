@@ -152,6 +152,27 @@ pub(crate) struct FredLink {
 }
 
 impl FredLink {
+    /// The configured endpoints, as `host:port/db` (see `Client::endpoints`).
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        use fred::types::config::ServerConfig;
+        let config = self.redis.client_config();
+        let db = config.database.unwrap_or(0);
+        let at =
+            |s: &fred::types::config::Server| format!("{}:{}/{db}", s.host.to_lowercase(), s.port);
+        match &config.server {
+            ServerConfig::Centralized { server } => vec![at(server)],
+            ServerConfig::Clustered { hosts, .. } => hosts.iter().map(at).collect(),
+            ServerConfig::Sentinel {
+                hosts,
+                service_name,
+                ..
+            } => hosts
+                .iter()
+                .map(|s| format!("{service_name}@{}", at(s)))
+                .collect(),
+        }
+    }
+
     pub(crate) fn new(redis: RedisClient, subscriber: SubscriberClient) -> FredLink {
         let reconnects = Mutex::new((redis.reconnect_rx(), 0));
         FredLink {
@@ -319,4 +340,22 @@ pub(crate) fn every_event<T: Clone + Send + 'static>(
             Err(RecvError::Closed) => None,
         }
     }))
+}
+
+/// Quits `client` if fred has it connected; otherwise does nothing (see
+/// `ClientInner::close_connections`).
+pub(crate) async fn quit_if_up<C: ClientLike>(client: &C) {
+    if client.state() == fred::types::ClientState::Connected {
+        let _ = client.quit().await;
+    }
+}
+
+/// Stops connection tasks that were told to quit. A quit sent while fred
+/// reconnects (the server gone) waits in its queue, and fred's reconnection
+/// loop can miss the close notice: without this it would keep reconnecting
+/// and talk to whatever server comes up at that address later.
+pub(crate) fn stop_routers(routers: Vec<fred::types::ConnectHandle>) {
+    for router in routers {
+        router.abort();
+    }
 }

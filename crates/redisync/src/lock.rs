@@ -152,6 +152,7 @@ const QUEUED_LOOK: Duration = Duration::from_secs(3600);
 #[derive(Clone)]
 pub struct Lock {
     inner: Arc<Named>,
+    client: Client,
 }
 
 impl std::fmt::Debug for Lock {
@@ -173,7 +174,8 @@ impl Client {
 impl Lock {
     fn new(client: Client, name: &str) -> Lock {
         Lock {
-            inner: Arc::new(Named::new(client, Kind::Lock, name)),
+            inner: Arc::new(Named::new(client.inner.clone(), Kind::Lock, name)),
+            client,
         }
     }
 
@@ -193,6 +195,7 @@ impl Lock {
     pub fn non_reentrant(&self) -> Lock {
         Lock {
             inner: Arc::new(self.inner.non_reentrant()),
+            client: self.client.clone(),
         }
     }
 
@@ -207,6 +210,7 @@ impl Lock {
     ) -> Lock {
         Lock {
             inner: Arc::new(self.inner.with_restart_guard(guard)),
+            client: self.client.clone(),
         }
     }
 
@@ -374,12 +378,12 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn inspect(&self) -> Result<Inspection> {
-        self.named().inspect(Self::WHAT).await
+        crate::inspect::inspect_handle(self.named(), Self::WHAT).await
     }
 
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
-        &self.inner.client
+        &self.client
     }
 
     /// Raises the lock's fencing counter on this server to at least `token`

@@ -252,7 +252,7 @@ impl Outage {
         if end.is_some_and(|end| now >= end) {
             return None;
         }
-        let pause = crate::engine::after(policy.pause(self.pauses, self.salt));
+        let pause = after(policy.pause(self.pauses, self.salt));
         self.pauses = self.pauses.saturating_add(1);
         Some(end.map_or(pause, |end| end.min(pause)))
     }
@@ -293,7 +293,7 @@ pub(crate) fn plain_while(
     } else {
         format!("Redis at {}", at.join(", "))
     };
-    let details = crate::connect::tidy(inner.details());
+    let details = crate::error::tidy(inner.details());
     let waited = if lasted.is_zero() {
         format!("while trying to {try_to}")
     } else {
@@ -318,6 +318,19 @@ pub(crate) fn plain_while(
     };
     Error::redis(fred::error::Error::new(inner.kind().clone(), message))
 }
+
+/// `d` from now, or (a `d` too long for the clock, as a restart guard built
+/// with `Duration::MAX` gives) about thirty years from now, which is never
+/// for a wait: saturating, never an overflow.
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
+/// What [`after`] gives for a duration the clock cannot add.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {

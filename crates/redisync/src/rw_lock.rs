@@ -271,7 +271,7 @@ impl std::fmt::Debug for RwLock {
 impl Client {
     /// A handle on the read-write lock `name` (no I/O). See [`RwLock`].
     pub fn rw_lock(&self, name: &str) -> RwLock {
-        let named = Named::new(self.clone(), Kind::Rw, name);
+        let named = Named::new(self.inner.clone(), Kind::Rw, name);
         RwLock {
             inner: Arc::new(RwInner {
                 readers: named.role(Role::Readers),
@@ -335,7 +335,7 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn inspect(&self) -> Result<Inspection> {
-        self.inner.named.inspect(Self::WHAT).await
+        crate::inspect::inspect_handle(&self.inner.named, Self::WHAT).await
     }
 
     #[tracing::instrument(level = "debug", name = "redisync.lock.acquire", skip_all, fields(lock.key = %self.inner.named.key, lock.kind = side.tag()))]

@@ -117,7 +117,7 @@ impl Client {
 
 impl Semaphore {
     fn new(client: Client, name: &str) -> Semaphore {
-        let named = Named::new(client, Kind::Semaphore, name);
+        let named = Named::new(client.inner, Kind::Semaphore, name);
         Semaphore {
             inner: Arc::new(SemaphoreInner {
                 leases: named.role(Role::Leases),
@@ -149,7 +149,7 @@ impl Semaphore {
     #[must_use]
     pub fn with_permits(&self, total: u32) -> Semaphore {
         let named = &self.inner.named;
-        let mut declared = Semaphore::new(named.client.clone(), &named.name);
+        let mut declared = Semaphore::new(Client::of(named.client.clone()), &named.name);
         if let Some(inner) = Arc::get_mut(&mut declared.inner) {
             inner.declared = Some(total);
         }
@@ -460,7 +460,7 @@ impl Semaphore {
     /// # Cancel safety
     /// Cancel safe (read-only).
     pub async fn inspect(&self) -> Result<crate::inspect::Inspection> {
-        self.named().inspect(Self::WHAT).await
+        crate::inspect::inspect_handle(self.named(), Self::WHAT).await
     }
 
     /// Gives back every permit whoever holds it (the set-up is kept) and
@@ -514,7 +514,7 @@ impl Semaphore {
             &named.channel,
             Value::String(id.id.as_ref().into()),
             false,
-            Some(named.client.id()),
+            Some(named.client.id),
         )
         .await?;
         if let Some(slot) = slot {

@@ -19,7 +19,7 @@ use crate::engine::hub::{Hub, Slot, SlotRef, Wakeup};
 use crate::error::{Error, Result};
 use crate::metrics::{Acquisition, Labels, Outcome};
 use crate::redis::script::checked_ms;
-use crate::retry::{is_blip, plain, Outage};
+use crate::retry::{after, is_blip, plain, Outage};
 
 /// Acquires `ask` from `spec`, waiting until `deadline` (`None`: forever).
 /// `lease: None` takes the client's watchdog lease, renewed while the guard
@@ -59,7 +59,7 @@ async fn acquire_unboxed<S: Spec>(
     let watchdog = lease.is_none();
     if watchdog {
         // Before any grant: a re-entry may be the first renewed hold too.
-        super::watchdog::ensure_running(&named.client.inner);
+        super::watchdog::ensure_running(&named.client);
     }
     let lease = lease.unwrap_or(client.settings.watchdog_timeout);
     let lease_ms = checked_ms("lease", lease)?;
@@ -389,14 +389,7 @@ impl<S: Spec> Contender<'_, S> {
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Step::Done(None));
             }
-            park(
-                wakeup,
-                since,
-                super::after(left),
-                self.deadline,
-                &named.labels,
-            )
-            .await;
+            park(wakeup, since, after(left), self.deadline, &named.labels).await;
             return Ok(Step::Again);
         }
         let seen = (exhausted_since, generation);
@@ -472,7 +465,7 @@ impl<S: Spec> Contender<'_, S> {
                     self.undo.disarm();
                 }
                 let entry = (queued, renumbered.then_some(self.ride.wakeup));
-                let client = &named.client.inner;
+                let client = &named.client;
                 let until = self
                     .place
                     .busy::<S>(client, entry, sent_at, until, self.grant.lease);
@@ -508,7 +501,7 @@ impl<S: Spec> Contender<'_, S> {
             // crossing it, is stale and must not be taken as a hand-off to
             // the next entry.
             self.place = Place::new(self.ride.wakeup);
-            return Ok(Step::Busy(super::after(left)));
+            return Ok(Step::Busy(after(left)));
         }
         self.undo.disarm();
         slot.note_exhausted(exhausted.0, exhausted.1);
@@ -614,7 +607,7 @@ async fn attempt_carrying<S: Spec>(
     slot: &SlotRef,
     mut attempt: Try<'_, S::Ask>,
 ) -> Result<Reply> {
-    let client = &spec.named().client.inner;
+    let client = &spec.named().client;
     let folded = spec
         .hold_ops(attempt.ask)
         .folds_release
@@ -642,7 +635,7 @@ struct Place {
     /// its sending.
     busy_at: Instant,
     /// Held while in a hand-off queue: a shutdown waits for us to leave it.
-    in_queue: Option<crate::client::BackgroundTask>,
+    in_queue: Option<crate::engine::client_inner::BackgroundTask>,
     /// The number of this acquisition's queue entry (see [`Try::number`]),
     /// and the one a new entry takes ([`Try::next_number`]).
     number: u64,
@@ -676,7 +669,7 @@ impl Place {
         ask: A,
     ) -> Try<'a, A> {
         if enqueue && self.in_queue.is_none() {
-            self.in_queue = named.client.inner.start_background();
+            self.in_queue = named.client.start_background();
         }
         let expect_busy = slot.expects_busy();
         Try {
@@ -698,7 +691,7 @@ impl Place {
     /// when the attempt queued a new entry under [`Place::next_number`].
     fn busy<S: Spec>(
         &mut self,
-        client: &Arc<crate::client::ClientInner>,
+        client: &Arc<crate::engine::client_inner::ClientInner>,
         entry: (bool, Option<&Wakeup>),
         at: Instant,
         until: Instant,
@@ -976,7 +969,7 @@ fn keep_turn_if<S: Spec>(held: &Held, undo: &mut Undo<S>, gate: Gate) {
 /// The command connection's generation when the client has a restart
 /// guard (a grant over a newer connection is judged again), else 0 (nothing
 /// to judge: no lock and no channel read on the hot path).
-fn guarded_generation(client: &crate::client::ClientInner) -> u64 {
+fn guarded_generation(client: &crate::engine::client_inner::ClientInner) -> u64 {
     if client.restart_guard.is_some() {
         client.connection_generation()
     } else {
@@ -988,7 +981,7 @@ fn guarded_generation(client: &crate::client::ClientInner) -> u64 {
 /// `generation` (from [`guarded_generation`]): the server may have
 /// restarted since it was judged. `None` when the connection is the same.
 async fn restart_young_since(
-    client: &crate::client::ClientInner,
+    client: &crate::engine::client_inner::ClientInner,
     generation: u64,
 ) -> Result<Option<Duration>> {
     if guarded_generation(client) == generation {
@@ -1000,14 +993,16 @@ async fn restart_young_since(
 /// How long the server stays too young to grant under the client's restart
 /// guard (see [`crate::redis::restart`]); `None` without a guard or when it is old
 /// enough.
-async fn restart_young(client: &crate::client::ClientInner) -> Result<Option<Duration>> {
+async fn restart_young(
+    client: &crate::engine::client_inner::ClientInner,
+) -> Result<Option<Duration>> {
     restart_young_by(client, client.restart_guard.as_ref()).await
 }
 
 /// [`restart_young`] under `guard` (a handle's own: see
 /// [`Named::restart_guard`](super::Named::restart_guard)).
 async fn restart_young_by(
-    client: &crate::client::ClientInner,
+    client: &crate::engine::client_inner::ClientInner,
     guard: Option<&crate::redis::restart::RestartGuard>,
 ) -> Result<Option<Duration>> {
     let Some(guard) = guard else {
@@ -1042,7 +1037,7 @@ async fn run_attempt<S: Spec>(spec: &S, attempt: Try<'_, S::Ask>) -> Result<Repl
         ..attempt
     };
     let busy = |left: Duration| Reply::Busy {
-        until: super::after(left),
+        until: after(left),
         queued: again.queued,
         renumbered: false,
     };
@@ -1184,7 +1179,7 @@ impl<S: Spec> Grant<'_, S> {
     fn held(&self, hold: Arc<Hold>) -> Held {
         let named = self.spec.named();
         Held::new(
-            named.client.inner.clone(),
+            named.client.clone(),
             named.name.clone(),
             self.slot.clone(),
             hold,
@@ -1200,8 +1195,9 @@ impl<S: Spec> Grant<'_, S> {
     /// ([`Synced::Blip`]). With replica sync off, the guard at once.
     async fn synced(&self, held: Held) -> Result<Synced> {
         let named = self.spec.named();
-        let client = &named.client.inner;
-        match crate::redis::replica::writes_synced(client, &named.name, &named.key).await {
+        let client = &named.client;
+        match crate::redis::replica::writes_synced(client.replicas(), &named.name, &named.key).await
+        {
             Ok(()) => Ok(Synced::Held(held)),
             Err(e) if is_blip(&e) => Ok(Synced::Blip(held, e)),
             Err(e) => {
@@ -1241,7 +1237,7 @@ async fn reenter<S: Spec>(
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, a hold already released is never revived, and one
     // handed off to another owner id meanwhile is not re-entered.
-    let client = &grant.spec.named().client.inner;
+    let client = &grant.spec.named().client;
     let Some(reserved) = Reservation::new(client, grant.slot, holder, hold, grant.watchdog) else {
         return Ok(None);
     };
@@ -1435,7 +1431,7 @@ async fn wait_for_turn(
 /// counts down in Redis. Dropped unconfirmed (the re-entry failed or was
 /// cancelled), the reservation is given back.
 struct Reservation {
-    client: Arc<crate::client::ClientInner>,
+    client: Arc<crate::engine::client_inner::ClientInner>,
     slot: SlotRef,
     hold: Option<Arc<Hold>>,
     watchdog: bool,
@@ -1444,7 +1440,7 @@ struct Reservation {
 impl Reservation {
     /// `None` once the hold's last guard is gone (see [`Hold::add_guard`]).
     fn new(
-        client: &Arc<crate::client::ClientInner>,
+        client: &Arc<crate::engine::client_inner::ClientInner>,
         slot: &SlotRef,
         owner: &str,
         hold: &Arc<Hold>,

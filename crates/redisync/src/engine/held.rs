@@ -10,7 +10,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
+use crate::engine::client_inner::ClientInner;
 use crate::engine::hold::{Hold, RebindRefused, Released};
 use crate::engine::hub::SlotRef;
 use crate::error::{Error, Result};
@@ -258,7 +258,7 @@ impl Held {
             hold.mark_lost("release found it gone");
             return Err(self.not_held());
         }
-        crate::redis::replica::after_release(&self.client, &hold.key).await;
+        crate::redis::replica::after_release(self.client.replicas(), &hold.key).await;
         if was_lost {
             return Err(self.not_held());
         }
@@ -306,7 +306,7 @@ pub(crate) async fn extend_in_redis(
     if flags.first() != Some(&1) {
         return Ok(false);
     }
-    crate::redis::replica::writes_synced(client, name, key).await?;
+    crate::redis::replica::writes_synced(client.replicas(), name, key).await?;
     Ok(true)
 }
 
@@ -539,7 +539,7 @@ pub(crate) struct Folded {
     slot: SlotRef,
     hold: Option<Arc<Hold>>,
     /// A shutdown waits for the release.
-    task: Option<crate::client::BackgroundTask>,
+    task: Option<crate::engine::client_inner::BackgroundTask>,
 }
 
 impl Folded {
@@ -639,7 +639,7 @@ fn send_in_background(
 /// [`send_in_background`] under a background task already counted (a
 /// shutdown waits for it).
 fn send_with(
-    task: crate::client::BackgroundTask,
+    task: crate::engine::client_inner::BackgroundTask,
     client: Arc<ClientInner>,
     slot: SlotRef,
     hold: Arc<Hold>,

@@ -60,17 +60,17 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::engine::client_inner::ClientInner;
 use crate::engine::hold::{Hold, HoldOps};
 use crate::engine::hub::Slot;
 use crate::error::Result;
-use crate::inspect::Inspection;
 use crate::metrics::Labels;
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::restart::RestartGuard;
 use crate::redis::script::LuaScript;
 
 pub(crate) mod acquire;
+pub(crate) mod client_inner;
 pub(crate) mod held;
 pub(crate) mod hold;
 pub(crate) mod hub;
@@ -192,26 +192,13 @@ impl Reply {
     }
 }
 
-/// `d` from now, or (a `d` too long for the clock, as a restart guard built
-/// with `Duration::MAX` gives) about thirty years from now, which is never
-/// for a wait: saturating, never an overflow.
-pub(crate) fn after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(FAR_FUTURE))
-        .unwrap_or(now)
-}
-
-/// What [`after`] gives for a duration the clock cannot add.
-const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
-
 /// One name of one kind on one client: what every handle carries, and the
 /// keys every kind has (its other keys come from [`Named::role`]).
 #[derive(Clone)]
 pub(crate) struct Named {
-    pub(crate) client: Client,
+    pub(crate) client: Arc<ClientInner>,
     pub(crate) name: Arc<str>,
-    kind: Kind,
+    pub(crate) kind: Kind,
     /// Whether acquisitions through this handle belong to the running
     /// [`Owner`](crate::Owner) (re-entrant) or each to itself.
     pub(crate) reentrant: bool,
@@ -231,13 +218,13 @@ pub(crate) struct Named {
 }
 
 impl Named {
-    pub(crate) fn new(client: Client, kind: Kind, name: &str) -> Named {
+    pub(crate) fn new(client: Arc<ClientInner>, kind: Kind, name: &str) -> Named {
         let key = keys::key(kind, Role::Hold, name);
         let labels = Labels::new(
             kind.label(),
-            client.inner.settings.metrics_lock_names.then_some(name),
+            client.settings.metrics_lock_names.then_some(name),
         )
-        .counting_losses(client.inner.connection.clone());
+        .counting_losses(client.connection.clone());
         Named {
             labels,
             client,
@@ -278,7 +265,7 @@ impl Named {
     pub(crate) fn restart_guard(&self) -> Option<&RestartGuard> {
         self.own_restart_guard
             .as_deref()
-            .or(self.client.inner.restart_guard.as_ref())
+            .or(self.client.restart_guard.as_ref())
     }
 
     /// Appends the restart guard's arguments (see [`Named::restart_guard`])
@@ -303,21 +290,13 @@ impl Named {
         }
     }
 
-    /// What Redis holds of this name now (a handle's `inspect`); `what`
-    /// names it in errors.
-    pub(crate) async fn inspect(&self, what: &str) -> Result<Inspection> {
-        // A dropped guard's release parked for our next attempt goes first.
-        held::send_parked_release(&self.client.inner, &self.key, &self.channel);
-        crate::inspect::inspect_kind(self.client_inner(), &self.name, self.kind, what).await
-    }
-
     /// The key of `role` for this name.
     pub(crate) fn role(&self, role: Role) -> Key {
         Key::from(keys::key(self.kind, role, &self.name))
     }
 
     pub(crate) fn client_inner(&self) -> &ClientInner {
-        &self.client.inner
+        &self.client
     }
 
     /// Runs a force-unlock `script` over `keys` (its arguments: the publish
@@ -373,7 +352,7 @@ impl Named {
     /// Whether a command may run for this name, a `what` ("lock",
     /// "semaphore"): the client is open and the name is not empty.
     pub(crate) fn check_usable(&self, what: &str) -> Result<()> {
-        self.client.inner.check_usable(&self.name, what)
+        self.client.check_usable(&self.name, what)
     }
 }
 

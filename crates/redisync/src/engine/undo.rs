@@ -31,7 +31,7 @@ pub(crate) struct Undo<S: Spec> {
     /// a grant nor a queue entry of an attempt that is gone outlives the
     /// shutdown (a release would hand the name to a departed waiter; a
     /// grant would keep it for its lease).
-    shutdown_waits: Option<crate::client::BackgroundTask>,
+    shutdown_waits: Option<crate::engine::client_inner::BackgroundTask>,
 }
 
 impl<S: Spec> Undo<S> {
@@ -60,7 +60,7 @@ impl<S: Spec> Undo<S> {
         self.armed = true;
         self.expires_at = self.expires_at.max(expires_at);
         if self.shutdown_waits.is_none() {
-            self.shutdown_waits = self.spec.named().client.inner.start_background();
+            self.shutdown_waits = self.spec.named().client.start_background();
         }
     }
 
@@ -105,9 +105,9 @@ fn spawn_undo<S: Spec>(
     keep: Option<u64>,
     mut turn: Option<OwnedSemaphorePermit>,
     expires_at: Instant,
-    shutdown_waits: Option<crate::client::BackgroundTask>,
+    shutdown_waits: Option<crate::engine::client_inner::BackgroundTask>,
 ) {
-    let client = spec.named().client.inner.clone();
+    let client = spec.named().client.clone();
     // reintroduce: shutdown-forgets-aborted-waiters
     let Some(task) = shutdown_waits.or_else(|| client.start_background()) else {
         return; // shut down: like a crash, the leases clean up

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
+use crate::engine::client_inner::ClientInner;
 use crate::engine::hold::{Hold, HoldOps};
 use crate::error::Result;
 use crate::metrics;
@@ -289,7 +289,7 @@ async fn renew_batch(
     {
         Ok(flags) => {
             let counts = !flags.contains(&1)
-                || crate::redis::replica::renewal_counts(client, &span_key).await;
+                || crate::redis::replica::renewal_counts(client.replicas(), &span_key).await;
             for ((h, ok), epoch) in batch.iter().zip(flags).zip(epochs) {
                 if ok == 1 {
                     if counts {

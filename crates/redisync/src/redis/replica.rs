@@ -8,9 +8,18 @@
 //! add writes to wait for).
 
 use std::future::Future;
+use std::time::Duration;
 
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
+use crate::link::Link;
+
+/// Where a client waits for its replicas, and for how many: its link and
+/// its `replica_sync` setting (`None`: off).
+#[derive(Clone, Copy)]
+pub(crate) struct Replicas<'a> {
+    pub(crate) link: &'a dyn Link,
+    pub(crate) wanted: Option<(u32, Duration)>,
+}
 
 /// What `WAIT` said after a write to `key`'s slot.
 enum Synced {
@@ -24,8 +33,8 @@ enum Synced {
 
 /// With replica sync on, `WAIT required timeout` on the connection of the
 /// primary that owns `key` (the one that ran the script).
-async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
-    let Some((required, timeout)) = client.settings.replica_sync else {
+async fn wait_for_replicas(replicas: Replicas<'_>, key: &str) -> Synced {
+    let Some((required, timeout)) = replicas.wanted else {
         return Synced::Enough;
     };
     // Rounded up: a timeout below 1 ms must not become `WAIT n 0`, which
@@ -36,7 +45,7 @@ async fn wait_for_replicas(client: &ClientInner, key: &str) -> Synced {
         route: Some(key),
         args: vec![i64::from(required).into(), ms.into()],
     };
-    match client.link().call::<i64>(wait).await {
+    match replicas.link.call::<i64>(wait).await {
         Ok(acked) if acked >= i64::from(required) => Synced::Enough,
         Ok(acked) => Synced::Short { acked, required },
         Err(e) => Synced::Failed(Error::redis(e)),
@@ -68,8 +77,8 @@ where
 /// enough replicas acknowledged it (a failover to one without it would keep
 /// the old state); otherwise [`Error::ReplicaSync`] (or the `WAIT`'s error),
 /// and the caller keeps what it believed before.
-pub(crate) async fn writes_synced(client: &ClientInner, name: &str, key: &str) -> Result<()> {
-    match wait_for_replicas(client, key).await {
+pub(crate) async fn writes_synced(replicas: Replicas<'_>, name: &str, key: &str) -> Result<()> {
+    match wait_for_replicas(replicas, key).await {
         Synced::Enough => Ok(()),
         Synced::Short { acked, required } => Err(Error::ReplicaSync {
             name: name.to_owned(),
@@ -84,8 +93,8 @@ pub(crate) async fn writes_synced(client: &ClientInner, name: &str, key: &str) -
 /// logs when too few replicas acknowledged (the release already happened on
 /// the primary; a failover to a replica without it leaves the lock there
 /// until its lease ends).
-pub(crate) async fn after_release(client: &ClientInner, key: &str) {
-    match wait_for_replicas(client, key).await {
+pub(crate) async fn after_release(replicas: Replicas<'_>, key: &str) {
+    match wait_for_replicas(replicas, key).await {
         Synced::Enough => {}
         Synced::Short { acked, required } => {
             tracing::warn!(lock_key = %key, acked, required, "release not acknowledged by enough replicas");
@@ -100,8 +109,8 @@ pub(crate) async fn after_release(client: &ClientInner, key: &str) {
 /// count. With replica sync on they count only when enough replicas
 /// acknowledged them, so a guard's lease estimate never runs past what a
 /// synced replica would keep after a failover.
-pub(crate) async fn renewal_counts(client: &ClientInner, key: &str) -> bool {
-    if let Synced::Enough = wait_for_replicas(client, key).await {
+pub(crate) async fn renewal_counts(replicas: Replicas<'_>, key: &str) -> bool {
+    if let Synced::Enough = wait_for_replicas(replicas, key).await {
         return true;
     }
     tracing::debug!(target: "redisync.watchdog.renew", lock_key = %key, "renewal not acknowledged by enough replicas; it does not extend the lease estimate");
