@@ -214,7 +214,7 @@ DEFECTS = [
     {
         "name": "shutdown-skips-hand-off-in-doubt",
         "class": "a shutdown releases a hold whose hand-off is in doubt under its new owner id only: the name stays taken for the lease; tests/lock/hand_off/in_doubt.rs shutdown_after_a_hand_off_in_doubt_frees_the_name",
-        "edits": [("crates/redisync/src/engine/held.rs", "    finish_rebind(client, hold).await?;\n    (hold.ops.release)(", "    (hold.ops.release)(")],
+        "edits": [("crates/redisync/src/engine/guard_core.rs", "    finish_rebind(client, hold).await?;\n    (hold.ops.release)(", "    (hold.ops.release)(")],
     },
     {
         "name": "undo-gives-up-during-shutdown",
@@ -224,7 +224,7 @@ DEFECTS = [
     {
         "name": "release-gives-up-during-shutdown",
         "class": "the background release of a guard dropped before a shutdown gives up at a connection reset while the shutdown runs: the name stays taken for the lease (found by the simulation); tests/connection/shutdown.rs a_release_reset_during_the_shutdown_is_sent_again",
-        "edits": [("crates/redisync/src/engine/held.rs", "|| client.check_still_connected(),", "|| client.check_open(),")],
+        "edits": [("crates/redisync/src/engine/guard_core.rs", "|| client.check_still_connected(),", "|| client.check_open(),")],
     },
     {
         "name": "semaphore-one-permit-too-many",

@@ -972,7 +972,7 @@ impl Client {
         }
         // reintroduce: shutdown-one-timeout-per-lock
         let releases = futures::future::join_all(holds.iter().map(|hold| async move {
-            let release = crate::engine::held::release_at_shutdown(&self.inner, hold);
+            let release = crate::engine::guard_core::release_at_shutdown(&self.inner, hold);
             // reintroduce: shutdown-one-timeout-per-lock
             let error = match tokio::time::timeout_at(deadline, release).await {
                 Ok(Ok(_)) => return,

@@ -7,7 +7,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::held::{guard_accessors, Held};
+use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::HoldOps;
 use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
@@ -562,7 +562,7 @@ impl Spec for FairLock {
 #[clippy::has_significant_drop]
 pub struct FairLockGuard {
     lock: FairLock,
-    held: Held,
+    held: GuardCore,
 }
 
 impl std::fmt::Debug for FairLockGuard {

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::client::Client;
 use crate::engine::client_inner::ClientInner;
-use crate::engine::held::send_parked_release;
+use crate::engine::guard_core::send_parked_release;
 use crate::engine::Named;
 use crate::error::{Error, Result};
 use crate::redis::keys::{self, Kind, Role};

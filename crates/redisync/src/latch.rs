@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::client::Client;
-use crate::engine::held::retry_until_deadline;
+use crate::engine::guard_core::retry_until_deadline;
 use crate::error::{Error, Result};
 use crate::inspect::{inspect_kind, Inspection};
 use crate::redis::keys::{self, Kind, Role};

@@ -7,7 +7,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::held::{guard_accessors, Held};
+use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
 use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
@@ -605,7 +605,7 @@ pub(crate) async fn release_hold(
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     lock: Lock,
-    held: Held,
+    held: GuardCore,
 }
 
 impl std::fmt::Debug for LockGuard {

@@ -7,7 +7,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::held::{guard_accessors, Held};
+use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
 use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
@@ -462,7 +462,7 @@ impl Spec for RwLock {
                 renumbered: queued == 2,
             }),
             [0, wait_ms, _] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
-            // A read field of this owner in Redis. Held here: an upgrade,
+            // A read field of this owner in Redis. GuardCore here: an upgrade,
             // refused. Not held here: its release is on its way (a sibling
             // flow's, whose turn passed as it was sent) or a lost hold's
             // field lapses: busy, for a moment.
@@ -644,7 +644,7 @@ side_handle!(WriteLock, Side::Write, "write");
 #[clippy::has_significant_drop]
 pub struct RwLockGuard {
     side: Side,
-    held: Held,
+    held: GuardCore,
 }
 
 impl std::fmt::Debug for RwLockGuard {

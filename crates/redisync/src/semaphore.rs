@@ -8,7 +8,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::held::{guard_accessors, Held};
+use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
 use crate::engine::hub::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
@@ -548,11 +548,11 @@ impl Semaphore {
     pub async fn extend_permit(&self, id: &PermitId, lease: Duration) -> Result<()> {
         let named = self.named();
         let client = named.client_inner();
-        let lease_ms = engine::held::extension_ms(client, lease)?;
+        let lease_ms = engine::guard_core::extension_ms(client, lease)?;
         named.check_usable("semaphore")?;
         let keys = vec![self.inner.leases.clone()];
         let args = vec![Value::String(id.id.as_ref().into())];
-        let renewed = engine::held::extend_in_redis(
+        let renewed = engine::guard_core::extend_in_redis(
             client,
             &named.name,
             &named.key,
@@ -873,7 +873,7 @@ async fn give_back(
 #[must_use = "if unused the permits are released immediately"]
 #[clippy::has_significant_drop]
 pub struct SemaphorePermit {
-    held: Held,
+    held: GuardCore,
     permits: u32,
 }
 

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::held::{Folded, Held};
+use super::guard_core::{Folded, GuardCore};
 use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try};
 use crate::engine::hold::{Hold, OwnerTurn};
@@ -32,7 +32,7 @@ pub(crate) async fn acquire<S: Spec>(
     ask: S::Ask,
     deadline: Option<Instant>,
     lease: Option<Duration>,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     // Boxed: the state machine is deep, and callers nest this future in
     // theirs (a Redlock's in a user's); unboxed, their types ran past the
     // compiler's query depth limit.
@@ -51,7 +51,7 @@ async fn acquire_unboxed<S: Spec>(
     ask: S::Ask,
     deadline: Option<Instant>,
     lease: Option<Duration>,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     let named = spec.named();
     named.check_usable(S::WHAT)?;
     let client = named.client_inner();
@@ -234,7 +234,7 @@ async fn reenter_held<S: Spec>(
     holder: &Arc<str>,
     lease_ms: i64,
     patience: &mut Patience<'_>,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     loop {
         match reenter_held_once(grant, holder, lease_ms, patience).await {
             Ok(held) => {
@@ -252,7 +252,7 @@ async fn reenter_held_once<S: Spec>(
     holder: &Arc<str>,
     lease_ms: i64,
     patience: &mut Patience<'_>,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     let spec = grant.spec;
     let client = spec.named().client_inner();
     let Some(hold) = spec
@@ -289,7 +289,7 @@ async fn contend<S: Spec>(
     deadline: Option<Instant>,
     lease_ms: i64,
     outage: Outage,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     // Outlives the contender: its undo and place go first when dropped.
     let registration = Registration::new(grant.slot, holder);
     // A zero wait is one try that never queues.
@@ -323,7 +323,7 @@ async fn contend<S: Spec>(
 /// Where a step of [`contend`] leaves the acquisition.
 enum Step {
     /// It ended: held, or `None` once the deadline passed.
-    Done(Option<Held>),
+    Done(Option<GuardCore>),
     /// The next step at once (a blip ridden out, a hand-off not kept, a
     /// subscription made, a wake-up or the server's bound).
     Again,
@@ -516,9 +516,9 @@ impl<S: Spec> Contender<'_, S> {
 
     /// Waits for the replicas to have a new grant (when the client asks
     /// for it) and keeps it.
-    async fn sync(&mut self, held: Held) -> Result<Step> {
+    async fn sync(&mut self, held: GuardCore) -> Result<Step> {
         match self.grant.synced(held).await? {
-            Synced::Held(held) => Ok(self.keep(held)),
+            Synced::Kept(held) => Ok(self.keep(held)),
             // Another flow of the owner re-entered it: theirs too, never
             // undone; synced again.
             Synced::Blip(held, e) if held.hold().is_shared() => {
@@ -546,7 +546,7 @@ impl<S: Spec> Contender<'_, S> {
     }
 
     /// The acquisition ends holding `held`.
-    fn keep(&mut self, held: Held) -> Step {
+    fn keep(&mut self, held: GuardCore) -> Step {
         keep_turn_if(&held, &mut self.undo, self.gate);
         Step::Done(Some(held))
     }
@@ -817,9 +817,9 @@ async fn resync_shared<S: Spec>(
     grant: &Grant<'_, S>,
     holder: &Arc<str>,
     (undo, place, ride): (&mut Undo<S>, &mut Place, &mut Ride<'_>),
-    mut held: Held,
+    mut held: GuardCore,
     mut e: Error,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     loop {
         ride_out(grant, holder, undo, place, ride, e, false, false).await?;
         match held.extend(grant.lease).await {
@@ -832,7 +832,7 @@ async fn resync_shared<S: Spec>(
             Err(other) => return Err(other),
         }
         match grant.synced(held).await? {
-            Synced::Held(synced) => return Ok(Some(synced)),
+            Synced::Kept(synced) => return Ok(Some(synced)),
             Synced::Blip(back, again) => (held, e) = (back, again),
         }
     }
@@ -894,7 +894,7 @@ async fn handed<S: Spec>(
     undo: &mut Undo<S>,
     token: u64,
     sent_at: Instant,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     let client = grant.spec.named().client_inner();
     // The release that handed it ran on the server as it is now, or on one
     // that has restarted since (a proxy may have kept the connection): a
@@ -955,7 +955,7 @@ async fn handed<S: Spec>(
 
 /// A confirmed hold takes the acquisition's local turn when it keeps it
 /// while held ([`Gate::WhileHeld`]); otherwise the turn is given up here.
-fn keep_turn_if<S: Spec>(held: &Held, undo: &mut Undo<S>, gate: Gate) {
+fn keep_turn_if<S: Spec>(held: &GuardCore, undo: &mut Undo<S>, gate: Gate) {
     let turn = undo.turn.take();
     let kept = held.hold();
     kept.keep_turn(turn.filter(|_| gate == Gate::WhileHeld));
@@ -1155,7 +1155,7 @@ impl<S: Spec> Grant<'_, S> {
         token: u64,
         sent_at: Instant,
         permit: Option<OwnedSemaphorePermit>,
-    ) -> Held {
+    ) -> GuardCore {
         let named = self.spec.named();
         let hold = Arc::new(
             Hold::new(
@@ -1176,9 +1176,9 @@ impl<S: Spec> Grant<'_, S> {
         self.held(hold)
     }
 
-    fn held(&self, hold: Arc<Hold>) -> Held {
+    fn held(&self, hold: Arc<Hold>) -> GuardCore {
         let named = self.spec.named();
-        Held::new(
+        GuardCore::new(
             named.client.clone(),
             named.name.clone(),
             self.slot.clone(),
@@ -1193,15 +1193,15 @@ impl<S: Spec> Grant<'_, S> {
     /// [`crate::redis::replica::unsynced`]), but for a `WAIT` that met a blip: its
     /// guard comes back unreleased, for the caller to give back in order
     /// ([`Synced::Blip`]). With replica sync off, the guard at once.
-    async fn synced(&self, held: Held) -> Result<Synced> {
+    async fn synced(&self, held: GuardCore) -> Result<Synced> {
         let named = self.spec.named();
         let client = &named.client;
         match crate::redis::replica::writes_synced(client.replicas(), &named.name, &named.key).await
         {
-            Ok(()) => Ok(Synced::Held(held)),
+            Ok(()) => Ok(Synced::Kept(held)),
             Err(e) if is_blip(&e) => Ok(Synced::Blip(held, e)),
             Err(e) => {
-                Err(crate::redis::replica::unsynced(&named.key, held, Held::release, e).await)
+                Err(crate::redis::replica::unsynced(&named.key, held, GuardCore::release, e).await)
             }
         }
     }
@@ -1210,10 +1210,10 @@ impl<S: Spec> Grant<'_, S> {
 /// What the replica sync of an acquisition came to.
 enum Synced {
     /// Synced (or replica sync is off).
-    Held(Held),
+    Kept(GuardCore),
     /// The `WAIT` met a blip `e`: whether the replicas have the grant is
     /// unknown, and the guard is not yet released.
-    Blip(Held, Error),
+    Blip(GuardCore, Error),
 }
 
 /// The calling owner holds already: count one more hold on the same token,
@@ -1233,7 +1233,7 @@ async fn reenter<S: Spec>(
     hold: &Arc<Hold>,
     lease_ms: i64,
     patience: &mut Patience<'_>,
-) -> Result<Option<Held>> {
+) -> Result<Option<GuardCore>> {
     // Reserved first: the last other guard dropped meanwhile then only
     // counts down, a hold already released is never revived, and one
     // handed off to another owner id meanwhile is not re-entered.
@@ -1295,7 +1295,7 @@ async fn reenter<S: Spec>(
             // The lease the re-entry raised there stays longer than the
             // estimate: it only outlives our belief, which is safe.
             let guard = match grant.synced(grant.held(reserved.confirm())).await? {
-                Synced::Held(guard) => guard,
+                Synced::Kept(guard) => guard,
                 Synced::Blip(guard, e) => {
                     // Counted down in the background (in any order with a
                     // re-entry sent again: counts only); the caller tries
@@ -1471,8 +1471,8 @@ impl Drop for Reservation {
             // last: the hold is released, whatever our re-entries counted
             // up (the final release drops the owner's field, token-checked;
             // a re-entry still in flight ran before it on the connection).
-            if super::held::detach(&self.slot, &hold, self.watchdog) {
-                super::held::release_in_background(
+            if super::guard_core::detach(&self.slot, &hold, self.watchdog) {
+                super::guard_core::release_in_background(
                     self.client.clone(),
                     self.slot.clone(),
                     hold,

@@ -79,7 +79,7 @@ pub(crate) struct Slot {
     expect_busy: AtomicBool,
     /// A dropped guard's final release not sent yet: the next attempt on
     /// the name carries it in its own script, or its background task sends
-    /// it (see `engine::held`).
+    /// it (see `engine::guard_core`).
     parked_release: Mutex<Option<Arc<Hold>>>,
 }
 

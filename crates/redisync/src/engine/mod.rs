@@ -26,10 +26,10 @@
 //! | call | unknown outcome read as | so |
 //! |---|---|---|
 //! | acquire (every kind; a re-entry) | ran | the guard is never returned; an undo ([`undo`]) releases the grant or queue entry that may exist, before this owner's next attempt on the name. A *waiting* acquisition (time left, the client open) rides it out ([`AcquireRetry`](crate::AcquireRetry)): the undo runs inline, retried with back-off while Redis is unreachable, and only once it succeeded is the next attempt sent (`acquire::ride_out`). A re-entry in doubt is sent again instead (its reply settles both: at most one more count in Redis, which the owner's last release drops with the field; a fresh grant is replaced by the next and given back; `acquire::reenter`) |
-//! | the replica `WAIT` after a grant; a hold handed to a waiter, while its renewal and `WAIT` (replica sync) or the server's age (restart guard) are read | ran, and not synced | a blip there leaves a grant whose replicas are unknown: as an acquire in doubt, the guard is never returned, the hold leaves the slot without a release ([`held::Held::forget`]), and a waiting acquisition undoes it inline before its next attempt (never a release in the background under the holder id that attempt uses). A grant another flow of the owner re-entered meanwhile is theirs too: never undone, it is synced again once Redis is back (a renewal, then `WAIT`: `acquire::resync_shared`). Any other failure (too few acknowledgements) releases the guard and is the call's error, as before |
+//! | the replica `WAIT` after a grant; a hold handed to a waiter, while its renewal and `WAIT` (replica sync) or the server's age (restart guard) are read | ran, and not synced | a blip there leaves a grant whose replicas are unknown: as an acquire in doubt, the guard is never returned, the hold leaves the slot without a release ([`guard_core::GuardCore::forget`]), and a waiting acquisition undoes it inline before its next attempt (never a release in the background under the holder id that attempt uses). A grant another flow of the owner re-entered meanwhile is theirs too: never undone, it is synced again once Redis is back (a renewal, then `WAIT`: `acquire::resync_shared`). Any other failure (too few acknowledgements) releases the guard and is the call's error, as before |
 //! | release, unlock, `resign`, a dropped guard | ran locally, not ran in Redis | the hold leaves the slot at once (no local waiter can re-enter it); the release is sent again in the background while the lease lasts |
 //! | extend, a watchdog renewal | not ran | the local lease estimate keeps its old end (a longer lease left in Redis only outlives our belief) |
-//! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until its end, and its final release sends the hand-off again first (idempotent), so a field left under the old id is freed with it ([`held::Held::hand_off`]) |
+//! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until its end, and its final release sends the hand-off again first (idempotent), so a field left under the old id is freed with it ([`guard_core::GuardCore::hand_off`]) |
 //! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
 //! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
 //! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
@@ -71,7 +71,7 @@ use crate::redis::script::LuaScript;
 
 pub(crate) mod acquire;
 pub(crate) mod client_inner;
-pub(crate) mod held;
+pub(crate) mod guard_core;
 pub(crate) mod hold;
 pub(crate) mod hub;
 pub(crate) mod undo;

@@ -1,6 +1,6 @@
 //! The guard core: one acquisition held by one guard. Every public guard
 //! (`LockGuard`, `FairLockGuard`, `RwLockGuard`, `SemaphorePermit`) is a thin
-//! wrapper over [`Held`], so release, `Drop`, extend, validity and the lost
+//! wrapper over [`GuardCore`], so release, `Drop`, extend, validity and the lost
 //! signal are written once.
 
 use std::future::Future;
@@ -25,7 +25,7 @@ const LOCAL_STREAK_CAP: u32 = 4;
 const PARKED_YIELDS: u32 = 4;
 
 /// One guard's share of a [`Hold`] (re-entrant guards of one owner share it).
-pub(crate) struct Held {
+pub(crate) struct GuardCore {
     client: Arc<ClientInner>,
     /// The primitive's name, for errors.
     name: Arc<str>,
@@ -37,9 +37,9 @@ pub(crate) struct Held {
     watchdog: bool,
 }
 
-impl std::fmt::Debug for Held {
+impl std::fmt::Debug for GuardCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("Held");
+        let mut d = f.debug_struct("GuardCore");
         d.field("name", &self.name);
         if let Some(h) = &self.hold {
             d.field("owner", &h.owner_str()).field("token", &h.token);
@@ -48,15 +48,15 @@ impl std::fmt::Debug for Held {
     }
 }
 
-impl Held {
+impl GuardCore {
     pub(crate) fn new(
         client: Arc<ClientInner>,
         name: Arc<str>,
         slot: SlotRef,
         hold: Arc<Hold>,
         watchdog: bool,
-    ) -> Held {
-        Held {
+    ) -> GuardCore {
+        GuardCore {
             client,
             name,
             slot,
@@ -228,7 +228,7 @@ impl Held {
         self.release_in_order().await
     }
 
-    /// [`Held::release`] that always waits for its script (or its failure):
+    /// [`GuardCore::release`] that always waits for its script (or its failure):
     /// for an acquisition that tries again under the same holder id next,
     /// which must come after the release.
     pub(crate) async fn release_in_order(mut self) -> Result<()> {
@@ -432,7 +432,7 @@ fn after_release(slot: &SlotRef, released: &Released, last: bool, hands_off: boo
     }
 }
 
-impl Drop for Held {
+impl Drop for GuardCore {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;
@@ -749,7 +749,7 @@ where
     }
 }
 
-/// The methods every guard type shares, over its `held: Held` field:
+/// The methods every guard type shares, over its `held: GuardCore` field:
 /// `fencing_token()`, `fencing_token_i64()`, `lost()`, `lost_signal()`,
 /// `is_lost()`, `validity()`, and the [`Guard`](crate::Guard) trait.
 macro_rules! guard_accessors {
