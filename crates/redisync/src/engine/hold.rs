@@ -226,12 +226,12 @@ pub(crate) struct Hold {
     /// When the command that won it was sent (a force-unlock whose outcome
     /// is unknown takes every hold won before it ended as lost).
     pub(crate) sent_at: Instant,
-    /// Whether the final release is queued on the connection. GuardCore through
+    /// Whether the final release is queued on the connection. Held through
     /// a count-down's round trip and until the final release is queued, so
     /// a count-down never runs after the final release in Redis (a NOSCRIPT
     /// fallback or a cluster retry would re-send it out of order).
     final_queued: tokio::sync::Mutex<bool>,
-    /// GuardCore gauge and hold time (the metrics; empty unless metered).
+    /// Held gauge and hold time (the metrics; empty unless metered).
     pub(crate) meter: HoldMeter,
 }
 
