@@ -462,7 +462,7 @@ impl Spec for RwLock {
                 renumbered: queued == 2,
             }),
             [0, wait_ms, _] => Ok(Reply::busy_for(wait_ms, NO_TTL_POLL)),
-            // A read field of this owner in Redis. GuardCore here: an upgrade,
+            // A read field of this owner in Redis. Held here: an upgrade,
             // refused. Not held here: its release is on its way (a sibling
             // flow's, whose turn passed as it was sent) or a lost hold's
             // field lapses: busy, for a moment.
