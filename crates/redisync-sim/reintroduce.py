@@ -81,7 +81,7 @@ DEFECTS = [
         "name": "force-unlock-misses-grant-in-flight",
         "class": "force-unlock misses its own client's grant in flight",
         "edits": [("crates/redisync/src/engine/mod.rs",
-                   "slot.forced_through(u64::try_from(last).unwrap_or(0));",
+                   "slot.holds.forced_through(u64::try_from(last).unwrap_or(0));",
                    "let _ = (slot, last);")],
     },
     {
@@ -126,17 +126,17 @@ DEFECTS = [
         "name": "try-zero-waits-for-queued-undo",
         "class": "try_lock(ZERO) waits a command timeout behind a queued undo",
         "edits": [("crates/redisync/src/engine/acquire.rs",
-                   "let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);",
-                   "let own_undo = || spec.reentrant() && slot.has_pending_undo(&holder);"),
-                  ("crates/redisync/src/engine/hub.rs",
-                   "            if !self.undo_has_turn(owner) {",
-                   "            if !self.has_pending_undo(owner) {")],
+                   "let own_undo = || spec.reentrant() && slot.undos.has_turn(holder);",
+                   "let own_undo = || spec.reentrant() && slot.undos.has(holder);"),
+                  ("crates/redisync/src/engine/slot/undos.rs",
+                   "            if !self.has_turn(owner) {",
+                   "            if !self.has(owner) {")],
     },
     {
         "name": "zero-wait-outwaits-own-undo",
         "class": "try_lock(ZERO) waits a command timeout after its own undo passed the turn to another task (found by the simulation, seed 238)",
         "edits": [("crates/redisync/src/engine/acquire.rs",
-                   "            () = slot.undo_try_ended(&holder) => match deadline {",
+                   "            () = slot.undos.try_ended(holder) => match deadline {",
                    "            () = std::future::pending::<()>() => match deadline {")],
     },
     {
@@ -149,7 +149,7 @@ DEFECTS = [
     {
         "name": "stale-hand-off-message",
         "class": "a late hand-off message counts for a newer queue entry",
-        "edits": [("crates/redisync/src/engine/hub.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
+        "edits": [("crates/redisync/src/engine/slot/wakeups.rs", "number == current || number == next\n", "let _ = (number, current, next);\n        true\n")],
     },
     {
         "name": "rw-read-reentry-after-readers-expired",
@@ -179,7 +179,7 @@ DEFECTS = [
         "name": "force-unlock-in-doubt-keeps-guards",
         "class": "a force-unlock whose outcome is unknown leaves this client's guards saying held; tests/conformance.rs a_force_unlock_whose_outcome_is_unknown_leaves_the_guards_lost",
         "edits": [("crates/redisync/src/engine/mod.rs", "            hold.mark_lost(\"force-unlocked\");\n", "            let _ = hold;\n"),
-                  ("crates/redisync/src/engine/mod.rs", "            slot.forced_in_doubt();", "            let _ = slot;")],
+                  ("crates/redisync/src/engine/mod.rs", "            slot.holds.forced_in_doubt();", "            let _ = slot;")],
     },
     {
         "name": "shutdown-forgets-aborted-waiters",
@@ -204,7 +204,7 @@ DEFECTS = [
     {
         "name": "rw-sides-in-separate-owner-lines",
         "class": "two flows of one owner asking an RwLock's write and read sides together both hold; tests/lock/owner_turns.rs rw_write_and_read_flows_of_one_owner_asking_together_never_both_hold",
-        "edits": [("crates/redisync/src/engine/acquire.rs", "let line = slot.owner_lines.join(&owner);", "let line = slot.owner_lines.join(&holder);")],
+        "edits": [("crates/redisync/src/engine/acquire.rs", "let line = slot.queue.owner_lines.join(owner);", "let line = slot.queue.owner_lines.join(holder);")],
     },
     {
         "name": "force-in-doubt-without-a-slot",

@@ -963,7 +963,7 @@ impl Client {
             .hub
             .all_slots()
             .iter()
-            .flat_map(|slot| slot.holders())
+            .flat_map(|slot| slot.holds.all())
             .collect();
         // Tell every guard before any hold is given away.
         for hold in &holds {

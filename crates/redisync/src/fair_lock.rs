@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::HoldOps;
-use crate::engine::hub::Slot;
+use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
@@ -350,7 +350,7 @@ impl FairLock {
     /// hold of a cancelled re-entry, whose release may still be on its way).
     async fn leave(&self, slot: &Slot, owner: &str, keep: Option<u64>) -> Result<bool> {
         let keep = keep
-            .or_else(|| slot.holder(owner).map(|h| h.token))
+            .or_else(|| slot.holds.holder(owner).map(|h| h.token))
             .map(|t| t.to_string())
             .unwrap_or_default();
         let client = self.named().client_inner();

@@ -346,7 +346,7 @@ impl CountDownLatch {
             // try): an opening after it is heard.
             let looked = match inner.hub.ensure_subscribed(&slot).await {
                 Ok(()) => {
-                    let since = slot.wakeup.generation();
+                    let since = slot.wakeups.all.generation();
                     self.read(waited_for.as_deref())
                         .await
                         .map(|read| (since, read))
@@ -387,7 +387,7 @@ impl CountDownLatch {
             if let Some(d) = deadline {
                 next = next.min(d);
             }
-            slot.wakeup.wait(since, next).await;
+            slot.wakeups.all.wait(since, next).await;
             inner.check_open()?;
         }
     }

@@ -301,7 +301,7 @@ impl Leader {
         let slot = client.hub.slot(&named.key, &named.channel);
         // Subscribed before the first read: a change after it is heard.
         client.hub.ensure_subscribed(&slot).await?;
-        let since = slot.wakeup.generation();
+        let since = slot.wakeups.all.generation();
         let first = self.current().await?;
         let mut next = look_again_after(self, first.as_ref());
         let (tx, rx) = watch::channel(a_term(first));
@@ -315,9 +315,9 @@ impl Leader {
                     // The client shuts down: `changed` answers `Shutdown`
                     // at once, not at the next look.
                     () = client.hub.closing() => return,
-                    _ = slot.wakeup.wait(since, Instant::now() + next) => {}
+                    _ = slot.wakeups.all.wait(since, Instant::now() + next) => {}
                 }
-                since = slot.wakeup.generation();
+                since = slot.wakeups.all.generation();
                 // A read in flight at the shutdown is not waited for either.
                 let read = tokio::select! {
                     biased;

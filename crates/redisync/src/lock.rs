@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
-use crate::engine::hub::Slot;
+use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};

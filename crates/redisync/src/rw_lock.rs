@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
-use crate::engine::hub::Slot;
+use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
@@ -408,6 +408,7 @@ impl Spec for RwLock {
     /// for the read side (a downgrade) goes straight to Redis, which grants it.
     fn gate(&self, slot: &Slot, owner: &str, side: Side) -> Result<Gate> {
         let holds_other = slot
+            .holds
             .holder(&format!("{}|{owner}", side.other().tag()))
             .is_some();
         match (side, holds_other) {
@@ -471,7 +472,7 @@ impl Spec for RwLock {
                 let reads_here = client
                     .hub
                     .existing_slot(&self.inner.named.key)
-                    .is_some_and(|slot| slot.holder(&reader).is_some());
+                    .is_some_and(|slot| slot.holds.holder(&reader).is_some());
                 if reads_here {
                     Err(self.upgrade_refused())
                 } else {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::guard_core::{guard_accessors, GuardCore};
 use crate::engine::hold::{Hold, HoldOps, Released};
-use crate::engine::hub::Slot;
+use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::link::Link;
@@ -504,7 +504,7 @@ impl Semaphore {
         named.check_usable("semaphore")?;
         let client = named.client_inner();
         let slot = client.hub.existing_slot(&named.key);
-        if let Some(hold) = slot.as_ref().and_then(|slot| slot.holder(&id.id)) {
+        if let Some(hold) = slot.as_ref().and_then(|slot| slot.holds.holder(&id.id)) {
             hold.mark_lost("released by its permit id");
         }
         let (freed, _, _) = give_back(

@@ -15,7 +15,8 @@ use super::guard_core::{Folded, GuardCore};
 use super::undo::Undo;
 use super::{Gate, Reply, Spec, Try};
 use crate::engine::hold::{Hold, OwnerTurn};
-use crate::engine::hub::{Hub, Slot, SlotRef, Wakeup};
+use crate::engine::hub::{Hub, SlotRef};
+use crate::engine::slot::{Slot, Wakeup};
 use crate::error::{Error, Result};
 use crate::metrics::{Acquisition, Labels, Outcome};
 use crate::redis::script::checked_ms;
@@ -85,60 +86,7 @@ async fn acquire_unboxed<S: Spec>(
     if let Some(held) = reenter_held(&grant, &holder, lease_ms, &mut patience).await? {
         return Ok(Some(held));
     }
-
-    let mut gate = spec.gate(&slot, &owner, ask)?;
-    // Flows of one owner take turns, one line per owner whatever side it
-    // asks for (see `OwnerLines`); a gate kept while held orders them
-    // already, and a downgrade (`Bypass`) is the holding flow's own.
-    // reintroduce: owner-flows-without-turns
-    if spec.reentrant() && !matches!(gate, Gate::WhileHeld | Gate::Bypass) {
-        // reintroduce: rw-sides-in-separate-owner-lines
-        let line = slot.owner_lines.join(&owner);
-        let Some(permit) = wait_for_turn(&client.hub, &slot, &line.turn, deadline).await? else {
-            return Ok(None);
-        };
-        grant.owner_turn = Some(Arc::new(OwnerTurn::new(permit, line)));
-        // What this owner holds now decides (a sibling's hold on the other
-        // side ended, or lives on as a downgrade's read hold).
-        gate = spec.gate(&slot, &owner, ask)?;
-    }
-    if gate == Gate::Bypass {
-        // A downgrade shares the owner's turn with the hold it stems from:
-        // a sibling flow waits until both have ended.
-        grant.owner_turn = spec
-            .bypassing_holder(&owner, ask)
-            .and_then(|holder| slot.holder(&holder))
-            .and_then(|hold| hold.turns().1);
-    }
-    // Our own earlier attempt's undo may keep the turn: not "held by
-    // another". Its try in flight (one command) decides, so the turn is
-    // waited for that long at least; once the try has ended, the turn went
-    // to whoever waited first and the caller's own deadline applies again
-    // (failed: we settle the undo below and return its error). fred's state
-    // alone cannot tell: it may say "connected" right after the connection
-    // died. An undo still queued for the turn keeps nothing: whoever has the
-    // turn holds, and a zero wait answers at once.
-    // reintroduce: try-zero-waits-for-queued-undo
-    let own_undo = || spec.reentrant() && slot.undo_has_turn(&holder);
-    let turn = if own_undo() {
-        let extended = deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout));
-        let mut gate_wait = std::pin::pin!(gate_turn(gate, &client.hub, &slot, extended));
-        tokio::select! {
-            biased;
-            turn = &mut gate_wait => turn?,
-            // reintroduce: zero-wait-outwaits-own-undo
-            () = slot.undo_try_ended(&holder) => match deadline {
-                Some(d) => tokio::time::timeout_at(d, gate_wait).await.unwrap_or(Ok(None))?,
-                None => gate_wait.await?,
-            },
-        }
-    } else {
-        gate_turn(gate, &client.hub, &slot, deadline).await?
-    };
-    let Some(turn) = turn else {
-        if own_undo() {
-            client.check_reachable()?;
-        }
+    let Some((gate, turn)) = take_turns(&mut grant, &owner, &holder, deadline).await? else {
         return Ok(None);
     };
     // Re-entry is decided again once the turns are ours: a hold of this
@@ -157,6 +105,88 @@ async fn acquire_unboxed<S: Spec>(
         }
     }
     contend(&grant, &holder, gate, turn, deadline, lease_ms, outage).await
+}
+
+/// The local turns an acquisition takes before it contends: its owner's
+/// line (flows of one owner take turns, one line per owner whatever side
+/// it asks for; see `OwnerLines`), then the slot's gate. The gate the
+/// acquisition contends under and its turn of it; `None` when the deadline
+/// passed first.
+async fn take_turns<S: Spec>(
+    grant: &mut Grant<'_, S>,
+    owner: &Arc<str>,
+    holder: &Arc<str>,
+    deadline: Option<Instant>,
+) -> Result<Option<(Gate, Option<OwnedSemaphorePermit>)>> {
+    let (spec, slot, ask) = (grant.spec, grant.slot, grant.ask);
+    let client = spec.named().client_inner();
+    let mut gate = spec.gate(slot, owner, ask)?;
+    // A gate kept while held orders the owner's flows already, and a
+    // downgrade (`Bypass`) is the holding flow's own.
+    // reintroduce: owner-flows-without-turns
+    if spec.reentrant() && !matches!(gate, Gate::WhileHeld | Gate::Bypass) {
+        // reintroduce: rw-sides-in-separate-owner-lines
+        let line = slot.queue.owner_lines.join(owner);
+        let Some(permit) = wait_for_turn(&client.hub, slot, &line.turn, deadline).await? else {
+            return Ok(None);
+        };
+        grant.owner_turn = Some(Arc::new(OwnerTurn::new(permit, line)));
+        // What this owner holds now decides (a sibling's hold on the other
+        // side ended, or lives on as a downgrade's read hold).
+        gate = spec.gate(slot, owner, ask)?;
+    }
+    if gate == Gate::Bypass {
+        // A downgrade shares the owner's turn with the hold it stems from:
+        // a sibling flow waits until both have ended.
+        grant.owner_turn = spec
+            .bypassing_holder(owner, ask)
+            .and_then(|holder| slot.holds.holder(&holder))
+            .and_then(|hold| hold.turns().1);
+    }
+    let turn = gate_turn_beside_own_undo(spec, slot, holder, gate, deadline).await?;
+    Ok(turn.map(|turn| (gate, turn)))
+}
+
+/// The slot's turn under `gate` (see [`gate_turn`]), when our own earlier
+/// attempt's undo may keep it.
+///
+/// That undo keeping the turn is not "held by another". Its try in flight
+/// (one command) decides, so the turn is waited for that long at least;
+/// once the try has ended, the turn went to whoever waited first and the
+/// caller's own deadline applies again (failed: the caller settles the
+/// undo and returns its error). fred's state alone cannot tell: it may say
+/// "connected" right after the connection died. An undo still queued for
+/// the turn keeps nothing: whoever has the turn holds, and a zero wait
+/// answers at once.
+async fn gate_turn_beside_own_undo<S: Spec>(
+    spec: &S,
+    slot: &Slot,
+    holder: &str,
+    gate: Gate,
+    deadline: Option<Instant>,
+) -> Result<Option<Option<OwnedSemaphorePermit>>> {
+    let client = spec.named().client_inner();
+    // reintroduce: try-zero-waits-for-queued-undo
+    let own_undo = || spec.reentrant() && slot.undos.has_turn(holder);
+    let turn = if own_undo() {
+        let extended = deadline.map(|d| d.max(Instant::now() + client.settings.command_timeout));
+        let mut gate_wait = std::pin::pin!(gate_turn(gate, &client.hub, slot, extended));
+        tokio::select! {
+            biased;
+            turn = &mut gate_wait => turn?,
+            // reintroduce: zero-wait-outwaits-own-undo
+            () = slot.undos.try_ended(holder) => match deadline {
+                Some(d) => tokio::time::timeout_at(d, gate_wait).await.unwrap_or(Ok(None))?,
+                None => gate_wait.await?,
+            },
+        }
+    } else {
+        gate_turn(gate, &client.hub, slot, deadline).await?
+    };
+    if turn.is_none() && own_undo() {
+        client.check_reachable()?;
+    }
+    Ok(turn)
 }
 
 /// A blip `e` met before anything of this call was sent: pauses (see
@@ -257,7 +287,7 @@ async fn reenter_held_once<S: Spec>(
     let client = spec.named().client_inner();
     let Some(hold) = spec
         .reentrant()
-        .then(|| grant.slot.holder(holder))
+        .then(|| grant.slot.holds.holder(holder))
         .flatten()
     else {
         return Ok(None);
@@ -434,7 +464,8 @@ impl<S: Spec> Contender<'_, S> {
             self.place
                 .attempt::<S, _>(named, slot, holder, lease_ms, enqueue, self.grant.ask);
         let reply = attempt_carrying(spec, slot, attempt).await;
-        slot.set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
+        slot.queue
+            .set_expect_busy(matches!(reply, Ok(Reply::Busy { .. })));
         match reply {
             // Refused unrun while the slot migrates (after the runner's own
             // retries): nothing changed, so wait and try again while the
@@ -504,7 +535,7 @@ impl<S: Spec> Contender<'_, S> {
             return Ok(Step::Busy(after(left)));
         }
         self.undo.disarm();
-        slot.note_exhausted(exhausted.0, exhausted.1);
+        slot.queue.note_exhausted(exhausted.0, exhausted.1);
         // The local turn stays with the acquisition until the grant is
         // synced: one given back below tries again as its client's first
         // task.
@@ -567,7 +598,7 @@ impl<S: Spec> Contender<'_, S> {
             // Otherwise the undo runs in the background.
             return Ok(Step::Done(None));
         }
-        if !slot.is_subscribed() {
+        if !slot.wakeups.is_subscribed() {
             // Subscribe, then try again before parking: a message sent
             // before the subscription would be missed.
             let client = spec.named().client_inner();
@@ -671,7 +702,7 @@ impl Place {
         if enqueue && self.in_queue.is_none() {
             self.in_queue = named.client.start_background();
         }
-        let expect_busy = slot.expects_busy();
+        let expect_busy = slot.queue.expects_busy();
         Try {
             holder,
             lease_ms,
@@ -1089,9 +1120,9 @@ async fn wait_while_exhausted(
     deadline: Option<Instant>,
     labels: &Labels,
 ) -> Option<u64> {
-    let wakeup = &slot.wakeup;
+    let wakeup = &slot.wakeups.all;
     let since = wakeup.generation();
-    let Some(mut until) = slot.take_exhausted(since).filter(|_| may_wait) else {
+    let Some(mut until) = slot.queue.take_exhausted(since).filter(|_| may_wait) else {
         return Some(since);
     };
     until = until.min(Instant::now() + look);
@@ -1172,7 +1203,7 @@ impl<S: Spec> Grant<'_, S> {
         );
         hold.keep_turn(permit);
         hold.keep_owner_turn(self.owner_turn.clone());
-        self.slot.add_holder(hold.clone());
+        self.slot.holds.add(hold.clone());
         self.held(hold)
     }
 
@@ -1248,44 +1279,10 @@ async fn reenter<S: Spec>(
     // A cancelled re-entry keeps the outer acquisition (its release may
     // still be on its way): its undo only removes a fresh grant it made.
     let mut undo = Undo::new(spec, slot, holder, Some(hold.token), None);
-    let (reply, sent_at) = loop {
-        let sent_at = Instant::now();
-        undo.arm(sent_at + spec.linger(grant.lease));
-        let reply = run_attempt(
-            spec,
-            Try {
-                holder,
-                lease_ms,
-                keep: Some(hold.token),
-                enqueue: false,
-                queued: false,
-                number: 0,
-                next_number: 0,
-                expect_busy: false,
-                ask: grant.ask,
-                release: None,
-            },
-        )
-        .await;
-        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
-            // A reply settles an earlier try in doubt too (see above).
-            undo.disarm();
-        }
-        match reply {
-            Ok(reply) => break (reply, sent_at),
-            Err(e) => {
-                // Gives up with `e` unless it may be ridden out (the undo,
-                // armed while the outcome is unknown, then runs in the
-                // background).
-                patience.pause(spec, e).await?;
-                if hold.is_lost() {
-                    // Lost during the outage: nothing to re-enter; the
-                    // undo settles a try in doubt before the owner's next
-                    // acquisition.
-                    return Ok(None);
-                }
-            }
-        }
+    let Some((reply, sent_at)) =
+        send_reentry(grant, holder, hold, lease_ms, patience, &mut undo).await?
+    else {
+        return Ok(None);
     };
     match reply {
         Reply::Granted { token, .. } if token == hold.token => {
@@ -1326,6 +1323,54 @@ async fn reenter<S: Spec>(
     }
 }
 
+/// Sends [`reenter`]'s attempt until a reply (with when it was sent),
+/// riding out blips while `patience` lasts; `None` when the hold was lost
+/// during an outage (nothing to re-enter; `undo` settles a try in doubt
+/// before the owner's next acquisition).
+async fn send_reentry<S: Spec>(
+    grant: &Grant<'_, S>,
+    holder: &Arc<str>,
+    hold: &Arc<Hold>,
+    lease_ms: i64,
+    patience: &mut Patience<'_>,
+    undo: &mut Undo<S>,
+) -> Result<Option<(Reply, Instant)>> {
+    let spec = grant.spec;
+    loop {
+        let sent_at = Instant::now();
+        undo.arm(sent_at + spec.linger(grant.lease));
+        let attempt = Try {
+            holder,
+            lease_ms,
+            keep: Some(hold.token),
+            enqueue: false,
+            queued: false,
+            number: 0,
+            next_number: 0,
+            expect_busy: false,
+            ask: grant.ask,
+            release: None,
+        };
+        let reply = run_attempt(spec, attempt).await;
+        if !matches!(&reply, Err(e) if e.outcome_unknown()) {
+            // A reply settles an earlier try in doubt too (see `reenter`).
+            undo.disarm();
+        }
+        match reply {
+            Ok(reply) => return Ok(Some((reply, sent_at))),
+            Err(e) => {
+                // Gives up with `e` unless it may be ridden out (the undo,
+                // armed while the outcome is unknown, then runs in the
+                // background).
+                patience.pause(spec, e).await?;
+                if hold.is_lost() {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
 /// Runs the undo an earlier cancelled call of `holder` left pending, so it
 /// cannot land after this call's acquisition. Under the local turn (which
 /// orders it with the background undo); a gate-less kind takes the turn for
@@ -1337,18 +1382,18 @@ async fn settle_pending<S: Spec>(
     gate: Gate,
     have_turn: bool,
 ) -> Result<()> {
-    if !spec.reentrant() || !slot.has_pending_undo(holder) {
+    if !spec.reentrant() || !slot.undos.has(holder) {
         return Ok(());
     }
     let _turn = if have_turn || gate == Gate::Bypass {
         None
     } else {
-        slot.gate.clone().acquire_owned().await.ok()
+        slot.queue.gate.clone().acquire_owned().await.ok()
     };
-    if slot.has_pending_undo(holder) {
+    if slot.undos.has(holder) {
         // An error here is the caller's, in bounded time.
         spec.undo(slot, holder, None).await?;
-        slot.remove_pending_undo(holder);
+        slot.undos.remove(holder);
     }
     Ok(())
 }
@@ -1367,9 +1412,9 @@ async fn gate_turn(
     if matches!(gate, Gate::None | Gate::Bypass) {
         return Ok(Some(None));
     }
-    let turn = wait_for_turn(hub, slot, &slot.gate, deadline).await?;
+    let turn = wait_for_turn(hub, slot, &slot.queue.gate, deadline).await?;
     if turn.is_some() {
-        if let Some(until) = slot.take_yield() {
+        if let Some(until) = slot.queue.take_yield() {
             // The last local holder gives remote waiters a turn.
             tokio::time::sleep_until(until).await;
         }
@@ -1398,7 +1443,8 @@ async fn wait_for_turn(
         // A holder that comes later (its grant was in flight) is looked
         // for again after TURN_LOOK: its lease end bounds the wait.
         let holders = slot
-            .earliest_holder_deadline()
+            .holds
+            .earliest_deadline()
             .unwrap_or_else(|| Instant::now() + TURN_LOOK);
         let wake = Some(deadline.map_or(holders, |d| d.min(holders)));
         let sleep = async {
@@ -1415,7 +1461,7 @@ async fn wait_for_turn(
                 return Ok(permit.ok());
             }
             () = sleep => {
-                for hold in slot.holders() {
+                for hold in slot.holds.all() {
                     let _ = hold.is_lost();
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -1495,13 +1541,13 @@ impl<'a> Registration<'a> {
         Registration {
             slot,
             holder,
-            wakeup: slot.register_addressed(holder),
+            wakeup: slot.wakeups.register(holder),
         }
     }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.slot.unregister_addressed(self.holder);
+        self.slot.wakeups.unregister(self.holder);
     }
 }

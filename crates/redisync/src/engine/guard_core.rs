@@ -315,7 +315,7 @@ pub(crate) async fn extend_in_redis(
 pub(crate) fn detach(slot: &SlotRef, hold: &Arc<Hold>, watchdog: bool) -> bool {
     let last = hold.drop_guard(watchdog);
     if last {
-        slot.remove_holder(hold);
+        slot.holds.remove(hold);
     }
     last
 }
@@ -339,7 +339,7 @@ async fn release_hold(
     turn_passed: bool,
 ) -> Result<Released> {
     let hands_off = last && (turn_passed || hold.keeps_turn());
-    let yield_turn = hands_off && slot.should_yield(LOCAL_STREAK_CAP);
+    let yield_turn = hands_off && slot.queue.should_yield(LOCAL_STREAK_CAP);
     let sent_at = Instant::now();
     // Guards of one hold may go in several flows at once. A count-down
     // runs its round trip under the order lock, and the final release is
@@ -382,7 +382,7 @@ async fn release_hold(
     if yield_turn {
         let pause =
             (sent_at.elapsed() * 4).clamp(Duration::from_micros(200), Duration::from_millis(20));
-        slot.yield_gate_for(pause);
+        slot.queue.yield_gate_for(pause);
         hold.open_gate();
     }
     result
@@ -421,10 +421,10 @@ async fn finish_rebind(client: &ClientInner, hold: &Hold) -> Result<()> {
 /// kept the local turn and passed it on).
 fn after_release(slot: &SlotRef, released: &Released, last: bool, hands_off: bool) {
     if hands_off {
-        slot.record_release(released.contended);
+        slot.queue.record_release(released.contended);
     }
     if last {
-        slot.set_expect_busy(released.handed);
+        slot.queue.set_expect_busy(released.handed);
     }
     if last && !released.not_held && !released.handed {
         // Local waiters need not wait for our own message.
@@ -458,7 +458,7 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
     if !hold.ops.folds_release
         || client.settings.replica_sync.is_some()
         || !hold.keeps_turn()
-        || slot.should_yield(LOCAL_STREAK_CAP)
+        || slot.queue.should_yield(LOCAL_STREAK_CAP)
         || hold.owner_epoch() % 2 == 1
         || hold.rebind_in_doubt().is_some()
         || !client.routers_running()
@@ -478,7 +478,7 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
     let Some(task) = client.start_background() else {
         return false;
     };
-    if !hold.try_mark_final_queued() || !slot.park_release(hold) {
+    if !hold.try_mark_final_queued() || !slot.holds.park_release(hold) {
         return false;
     }
     hold.open_gate();
@@ -489,18 +489,18 @@ fn park_release(client: &Arc<ClientInner>, slot: &SlotRef, hold: &Arc<Hold>) -> 
         // runtime let it, and bound how long the release waits.
         for _ in 0..PARKED_YIELDS {
             tokio::task::yield_now().await;
-            if !home.has_parked_release(&parked) {
+            if !home.holds.has_parked_release(&parked) {
                 return;
             }
         }
         // Queued on the connection under the parking lock: an attempt that
         // finds nothing parked is sent after it.
         let send = || send_with(task, owner, home.clone(), parked.clone(), true, true);
-        home.send_parked_release(&parked, send);
+        home.holds.send_parked_release(&parked, send);
     });
     if sender.is_finished() {
         // Refused (the runtime shuts down): nothing will send it.
-        if slot.send_parked_release(hold, || {}) {
+        if slot.holds.send_parked_release(hold, || {}) {
             tracing::debug!(lock_key = %hold.key, "guard dropped while the runtime shuts down; it expires with its lease");
         }
     }
@@ -519,12 +519,12 @@ pub(crate) fn send_parked_release(
     if !client
         .hub
         .existing_slot(key)
-        .is_some_and(|s| s.has_parked())
+        .is_some_and(|s| s.holds.has_parked())
     {
         return;
     }
     let slot = client.hub.slot(key, channel);
-    if let Some(hold) = slot.take_parked_release() {
+    if let Some(hold) = slot.holds.take_parked_release() {
         send_in_background(client.clone(), slot, hold, true, true);
     }
 }
@@ -548,7 +548,7 @@ impl Folded {
     pub(crate) fn take(client: &Arc<ClientInner>, slot: &SlotRef) -> Option<Folded> {
         // Shutting down: left to its own task, which the shutdown waits for.
         let task = client.start_background()?;
-        slot.take_parked_release().map(|hold| Folded {
+        slot.holds.take_parked_release().map(|hold| Folded {
             client: client.clone(),
             slot: slot.clone(),
             hold: Some(hold),

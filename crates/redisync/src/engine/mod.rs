@@ -30,7 +30,7 @@
 //! | release, unlock, `resign`, a dropped guard | ran locally, not ran in Redis | the hold leaves the slot at once (no local waiter can re-enter it); the release is sent again in the background while the lease lasts |
 //! | extend, a watchdog renewal | not ran | the local lease estimate keeps its old end (a longer lease left in Redis only outlives our belief) |
 //! | `hand_off` | either | the hold keeps its old owner's turn (no flow of that owner contends) until its end, and its final release sends the hand-off again first (idempotent), so a field left under the old id is freed with it ([`guard_core::GuardCore::hand_off`]) |
-//! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`Slot::forced_in_doubt`) |
+//! | force-unlock, force-release | ran | this client's holds of the name are lost from the call's start, and so is every hold won by a command sent before the call ended (`LocalHolds::forced_in_doubt`) |
 //! | an `RwLock` downgrade (a writer takes the read side) | as acquire | the read guard is never returned; its undo keeps the write hold |
 //! | `CountDownLatch::count_down` | not ran | sent again with the same id, counted once, for up to 10 s; then the error says it may have counted |
 //! | `CountDownLatch::wait` (a read; so is its subscription) | not ran | looked at again while the wait lasts, as an acquisition rides a blip out ([`AcquireRetry`](crate::AcquireRetry)); its deadline passing in the outage is the error, not "timed out" |
@@ -62,7 +62,7 @@ use tokio::time::Instant;
 
 use crate::engine::client_inner::ClientInner;
 use crate::engine::hold::{Hold, HoldOps};
-use crate::engine::hub::Slot;
+use crate::engine::slot::Slot;
 use crate::error::Result;
 use crate::metrics::Labels;
 use crate::redis::keys::{self, Kind, Role};
@@ -74,6 +74,7 @@ pub(crate) mod client_inner;
 pub(crate) mod guard_core;
 pub(crate) mod hold;
 pub(crate) mod hub;
+pub(crate) mod slot;
 pub(crate) mod undo;
 pub(crate) mod watchdog;
 
@@ -319,7 +320,7 @@ impl Named {
         // name yet): an acquisition sent during the call joins it, and an
         // unknown outcome then reaches its hold too.
         let slot = client.hub.slot(&self.key, &self.channel);
-        for hold in slot.holders() {
+        for hold in slot.holds.all() {
             // reintroduce: force-unlock-in-doubt-keeps-guards
             hold.mark_lost("force-unlocked");
         }
@@ -344,7 +345,7 @@ impl Named {
         // (above), whatever their token.
         if let Some(slot) = in_doubt.0.take() {
             // reintroduce: force-unlock-misses-grant-in-flight
-            slot.forced_through(u64::try_from(last).unwrap_or(0));
+            slot.holds.forced_through(u64::try_from(last).unwrap_or(0));
         }
         Ok(deleted == 1)
     }
@@ -366,14 +367,14 @@ impl std::fmt::Debug for Named {
 }
 
 /// A force-unlock in flight: dropped before its reply (an error, the call
-/// dropped), its outcome is unknown (see [`Slot::forced_in_doubt`]).
+/// dropped), its outcome is unknown (see `LocalHolds::forced_in_doubt`).
 struct ForceInDoubt(Option<crate::engine::hub::SlotRef>);
 
 impl Drop for ForceInDoubt {
     fn drop(&mut self) {
         if let Some(slot) = &self.0 {
             // reintroduce: force-unlock-in-doubt-keeps-guards
-            slot.forced_in_doubt();
+            slot.holds.forced_in_doubt();
         }
     }
 }

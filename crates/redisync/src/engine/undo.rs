@@ -9,7 +9,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::Spec;
+use crate::engine::client_inner::ClientInner;
 use crate::engine::hub::SlotRef;
+use crate::error::Error;
 
 /// What an attempt in flight (or a queued waiter) may have left in Redis for
 /// `holder`. Dropped armed, it undoes that in the background (see
@@ -103,7 +105,7 @@ fn spawn_undo<S: Spec>(
     slot: SlotRef,
     holder: Arc<str>,
     keep: Option<u64>,
-    mut turn: Option<OwnedSemaphorePermit>,
+    turn: Option<OwnedSemaphorePermit>,
     expires_at: Instant,
     shutdown_waits: Option<crate::engine::client_inner::BackgroundTask>,
 ) {
@@ -119,31 +121,51 @@ fn spawn_undo<S: Spec>(
     // reintroduce: undo-unordered
     let ordered = spec.reentrant();
     if ordered {
-        slot.add_pending_undo(&holder, turn.is_some());
+        slot.undos.add(&holder, turn.is_some());
     }
+    let undo = BackgroundUndo {
+        spec,
+        slot,
+        holder,
+        keep,
+        expires_at,
+        ordered,
+    };
     rt.spawn(async move {
         let _task = task;
+        undo.until_done(turn).await;
+    });
+}
+
+/// An undo running in the background (see [`spawn_undo`]).
+struct BackgroundUndo<S: Spec> {
+    spec: S,
+    slot: SlotRef,
+    holder: Arc<str>,
+    keep: Option<u64>,
+    /// When what it undoes expires anyway: no try after that.
+    expires_at: Instant,
+    /// Recorded as pending, each try under the local gate.
+    ordered: bool,
+}
+
+impl<S: Spec> BackgroundUndo<S> {
+    /// Tries until the undo is done, the owner settled it, or what it undoes
+    /// would have expired anyway; `turn`: the local turn of the attempt it
+    /// undoes, if it had one.
+    async fn until_done(self, mut turn: Option<OwnedSemaphorePermit>) {
+        let client = self.spec.named().client.clone();
+        let slot = &self.slot;
         let mut pause = Duration::from_millis(50);
         loop {
-            let mine = match (ordered, turn.take()) {
-                (_, Some(t)) => Some(t),
-                (true, None) => match slot.gate.clone().acquire_owned().await {
-                    Ok(t) => Some(t),
-                    Err(_) => return,
-                },
-                (false, None) => None,
+            let Some(mine) = self.take_turn(turn.take()).await else {
+                return;
             };
-            if ordered && !slot.has_pending_undo(&holder) {
-                return; // the owner did it before acquiring again
-            }
-            if ordered {
-                slot.set_undo_turn(&holder, true);
-            }
             // Not sent while fred reconnects: it would wait in fred's queue
             // holding the turn; failed at once, it is retried after a pause,
             // and the owner's next acquisition settles it first meanwhile.
             let tried = match client.check_reachable() {
-                Ok(()) => spec.undo(&slot, &holder, keep).await,
+                Ok(()) => self.spec.undo(slot, &self.holder, self.keep).await,
                 Err(e) => Err(e),
             };
             // Retried during a shutdown too, until it closes the
@@ -152,7 +174,7 @@ fn spawn_undo<S: Spec>(
             match tried {
                 Err(e)
                     if e.is_retryable()
-                        && Instant::now() + pause < expires_at
+                        && Instant::now() + pause < self.expires_at
                         // reintroduce: undo-gives-up-during-shutdown
                         && !client.connections_closed() =>
                 {
@@ -160,8 +182,8 @@ fn spawn_undo<S: Spec>(
                     // The turn goes on before the try counts as ended: a
                     // zero wait told of the end finds it with its next owner.
                     drop(mine);
-                    if ordered {
-                        slot.set_undo_turn(&holder, false);
+                    if self.ordered {
+                        slot.undos.set_turn(&self.holder, false);
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
@@ -169,31 +191,59 @@ fn spawn_undo<S: Spec>(
                         // Shut down while we paused: a command now would
                         // follow the connection's quit (fred warns of each).
                         tracing::debug!(lock_key = %slot.key, "undo cut short by the shutdown; it expires with its lease");
-                        if ordered {
-                            slot.remove_pending_undo(&holder);
-                        }
+                        self.settled();
                         return;
                     }
                 }
                 result => {
-                    match result {
-                        // Shut down meanwhile: the shutdown's own report
-                        // covers it (a crash-like end; leases clean up).
-                        Err(e) if client.check_open().is_err() => {
-                            tracing::debug!(lock_key = %slot.key, error = %e, "undo cut short by the shutdown; it expires with its lease");
-                        }
-                        Err(e) => {
-                            tracing::warn!(target: "redisync.release.failed", lock_key = %slot.key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
-                        }
-                        Ok(()) => {}
+                    if let Err(e) = result {
+                        self.report_failure(&client, &e);
                     }
                     drop(mine);
-                    if ordered {
-                        slot.remove_pending_undo(&holder);
-                    }
+                    self.settled();
                     return;
                 }
             }
         }
-    });
+    }
+
+    /// The local turn the next try runs under (`Some(None)`: an unordered
+    /// undo runs without one); `None`: nothing left to do (the client's
+    /// gate closed, or the owner settled the undo before acquiring again).
+    async fn take_turn(
+        &self,
+        turn: Option<OwnedSemaphorePermit>,
+    ) -> Option<Option<OwnedSemaphorePermit>> {
+        let mine = match (self.ordered, turn) {
+            (_, Some(t)) => Some(t),
+            (true, None) => Some(self.slot.queue.gate.clone().acquire_owned().await.ok()?),
+            (false, None) => None,
+        };
+        if self.ordered {
+            if !self.slot.undos.has(&self.holder) {
+                return None; // the owner did it before acquiring again
+            }
+            self.slot.undos.set_turn(&self.holder, true);
+        }
+        Some(mine)
+    }
+
+    /// The undo failed for good with `e`.
+    fn report_failure(&self, client: &ClientInner, e: &Error) {
+        let key = &self.slot.key;
+        if client.check_open().is_err() {
+            // Shut down meanwhile: the shutdown's own report covers it (a
+            // crash-like end; leases clean up).
+            tracing::debug!(lock_key = %key, error = %e, "undo cut short by the shutdown; it expires with its lease");
+        } else {
+            tracing::warn!(target: "redisync.release.failed", lock_key = %key, error = %e, "could not undo a cancelled acquisition; it expires with its lease");
+        }
+    }
+
+    /// Done trying: no longer pending.
+    fn settled(&self) {
+        if self.ordered {
+            self.slot.undos.remove(&self.holder);
+        }
+    }
 }

@@ -66,7 +66,7 @@ async fn run(client: Weak<ClientInner>) {
             .hub
             .all_slots()
             .iter()
-            .flat_map(|s| s.holders())
+            .flat_map(|s| s.holds.all())
             .filter(|h| h.renewed_by_watchdog())
             .map(|h| (h, true))
             .collect();
@@ -132,7 +132,7 @@ pub(crate) async fn verify_holds(client: &ClientInner, probe: bool) -> bool {
         .hub
         .all_slots()
         .iter()
-        .flat_map(|s| s.holders())
+        .flat_map(|s| s.holds.all())
         // `is_lost` marks (and counts) the holds whose lease ran out.
         .filter(|h| !h.is_released() && !h.is_lost() && h.owner_epoch() % 2 == 0)
         .map(|h| {
