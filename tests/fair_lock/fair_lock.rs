@@ -328,10 +328,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
             let _: i64 = env
                 .admin
                 .eval(
-                    concat!(
-                        include_str!("../../lua/prelude.lua"),
-                        include_str!("../../lua/fair_lock_leave.lua")
-                    ),
+                    redisync::__private::script_source("fair_lock_leave.lua"),
                     vec![
                         hash_key("leave"),
                         common::key("fair", "fence", "leave"),
@@ -1446,10 +1443,7 @@ async fn a_leave_over_a_wrong_type_hash_still_removes_its_queue_entry() {
     let left: i64 = env
         .admin
         .eval(
-            concat!(
-                include_str!("../../lua/prelude.lua"),
-                include_str!("../../lua/fair_lock_leave.lua")
-            ),
+            redisync::__private::script_source("fair_lock_leave.lua"),
             vec![
                 hash_key(name),
                 common::key("fair", "fence", name),
