@@ -648,7 +648,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
     for (what, hand_off, renewal, keys, args, writes_with, handed, renewed) in cases {
         let script = format!(
             "do\n{hand_off}\nend\n{}",
-            redisync::__private::script_source(renewal)
+            redisync::__private::script_source(renewal).unwrap()
         );
         let runs = 20u64;
         let before = common::command_calls(&env).await;

@@ -93,7 +93,7 @@ fn publish_command(env: &Env) -> &'static str {
 async fn raw_count_down(env: &Env, name: &str, op: &str, channel: &str) -> i64 {
     env.admin
         .eval(
-            redisync::__private::script_source("latch_count_down.lua"),
+            redisync::__private::script_source("latch_count_down.lua").unwrap(),
             vec![
                 common::key("latch", "hold", name),
                 common::key("latch", "record", name),
@@ -491,7 +491,8 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
     // as a function of its own KEYS and ARGV): no waiter can see the latch
     // open in between.
     let helpers =
-        redisync::__private::script_helpers(&["latch_count_down.lua", "latch_set_count.lua"]);
+        redisync::__private::script_helpers(&["latch_count_down.lua", "latch_set_count.lua"])
+            .unwrap();
     let both = format!(
         "{helpers}\nlocal function count_down(KEYS, ARGV)\n{COUNT_DOWN}\nend\n\
          local function set_count(KEYS, ARGV)\n{SET_COUNT}\nend\n\

@@ -151,12 +151,12 @@ impl Raw {
     async fn load(env: &Env) -> Raw {
         let count_down = env
             .admin
-            .script_load(redisync::__private::script_source("latch_count_down.lua"))
+            .script_load(redisync::__private::script_source("latch_count_down.lua").unwrap())
             .await
             .unwrap();
         let set_count = env
             .admin
-            .script_load(redisync::__private::script_source("latch_set_count.lua"))
+            .script_load(redisync::__private::script_source("latch_set_count.lua").unwrap())
             .await
             .unwrap();
         Raw {

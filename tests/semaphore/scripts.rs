@@ -55,7 +55,11 @@ async fn eval(
     args: Vec<String>,
 ) -> Result<Value, Error> {
     admin
-        .eval::<Value, _, _, _>(redisync::__private::script_source(script), keys, args)
+        .eval::<Value, _, _, _>(
+            redisync::__private::script_source(script).unwrap(),
+            keys,
+            args,
+        )
         .await
 }
 

@@ -139,7 +139,9 @@ impl Floor {
         let client = crate::redis_stats::plain_client(url, "script floor").await?;
         let key = |role: &str| format!("redisync:{}:lock:{role}:{{{name}}}", redisync::KEY_LAYOUT);
         // `Lock`'s scripts, as the library sends them (helpers in front).
-        let script = |file: &str| Script::from_lua(redisync::__private::script_source(file));
+        let script = |file: &str| {
+            Script::from_lua(redisync::__private::script_source(file).expect("a script of lua/"))
+        };
         Ok(Floor::Scripts(Arc::new(LockScripts {
             client,
             acquire: script("lock_acquire.lua"),

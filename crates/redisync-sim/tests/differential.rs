@@ -27,6 +27,7 @@ use redisync_testkit::RedisServer;
 /// A script of `lua/` (its name without `.lua`), as the library sends it.
 fn script_text(name: &str) -> &'static str {
     redisync::__private::script_source(&format!("{name}.lua"))
+        .unwrap_or_else(|| panic!("no script {name}"))
 }
 
 /// The whole keyspace in one reply: `{TIME, {key, type, pttl, values}...}`,

@@ -147,21 +147,16 @@ pub fn lost_signal_with_validity(
 /// library sends it: the helper files of `lua/lib/` it is made of, then
 /// the script, each after a line naming its file (`-- lua/lib/common.lua`),
 /// so that line N of a Lua error, below line P naming a file, is line
-/// N - P of that file.
-///
-/// # Panics
-/// When `lua/` has no script `file`.
-pub fn script_source(file: &str) -> &'static str {
-    crate::redis::script::source(file).unwrap_or_else(|| panic!("no script {file} in lua/"))
+/// N - P of that file. `None` when `lua/` has no script `file`.
+pub fn script_source(file: &str) -> Option<&'static str> {
+    crate::redis::script::source(file)
 }
 
 /// The helper files of `lua/lib/` that the scripts `files` of `lua/` are
 /// made of, each once, in the order the library puts them in front of a
 /// script (as in [`script_source`]): for a test that runs the bodies of
-/// several scripts in one `EVAL`.
-///
-/// # Panics
-/// When `lua/` has no script of one of `files`.
-pub fn script_helpers(files: &[&str]) -> String {
-    crate::redis::script::helpers(files).unwrap_or_else(|| panic!("no script of {files:?} in lua/"))
+/// several scripts in one `EVAL`. `None` when one of `files` is no script
+/// of `lua/`.
+pub fn script_helpers(files: &[&str]) -> Option<String> {
+    crate::redis::script::helpers(files)
 }
