@@ -2,11 +2,11 @@
 -- KEYS[1]  lock hash: field <owner id> = hold count, '~t' = fencing token,
 --          '~w' = the queue may hold waiters (the release looks); the
 --          layout of the plain lock, whose release script serves
--- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in prelude.lua)
+-- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in lib/tokens.lua)
 -- KEYS[3]  wait queue (list of "@<queue deadline> <lease ms> <number> 0
 --          <owner id>", oldest first, the deadline in server ms): a release
 --          hands the lock to the oldest entry whose deadline has not passed
---          (see hand_to_next in prelude.lua)
+--          (see hand_to_next in lib/lock.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
@@ -29,6 +29,8 @@
 -- ARGV[11] '1' = the caller expects the lock held by another owner: read the
 --          hash first, and the lock's PTTL only when needed
 -- ARGV[12] '1' = the server has PEXPIRE .. GT (Redis >= 7)
+-- ARGV[13], ARGV[14], ARGV[15] with a restart guard: '~restart-guard', its
+--          bound and the accepted LASTSAVE (lib/restart_guard.lua)
 -- Returns {1, token} acquired, {2, token} re-entered (same token), or {0,
 -- pttl ms, queued, head ms} busy: queued 0 no, 1 yes, 2 under the new
 -- number ARGV[8]; pttl -3 when not read (a waiter behind others needs none:

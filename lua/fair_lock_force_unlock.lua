@@ -10,7 +10,7 @@
 -- ARGV[3]  fencing counter TTL, milliseconds
 -- Returns {1, last} if it removed the holder or a head, {0, last} if
 -- nothing was there, `last` at least the last fencing token issued (see
--- last_issued in prelude.lua); the waiter handed the lock gets a token
+-- last_issued in lib/tokens.lua); the waiter handed the lock gets a token
 -- above it. Keys of another type are an error and left untouched.
 local err = wrong_type({KEYS[1], 'hash', KEYS[3], 'list'})
 if err then

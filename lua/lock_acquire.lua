@@ -2,16 +2,16 @@
 -- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing
 --          token, '~w' = a waiter may be queued, '~f' = token floor set by
 --          an advance while held
--- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in prelude.lua)
+-- KEYS[2]  fencing counter (string, TTL ARGV[4]; see next_token in lib/tokens.lua)
 -- KEYS[3]  wait queue (list of "<lease ms> <number> <token floor> <owner id>",
 --          oldest first, floor 0 for none; a
---          release hands the lock to its head, see hand_to_next in prelude.lua)
+--          release hands the lock to its head, see hand_to_next in lib/lock.lua)
 -- ARGV[1]  owner id "<client uuid>:<task id>"
 -- ARGV[2]  lease, milliseconds (> 0)
 -- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
 --          for a fresh acquisition
 -- ARGV[4]  fencing counter TTL, milliseconds
--- ARGV[5]  token floor (see next_token in prelude.lua), or '' for none
+-- ARGV[5]  token floor (see next_token in lib/tokens.lua), or '' for none
 -- ARGV[6]  '' = do not wait; '1' = wait: join the queue when busy; '2' =
 --          wait, queued already by an earlier attempt (joins again only if
 --          the entry is gone)
@@ -32,7 +32,9 @@
 --          by this attempt (one script per cycle); ARGV[11] its token,
 --          ARGV[12] the publish command, ARGV[13] the unlock channel. The
 --          reply then ends with the release's code (see release_lock in
---          prelude.lua).
+--          lib/lock.lua).
+-- ARGV[14], ARGV[15], ARGV[16] with a restart guard: '~restart-guard', its
+--          bound and the accepted LASTSAVE (lib/restart_guard.lua)
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, queue, owner, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
 

@@ -4,7 +4,7 @@
 -- ARGV[1]  publish command: 'spublish' or 'publish'
 -- ARGV[2]  unlock channel
 -- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
--- last fencing token issued (see last_issued in prelude.lua). A key of
+-- last fencing token issued (see last_issued in lib/tokens.lua). A key of
 -- another type is an error.
 local err = wrong_type({KEYS[1], 'hash'})
 if err then

@@ -14,6 +14,6 @@
 -- published), 1 still held (re-entrant), 2 released (nobody had tried:
 -- nothing published), 3 released and waiters of other clients woken (they
 -- tried, none is queued), 4 handed to the oldest queued waiter.
--- The body is release_lock in prelude.lua (a dropped guard's release
+-- The body is release_lock in lib/lock.lua (a dropped guard's release
 -- folded into the next acquisition runs it too).
 return release_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

@@ -1,11 +1,11 @@
 -- Take the read or the write side of a read-write lock (re-entrant per
 -- owner), or wait for it in the queue.
--- KEYS[1]  hash (see "Read-write locks" in prelude.lua for the layout)
+-- KEYS[1]  hash (see "Read-write locks" in lib/rw_queue.lua for the layout)
 -- KEYS[2]  readers zset: <owner> -> end of that reader's lease (server ms)
--- KEYS[3]  fencing counter (TTL ARGV[5]; see next_token in prelude.lua)
+-- KEYS[3]  fencing counter (TTL ARGV[5]; see next_token in lib/tokens.lua)
 -- KEYS[4]  wait queue (list of "@<queue deadline> <lease ms> <number> <r|w>
 --          <owner>", oldest first): a release hands the lock to its oldest
---          live entries that can enter (see hand_rw in prelude.lua)
+--          live entries that can enter (see hand_rw in lib/rw_queue.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  'r' read or 'w' write
@@ -26,6 +26,8 @@
 -- ARGV[10] publish command: 'spublish' or 'publish'
 -- ARGV[11] channel
 -- ARGV[12] '1' = the server has PEXPIRE .. GT (Redis >= 7)
+-- ARGV[13], ARGV[14], ARGV[15] with a restart guard: '~restart-guard', its
+--          bound and the accepted LASTSAVE (lib/restart_guard.lua)
 -- Returns {1, token} acquired, {2, token} re-entered, {0, ms, queued} busy
 -- (ms: how long the holders' leases last, for the queue's head; how long
 -- the place of the first waiter ahead lasts, for the others; -1 when not

@@ -6,7 +6,7 @@
 --          TTL, milliseconds
 -- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
 -- last fencing token issued before the script (see last_issued in
--- prelude.lua): a hold handed on here has a higher one. A key of another
+-- lib/tokens.lua): a hold handed on here has a higher one. A key of another
 -- type is an error, before anything is written.
 local h, readers, fence, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local err = wrong_type({h, 'hash', readers, 'zset', queue, 'list'})

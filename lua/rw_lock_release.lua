@@ -1,6 +1,6 @@
 -- Release one hold of a read-write lock, or undo an acquisition (a lost
 -- reply, a waiter that leaves the queue).
--- KEYS[1]  hash (see "Read-write locks" in prelude.lua)
+-- KEYS[1]  hash (see "Read-write locks" in lib/rw_queue.lua)
 -- KEYS[2]  readers zset
 -- KEYS[3]  wait queue
 -- KEYS[4]  fencing counter
@@ -17,7 +17,7 @@
 -- Returns 0 not held (nothing written but an undo's queue entries), 1
 -- still held, 2 released, 4 released and handed to waiters of the queue.
 -- A release that frees the lock, or turns it to read mode, hands it to the
--- queue's oldest live entries that can enter (see hand_rw in prelude.lua):
+-- queue's oldest live entries that can enter (see hand_rw in lib/rw_queue.lua):
 -- one writer, or the readers ahead of the first writer. So does an undo
 -- whose entry held others back. The hash (and, for an undo, the queue and a
 -- reader's zset) is validated before anything is written; a queue, a

@@ -3,10 +3,10 @@
 --          the last fencing token, '~w' clients whose waiters need a release
 --          message (see below), '~q' the wait queue may hold entries
 -- KEYS[2]  lease zset: <permit id> -> lease end, server time in ms (the id
---          says how many permits it holds, see permits_of in prelude.lua)
+--          says how many permits it holds, see permits_of in lib/semaphore.lua)
 -- KEYS[3]  wait queue (list of "<lease ms> <number> <permit id>", oldest
 --          first: releases hand freed permits to its heads, see
---          hand_permits in prelude.lua)
+--          hand_permits in lib/semaphore_queue.lua)
 -- ARGV[1]  permit id (unique per acquisition)
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  the permit total the handle declares ('' for none): set when the
@@ -22,6 +22,8 @@
 -- ARGV[9]  how long the queue is kept after a waiter queued or looked,
 --          milliseconds (2 x max(lease, watchdog period) + 1 s; missing:
 --          2 x lease + 1 s)
+-- ARGV[10], ARGV[11], ARGV[12] with a restart guard: '~restart-guard', its
+--          bound and the accepted LASTSAVE (lib/restart_guard.lua)
 -- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
 -- until the earliest lease ends; {0, ms, queued} busy (ms: -1 when no lease
 -- ends; queued: 0 no, 1 yes, 2 under the new number ARGV[6]); {-1, 0} not

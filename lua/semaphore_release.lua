@@ -17,7 +17,7 @@
 -- acquisition is not held (expired and reclaimed, released already, or
 -- never granted) and left no queue entry. Freed permits (and free permits
 -- a leaving head's ask did not fit) go to
--- the queue's oldest waiters first (see hand_permits in prelude.lua).
+-- the queue's oldest waiters first (see hand_permits in lib/semaphore_queue.lua).
 -- Publishes a wake-up for everybody when a client other than the releasing
 -- one marked '~w' (its waiters wait without a queue entry) and permits stay
 -- free. The reads validate the hash and the zset before anything is

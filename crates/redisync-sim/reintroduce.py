@@ -31,7 +31,7 @@ DEFECTS = [
     {
         "name": "token-counter-only",
         "class": "tokens go back after a restart that lost the counter",
-        "edits": [("lua/prelude.lua", "return math.max(last + 1, now_us)", "return last + 1")],
+        "edits": [("lua/lib/tokens.lua", "return math.max(last + 1, now_us)", "return last + 1")],
     },
     {
         "name": "rw-renew-lowers-read-lease",
@@ -51,7 +51,7 @@ DEFECTS = [
     {
         "name": "release-by-owner-only",
         "class": "a guard that lost releases the new hold of its task",
-        "edits": [("lua/prelude.lua", "  if not held[1] or held[2] ~= token then\n    return 0\n  end\n  if last ~= '1'",
+        "edits": [("lua/lib/lock.lua", "  if not held[1] or held[2] ~= token then\n    return 0\n  end\n  if last ~= '1'",
                    "  if not held[1] then\n    return 0\n  end\n  if last ~= '1'")],
     },
     {
@@ -189,7 +189,7 @@ DEFECTS = [
     {
         "name": "restart-guard-per-connection-only",
         "class": "a restart behind a proxy that keeps the connection is not seen by the restart guard; tests/conformance.rs restart_guard_sees_a_restart_behind_a_proxy_that_keeps_the_connection",
-        "edits": [("lua/prelude.lua", "if #ARGV >= 3 and ARGV[#ARGV - 2] == '~restart-guard' then", "if false then")],
+        "edits": [("lua/lib/restart_guard.lua", "if #ARGV >= 3 and ARGV[#ARGV - 2] == '~restart-guard' then", "if false then")],
     },
     {
         "name": "redlock-node-guard-per-connection-only",

@@ -580,9 +580,9 @@ async fn a_waiter_whose_hand_off_was_gone_keeps_its_place_among_its_clients_task
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
     const LEASE: &str = "30000";
-    // (what, the hand-off's writes, the renewal, its keys' prefixes, its
-    // arguments after the lease, the command a renewal writes with, how many
-    // of them the hand-off wrote, how many the renewal writes)
+    // (what, the hand-off's writes, the renewal's script file, its keys'
+    // prefixes, its arguments after the lease, the command a renewal writes
+    // with, how many of them the hand-off wrote, how many the renewal writes)
     type Case<'a> = (
         &'a str,
         &'a str,
@@ -598,7 +598,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "lock",
             "redis.call('hset', KEYS[1], ARGV[2], 1, '~t', ARGV[3])
              redis.call('pexpire', KEYS[1], ARGV[1])",
-            include_str!("../../lua/lock_renew.lua"),
+            "lock_renew.lua",
             &["lock"],
             &["owner", "7"],
             "pexpire",
@@ -609,7 +609,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "write hold",
             "redis.call('hset', KEYS[1], 'w:' .. ARGV[2], 1, '~t', ARGV[3])
              redis.call('pexpire', KEYS[1], ARGV[1])",
-            include_str!("../../lua/rw_lock_renew.lua"),
+            "rw_lock_renew.lua",
             &["rw", "readers"],
             &["owner", "7", "w"],
             "pexpire",
@@ -624,7 +624,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
              redis.call('zadd', KEYS[2], ends, ARGV[2])
              redis.call('pexpire', KEYS[1], ARGV[1])
              redis.call('pexpire', KEYS[2], ARGV[1])",
-            include_str!("../../lua/rw_lock_renew.lua"),
+            "rw_lock_renew.lua",
             &["rw", "readers"],
             &["owner", "7", "r"],
             "pexpire",
@@ -636,7 +636,7 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
             "local t = redis.call('time')
              local ends = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ARGV[1]
              redis.call('zadd', KEYS[1], ends, ARGV[2])",
-            include_str!("../../lua/semaphore_renew.lua"),
+            "semaphore_renew.lua",
             &["leases"],
             &["permit"],
             "zadd",
@@ -647,8 +647,8 @@ async fn a_renewal_in_the_millisecond_of_a_hand_off_still_writes() {
     let env = common::Env::start().await;
     for (what, hand_off, renewal, keys, args, writes_with, handed, renewed) in cases {
         let script = format!(
-            "{}\ndo\n{hand_off}\nend\n{renewal}",
-            include_str!("../../lua/prelude.lua")
+            "do\n{hand_off}\nend\n{}",
+            redisync::__private::script_source(renewal).unwrap()
         );
         let runs = 20u64;
         let before = common::command_calls(&env).await;

@@ -328,10 +328,7 @@ async fn a_head_that_leaves_a_free_lock_tells_the_next_waiter() {
             let _: i64 = env
                 .admin
                 .eval(
-                    concat!(
-                        include_str!("../../lua/prelude.lua"),
-                        include_str!("../../lua/fair_lock_leave.lua")
-                    ),
+                    redisync::__private::script_source("fair_lock_leave.lua").unwrap(),
                     vec![
                         hash_key("leave"),
                         common::key("fair", "fence", "leave"),
@@ -724,7 +721,7 @@ async fn non_owner_unlock_writes_and_publishes_nothing() {
     // A fixed lease: no watchdog renewal writes while the test counts writes.
     let fresh = b
         .fair_lock("owner")
-        .lock_with_lease(Duration::from_secs(60))
+        .lock_with_lease(Duration::from_mins(1))
         .await
         .unwrap();
     assert!(fresh.fencing_token() > stale.fencing_token());
@@ -1446,10 +1443,7 @@ async fn a_leave_over_a_wrong_type_hash_still_removes_its_queue_entry() {
     let left: i64 = env
         .admin
         .eval(
-            concat!(
-                include_str!("../../lua/prelude.lua"),
-                include_str!("../../lua/fair_lock_leave.lua")
-            ),
+            redisync::__private::script_source("fair_lock_leave.lua").unwrap(),
             vec![
                 hash_key(name),
                 common::key("fair", "fence", name),

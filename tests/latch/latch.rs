@@ -18,7 +18,6 @@ use redisync::{Client, CountDownLatch, Error};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
-const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 const COUNT_DOWN: &str = include_str!("../../lua/latch_count_down.lua");
 const SET_COUNT: &str = include_str!("../../lua/latch_set_count.lua");
 
@@ -89,12 +88,12 @@ fn publish_command(env: &Env) -> &'static str {
     }
 }
 
-/// Runs the count-down script as the library sends it (prelude first),
+/// Runs the count-down script as the library sends it (helpers first),
 /// with the count-down id `op`, publishing to `channel`.
 async fn raw_count_down(env: &Env, name: &str, op: &str, channel: &str) -> i64 {
     env.admin
         .eval(
-            format!("{PRELUDE}{COUNT_DOWN}"),
+            redisync::__private::script_source("latch_count_down.lua").unwrap(),
             vec![
                 common::key("latch", "hold", name),
                 common::key("latch", "record", name),
@@ -491,8 +490,11 @@ async fn a_waiter_without_its_message_sees_its_phase_opened_after_the_next_is_se
     // The opening and the next setting in one script (each script's text
     // as a function of its own KEYS and ARGV): no waiter can see the latch
     // open in between.
+    let helpers =
+        redisync::__private::script_helpers(&["latch_count_down.lua", "latch_set_count.lua"])
+            .unwrap();
     let both = format!(
-        "{PRELUDE}\nlocal function count_down(KEYS, ARGV)\n{COUNT_DOWN}\nend\n\
+        "{helpers}\nlocal function count_down(KEYS, ARGV)\n{COUNT_DOWN}\nend\n\
          local function set_count(KEYS, ARGV)\n{SET_COUNT}\nend\n\
          return {{count_down(KEYS, {{ARGV[1], ARGV[2], ARGV[3], ARGV[7], ''}}), \
          set_count(KEYS, {{ARGV[4], ARGV[5], ARGV[6]}})}}"

@@ -13,10 +13,6 @@ use fred::prelude::*;
 use redisync::Error;
 use tokio::time::timeout;
 
-const PRELUDE: &str = include_str!("../../lua/prelude.lua");
-const COUNT_DOWN: &str = include_str!("../../lua/latch_count_down.lua");
-const SET_COUNT: &str = include_str!("../../lua/latch_set_count.lua");
-
 /// Bound on every wait for an event; only reached when the code is wrong.
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -145,7 +141,7 @@ async fn bad_members_and_unset_latches_are_errors_that_write_nothing() {
     assert_eq!(before, after, "a count-down of an expired latch wrote");
 }
 
-/// The scripts as the library runs them (prelude first), loaded once.
+/// The scripts as the library runs them (helpers first), loaded once.
 struct Raw {
     count_down: String,
     set_count: String,
@@ -155,12 +151,12 @@ impl Raw {
     async fn load(env: &Env) -> Raw {
         let count_down = env
             .admin
-            .script_load(format!("{PRELUDE}{COUNT_DOWN}"))
+            .script_load(redisync::__private::script_source("latch_count_down.lua").unwrap())
             .await
             .unwrap();
         let set_count = env
             .admin
-            .script_load(format!("{PRELUDE}{SET_COUNT}"))
+            .script_load(redisync::__private::script_source("latch_set_count.lua").unwrap())
             .await
             .unwrap();
         Raw {

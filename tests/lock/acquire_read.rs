@@ -1,5 +1,5 @@
 //! The first read of a lock hash, shared by the plain and the fair acquire
-//! scripts (`read_hold` in `lua/prelude.lua`): re-entry, stale fields of
+//! scripts (`read_hold` in `lua/lib/lock.lua`): re-entry, stale fields of
 //! the caller's own owner id, keys of the wrong type; and a fair queue's
 //! TTL, which only grows. (From the second review of the fair hand-off.)
 

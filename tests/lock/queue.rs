@@ -25,7 +25,7 @@ fn fence_key(name: &str) -> String {
 /// a new acquisition when the bound is at most one second ahead of the
 /// server clock. A waiter that is handed the lock by a release gets
 /// `max(old token, ~f) + 1` or the server time: `hand_to_next`
-/// (lua/prelude.lua) never sees the waiter's floor (the queue entry
+/// (lua/lib/lock.lua) never sees the waiter's floor (the queue entry
 /// "<lease> <number> <owner>" does not carry it), so the bound is ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_hold_honours_the_waiters_min_token() {

@@ -1,6 +1,6 @@
 //! The semaphore's scripts and its cross-client hand-off: the bookkeeping
 //! under random operations of several clients (the scripts run as the
-//! library sends them, prelude included), and the hand-off's liveness.
+//! library sends them, helpers included), and the hand-off's liveness.
 
 use crate::common;
 
@@ -12,12 +12,11 @@ use fred::prelude::*;
 use fred::types::Value;
 use tokio::time::timeout;
 
-const PRELUDE: &str = include_str!("../../lua/prelude.lua");
-const ACQUIRE: &str = include_str!("../../lua/semaphore_acquire.lua");
-const RELEASE: &str = include_str!("../../lua/semaphore_release.lua");
-const RENEW: &str = include_str!("../../lua/semaphore_renew.lua");
-const FORCE: &str = include_str!("../../lua/semaphore_force_release.lua");
-const ADD: &str = include_str!("../../lua/semaphore_add_permits.lua");
+const ACQUIRE: &str = "semaphore_acquire.lua";
+const RELEASE: &str = "semaphore_release.lua";
+const RENEW: &str = "semaphore_renew.lua";
+const FORCE: &str = "semaphore_force_release.lua";
+const ADD: &str = "semaphore_add_permits.lua";
 
 const CLIENTS: [&str; 3] = [
     "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa",
@@ -51,12 +50,16 @@ enum St {
 
 async fn eval(
     admin: &fred::clients::Client,
-    body: &str,
+    script: &str,
     keys: Vec<String>,
     args: Vec<String>,
 ) -> Result<Value, Error> {
     admin
-        .eval::<Value, _, _, _>(format!("{PRELUDE}{body}"), keys, args)
+        .eval::<Value, _, _, _>(
+            redisync::__private::script_source(script).unwrap(),
+            keys,
+            args,
+        )
         .await
 }
 

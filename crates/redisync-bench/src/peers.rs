@@ -97,7 +97,7 @@ pub(crate) enum Floor {
     Scripts(Arc<LockScripts>),
 }
 
-/// `lua/lock_acquire.lua` and `lua/lock_release.lua` with the prelude, run
+/// `lua/lock_acquire.lua` and `lua/lock_release.lua` with their helpers, run
 /// as `Lock` runs them for one owner and a fixed lease.
 pub(crate) struct LockScripts {
     client: Client,
@@ -118,10 +118,6 @@ const SCRIPT_FLOOR_FENCE_TTL_MS: &str = "86400000";
 
 /// The empty script of the fred floor.
 const NOTHING_LUA: &str = "return 0";
-/// `Lock`'s scripts, as the library embeds them (the prelude in front).
-const PRELUDE_LUA: &str = include_str!("../../../lua/prelude.lua");
-const LOCK_ACQUIRE_LUA: &str = include_str!("../../../lua/lock_acquire.lua");
-const LOCK_RELEASE_LUA: &str = include_str!("../../../lua/lock_release.lua");
 
 impl Floor {
     pub(crate) async fn fred(url: &str) -> Result<Floor, String> {
@@ -142,11 +138,14 @@ impl Floor {
     pub(crate) async fn scripts(url: &str, name: &str) -> Result<Floor, String> {
         let client = crate::redis_stats::plain_client(url, "script floor").await?;
         let key = |role: &str| format!("redisync:{}:lock:{role}:{{{name}}}", redisync::KEY_LAYOUT);
-        let script = |body: &str| Script::from_lua(format!("{PRELUDE_LUA}{body}"));
+        // `Lock`'s scripts, as the library sends them (helpers in front).
+        let script = |file: &str| {
+            Script::from_lua(redisync::__private::script_source(file).expect("a script of lua/"))
+        };
         Ok(Floor::Scripts(Arc::new(LockScripts {
             client,
-            acquire: script(LOCK_ACQUIRE_LUA),
-            release: script(LOCK_RELEASE_LUA),
+            acquire: script("lock_acquire.lua"),
+            release: script("lock_release.lua"),
             hold: key("hold"),
             fence: key("fence"),
             queue: key("queue"),

@@ -46,7 +46,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 // more than `u - 1 s` only (whole seconds of truncated wall-clock times).
 // So with any `max_lease` above zero a restarted node counts only after
 // more than 1 s: past every token floor it honoured before the restart (at
-// most 1 s ahead of its clock, `next_token` in prelude.lua), so a counter
+// most 1 s ahead of its clock, `next_token` in lua/lib/tokens.lua), so a counter
 // lost with a snapshot does not take tokens back (tests/redlock/redlock.rs
 // `a_node_restarted_from_a_recent_snapshot_never_takes_tokens_back`).
 

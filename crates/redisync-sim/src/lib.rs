@@ -1,7 +1,7 @@
 //! A simulated Redis for deterministic simulation of redisync.
 //!
-//! Every state change of redisync is a Lua script of `lua/` (with
-//! `lua/prelude.lua` prepended), run by EVALSHA. [`SimRedis`] runs those
+//! Every state change of redisync is a Lua script of `lua/` (with the
+//! helper files of `lua/lib/` it uses in front), run by EVALSHA. [`SimRedis`] runs those
 //! scripts unchanged, in an embedded Lua 5.1 (the version Redis embeds),
 //! against an in-memory keyspace whose clock is virtual: the test decides
 //! what time it is ([`SimRedis::set_time_us`], [`SimRedis::advance`]), so

@@ -1,8 +1,9 @@
-//! Differential test: the project's own scripts (`lua/prelude.lua` + each
-//! script, as the library combines them) run with random, plausible and
-//! sometimes junk KEYS/ARGV against both [`SimRedis`] and a real
-//! `redis-server`; every reply, the whole keyspace after every step (type,
-//! value, PTTL) and the published messages must agree.
+//! Differential test: the project's own scripts (each script of `lua/`
+//! with its helpers of `lua/lib/`, as the library combines them) run with
+//! random, plausible and sometimes junk KEYS/ARGV against both
+//! [`SimRedis`] and a real `redis-server`; every reply, the whole keyspace
+//! after every step (type, value, PTTL) and the published messages must
+//! agree.
 //!
 //! The real server's clock cannot be frozen: before each step the
 //! simulator's clock is set to the server's `TIME`. Values that follow the
@@ -23,58 +24,10 @@ use std::time::{Duration, Instant};
 use redisync_sim::{Data, Reply, SimRedis};
 use redisync_testkit::RedisServer;
 
-macro_rules! script {
-    ($name:literal) => {
-        (
-            $name,
-            concat!(
-                include_str!("../../../lua/prelude.lua"),
-                include_str!(concat!("../../../lua/", $name, ".lua"))
-            ),
-        )
-    };
-}
-
-/// Every script of `lua/`, as the library sends it.
-const SCRIPTS: &[(&str, &str)] = &[
-    script!("fair_lock_acquire"),
-    script!("fair_lock_force_unlock"),
-    script!("fair_lock_leave"),
-    script!("fenced_write"),
-    script!("inspect"),
-    script!("latch_count_down"),
-    script!("latch_read"),
-    script!("latch_set_count"),
-    script!("lock_abandon"),
-    script!("lock_acquire"),
-    script!("lock_advance_fence"),
-    script!("lock_check"),
-    script!("lock_force_unlock"),
-    script!("lock_hand_off"),
-    script!("lock_publish_identity"),
-    script!("lock_release"),
-    script!("lock_renew"),
-    script!("rw_lock_acquire"),
-    script!("rw_lock_check"),
-    script!("rw_lock_force_unlock"),
-    script!("rw_lock_release"),
-    script!("rw_lock_renew"),
-    script!("semaphore_acquire"),
-    script!("semaphore_add_permits"),
-    script!("semaphore_available"),
-    script!("semaphore_check"),
-    script!("semaphore_force_release"),
-    script!("semaphore_release"),
-    script!("semaphore_renew"),
-    script!("semaphore_reset_permits"),
-    script!("semaphore_set_permits"),
-];
-
+/// A script of `lua/` (its name without `.lua`), as the library sends it.
 fn script_text(name: &str) -> &'static str {
-    SCRIPTS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map_or_else(|| panic!("no script {name}"), |(_, text)| *text)
+    redisync::__private::script_source(&format!("{name}.lua"))
+        .unwrap_or_else(|| panic!("no script {name}"))
 }
 
 /// The whole keyspace in one reply: `{TIME, {key, type, pttl, values}...}`,

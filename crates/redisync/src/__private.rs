@@ -14,7 +14,9 @@
 //! What it holds: the fencing-token floor and advance Redlock uses to keep
 //! its nodes' tokens in agreement, the per-node restart guard with what it
 //! reads of a node (uptime, connection generation), and the constructors
-//! of [`LostSignal`] for guards built outside this crate.
+//! of [`LostSignal`] for guards built outside this crate. And, for the
+//! workspace's tests, simulator and benchmarks, the Lua scripts as the
+//! library sends them (their helper files in front).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -139,4 +141,22 @@ pub fn lost_signal_with_validity(
     validity: impl Fn() -> Duration + Send + Sync + 'static,
 ) -> LostSignal {
     LostSignal::with_validity(fired, validity)
+}
+
+/// The script `file` of `lua/` (e.g. `"latch_count_down.lua"`) as the
+/// library sends it: the helper files of `lua/lib/` it is made of, then
+/// the script, each after a line naming its file (`-- lua/lib/common.lua`),
+/// so that line N of a Lua error, below line P naming a file, is line
+/// N - P of that file. `None` when `lua/` has no script `file`.
+pub fn script_source(file: &str) -> Option<&'static str> {
+    crate::redis::script::source(file)
+}
+
+/// The helper files of `lua/lib/` that the scripts `files` of `lua/` are
+/// made of, each once, in the order the library puts them in front of a
+/// script (as in [`script_source`]): for a test that runs the bodies of
+/// several scripts in one `EVAL`. `None` when one of `files` is no script
+/// of `lua/`.
+pub fn script_helpers(files: &[&str]) -> Option<String> {
+    crate::redis::script::helpers(files)
 }

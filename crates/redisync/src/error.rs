@@ -377,7 +377,7 @@ impl Error {
 }
 
 /// How a guarded acquisition's script says the server may have restarted
-/// (`lua/prelude.lua`).
+/// (`lua/lib/restart_guard.lua`).
 const RESTART_SUSPECTED: &str = "REDISYNC-RESTARTED";
 
 /// Whether the cluster refused the command before running it because its

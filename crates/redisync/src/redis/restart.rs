@@ -106,7 +106,7 @@ impl RestartGuard {
     }
 
     /// The last three arguments of a guarded acquisition's script (see the
-    /// restart guard in `lua/prelude.lua`): the marker, the bound in whole
+    /// restart guard, `lua/lib/restart_guard.lua`): the marker, the bound in whole
     /// seconds (`max_lease` plus the slack of INFO's rounding) and the
     /// accepted `LASTSAVE`.
     pub(crate) fn script_args(&self) -> [fred::types::Value; 3] {
