@@ -4,7 +4,6 @@
 
 use crate::opts::{Kind, Lease, Opts, Release, Scenario, Transport};
 use crate::peers;
-use crate::suite::{Suite, Which};
 use serde_json::{json, Map, Value};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -78,7 +77,7 @@ impl Opts {
             Kind::ScriptFloor => {
                 return json!({"algorithm": "Lock's scripts without the engine: acquire and \
                     release are one EVALSHA each of lua/lock_acquire.lua and lua/lock_release.lua \
-                    (with the prelude), through a plain fred client (default config)"})
+                    (with the helpers of lua/lib/ each is made of), through a plain fred client (default config)"})
             }
             _ => {}
         }
@@ -337,38 +336,6 @@ pub(crate) fn suite_failed(why: &str) -> ExitCode {
     out.insert("error".into(), json!(why));
     emit(&out);
     ExitCode::FAILURE
-}
-
-/// What the peer table was measured on: the date, the machine's cores, the
-/// server's version and the load at the start of the runs (min-max).
-pub(crate) fn peer_table_header(rows: &[Map<String, Value>], suite: Suite) -> String {
-    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let loads: Vec<f64> = rows
-        .iter()
-        .filter_map(|r| r.get("loadavg_start")?.get(0)?.as_str()?.parse().ok())
-        .collect();
-    let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let server = rows
-        .iter()
-        .find_map(|r| r.get("server_version")?.as_str().map(String::from))
-        .unwrap_or_else(|| "?".into());
-    let what = match suite.which {
-        Which::Tls => {
-            "min-max in parentheses; TLS: rustls (ring) client, server certificate from \
-             a test CA, no client certificate; x plain = TLS / plain of the medians \
-             (min-max of the per-repeat pairs in parentheses)"
-        }
-        Which::All | Which::Compare => "headline min-max in parentheses",
-    };
-    format!(
-        "redisync-bench {}, {} (UTC): {cores} cores, server {server}, 1-min load \
-         {lo:.2}-{hi:.2} at the starts of the runs; medians of {} interleaved repeats, \
-         {what}",
-        suite.which.flag(),
-        utc_date(),
-        suite.repeats
-    )
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.

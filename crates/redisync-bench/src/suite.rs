@@ -3,7 +3,7 @@
 
 use crate::compare;
 use crate::opts::{Kind, Lease, Opts, Release, Scenario, TlsEndpoint, Transport};
-use crate::report::{emit, header, peer_table_header, suite_failed};
+use crate::report::{emit, header, suite_failed, utc_date};
 use crate::run::run_one;
 use serde_json::{json, Map, Value};
 use std::process::ExitCode;
@@ -360,6 +360,38 @@ pub(crate) async fn run_s5_fresh(o: &mut Opts, rows: &mut Vec<Map<String, Value>
     let ok = emit(&out);
     rows.push(out);
     ok
+}
+
+/// What the peer table was measured on: the date, the machine's cores, the
+/// server's version and the load at the start of the runs (min-max).
+fn peer_table_header(rows: &[Map<String, Value>], suite: Suite) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let loads: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get("loadavg_start")?.get(0)?.as_str()?.parse().ok())
+        .collect();
+    let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let server = rows
+        .iter()
+        .find_map(|r| r.get("server_version")?.as_str().map(String::from))
+        .unwrap_or_else(|| "?".into());
+    let what = match suite.which {
+        Which::Tls => {
+            "min-max in parentheses; TLS: rustls (ring) client, server certificate from \
+             a test CA, no client certificate; x plain = TLS / plain of the medians \
+             (min-max of the per-repeat pairs in parentheses)"
+        }
+        Which::All | Which::Compare => "headline min-max in parentheses",
+    };
+    format!(
+        "redisync-bench {}, {} (UTC): {cores} cores, server {server}, 1-min load \
+         {lo:.2}-{hi:.2} at the starts of the runs; medians of {} interleaved repeats, \
+         {what}",
+        suite.which.flag(),
+        utc_date(),
+        suite.repeats
+    )
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ impl Released {
         }
     }
 
-    /// From `release_lock`'s answer (`prelude.lua`: `lock_release.lua`, and
+    /// From `release_lock`'s answer (`lua/lib/lock.lua`: `lock_release.lua`, and
     /// a release carried by `lock_acquire.lua`): 3 = another client had
     /// tried, 4 = handed to a queued waiter.
     pub(crate) fn from_lock_release(code: i64) -> Released {

@@ -20,7 +20,7 @@ use crate::link::Link;
 pub(crate) const WAKE_ALL_PAYLOAD: &str = "unlock";
 
 /// Prefix of the payload "g:<token>:<number>:<owner>" of a release that handed the
-/// lock to a queued waiter (see `hand_to_next` in `lua/prelude.lua`).
+/// lock to a queued waiter (see `hand_to_next` in `lua/lib/lock.lua`).
 pub(crate) const HANDED_PREFIX: &str = "g:";
 
 struct SlotEntry {

@@ -258,7 +258,7 @@ impl Named {
     }
 
     /// The restart guard an acquisition's script checks (the server's
-    /// `LASTSAVE`, see `lua/prelude.lua`) and that judges the server again
+    /// `LASTSAVE`, see `lua/lib/restart_guard.lua`) and that judges the server again
     /// when the script refuses: the handle's own (a Redlock node's, whose
     /// uptime the Redlock reads itself on each new connection), else the
     /// client's (which the engine also consults before each attempt on a
