@@ -194,7 +194,7 @@ DEFECTS = [
     {
         "name": "redlock-node-guard-per-connection-only",
         "class": "a Redlock node restarted behind a proxy that keeps the connection is not seen by its node's restart guard; tests/redlock/redlock.rs a_node_restarted_behind_a_proxy_that_keeps_the_connection_is_judged_again",
-        "edits": [("crates/redisync-redlock/src/redlock.rs", "                if !max_lease.is_zero() {\n                    // The node's scripts", "                if false {\n                    // The node's scripts")],
+        "edits": [("crates/redisync-redlock/src/redlock.rs", "            if !max_lease.is_zero() {\n                // The node's scripts", "            if false {\n                // The node's scripts")],
     },
     {
         "name": "reentry-undo-after-next-flow",

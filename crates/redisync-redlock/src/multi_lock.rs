@@ -203,71 +203,16 @@ impl MultiLock {
             check_lease(lease)?;
         }
         let inner = &*self.inner;
-        let n = inner.locks.len();
         // The member to wait for alone before trying the others; none in the
         // first round.
         let mut first: Option<usize> = None;
         let mut collisions = 0u32;
         loop {
-            let mut held: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();
-            if let Some(i) = first {
-                let wait = deadline.map_or(Duration::MAX, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
-                match inner.locks[i].try_lock(wait, lease).await {
-                    Ok(Some(g)) => held[i] = Some(g),
-                    Ok(None) => return Ok(None),
-                    Err(e) => return Err(Error::Member(MemberError::new(i, &inner.locks[i], e))),
-                }
-            }
-            let others = inner.order.iter().copied().filter(|&j| Some(j) != first);
-            let tries = others
-                .clone()
-                .map(|j| async move { (j, inner.locks[j].try_lock(Duration::ZERO, lease).await) });
-            // With no time left (a zero wait) the members are tried one
-            // after another in the canonical order, stopping at the first
-            // busy one: of tasks racing for the same free members, the one
-            // that takes the first takes them all (tried all at once, each
-            // could take one and none all). With time left, all at once (one
-            // round trip); a collision is waited out below.
-            let results = if deadline.is_some_and(|d| Instant::now() >= d) {
-                let mut results = Vec::with_capacity(n);
-                for j in others {
-                    let result = inner.locks[j].try_lock(Duration::ZERO, lease).await;
-                    let stop = !matches!(result, Ok(Some(_)));
-                    results.push((j, result));
-                    if stop {
-                        break;
-                    }
-                }
-                results
-            } else {
-                join_all(tries).await
+            let j = match self.round(first, deadline, lease).await? {
+                Round::Held(guard) => return Ok(Some(guard)),
+                Round::TimedOut => return Ok(None),
+                Round::Busy(j) => j,
             };
-            let mut busy = None;
-            let mut failure = None;
-            for (j, result) in results {
-                match result {
-                    Ok(Some(g)) => held[j] = Some(g),
-                    Ok(None) => {
-                        busy.get_or_insert(j);
-                    }
-                    Err(e) => {
-                        failure.get_or_insert((j, e));
-                    }
-                }
-            }
-            if let Some((j, e)) = failure {
-                give_back(held.into_iter().flatten().collect()).await;
-                return Err(Error::Member(MemberError::new(j, &inner.locks[j], e)));
-            }
-            let Some(j) = busy else {
-                return Ok(Some(MultiLockGuard {
-                    guards: held.into_iter().flatten().collect(),
-                }));
-            };
-            // Released before the next round tries them again.
-            give_back(held.into_iter().flatten().collect()).await;
             tracing::debug!(
                 busy = j,
                 "a member is busy: released the others, waiting for it"
@@ -289,6 +234,97 @@ impl MultiLock {
             first = Some(j);
         }
     }
+
+    /// One round of [`MultiLock::acquire`]: waits for `first` alone (the
+    /// member busy in the last round), then tries the others without
+    /// waiting. A busy member's index once every member taken is given back.
+    async fn round(
+        &self,
+        first: Option<usize>,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Round> {
+        let inner = &*self.inner;
+        let mut held: Vec<Option<LockGuard>> = (0..inner.locks.len()).map(|_| None).collect();
+        if let Some(i) = first {
+            let wait = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            match inner.locks[i].try_lock(wait, lease).await {
+                Ok(Some(g)) => held[i] = Some(g),
+                Ok(None) => return Ok(Round::TimedOut),
+                Err(e) => return Err(Error::Member(MemberError::new(i, &inner.locks[i], e))),
+            }
+        }
+        let mut busy = None;
+        let mut failure = None;
+        for (j, result) in self.try_others(first, deadline, lease).await {
+            match result {
+                Ok(Some(g)) => held[j] = Some(g),
+                Ok(None) => {
+                    busy.get_or_insert(j);
+                }
+                Err(e) => {
+                    failure.get_or_insert((j, e));
+                }
+            }
+        }
+        if let Some((j, e)) = failure {
+            give_back(held.into_iter().flatten().collect()).await;
+            return Err(Error::Member(MemberError::new(j, &inner.locks[j], e)));
+        }
+        let Some(j) = busy else {
+            return Ok(Round::Held(MultiLockGuard {
+                guards: held.into_iter().flatten().collect(),
+            }));
+        };
+        // Released before the next round tries them again.
+        give_back(held.into_iter().flatten().collect()).await;
+        Ok(Round::Busy(j))
+    }
+
+    /// Tries every member but `first` without waiting.
+    ///
+    /// With no time left (a zero wait) the members are tried one after
+    /// another in the canonical order, stopping at the first busy one: of
+    /// tasks racing for the same free members, the one that takes the first
+    /// takes them all (tried all at once, each could take one and none
+    /// all). With time left, all at once (one round trip); a collision is
+    /// waited out by the caller.
+    async fn try_others(
+        &self,
+        first: Option<usize>,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Vec<(usize, redisync::Result<Option<LockGuard>>)> {
+        let inner = &*self.inner;
+        let others = inner.order.iter().copied().filter(|&j| Some(j) != first);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let mut results = Vec::with_capacity(inner.locks.len());
+            for j in others {
+                let result = inner.locks[j].try_lock(Duration::ZERO, lease).await;
+                let stop = !matches!(result, Ok(Some(_)));
+                results.push((j, result));
+                if stop {
+                    break;
+                }
+            }
+            return results;
+        }
+        let tries = others
+            .map(|j| async move { (j, inner.locks[j].try_lock(Duration::ZERO, lease).await) });
+        join_all(tries).await
+    }
+}
+
+/// What one round of [`MultiLock::acquire`] came to.
+enum Round {
+    /// Every member taken.
+    Held(MultiLockGuard),
+    /// The member waited for first was still busy at the deadline.
+    TimedOut,
+    /// This member was busy: the others were given back.
+    Busy(usize),
 }
 
 /// Refuses, before any I/O, a lease every member would refuse (zero, or

@@ -157,38 +157,35 @@ impl RedlockBuilder {
     ///
     /// [`Client::endpoints`]: redisync::Client::endpoints
     pub fn build(self) -> Result<Redlock> {
+        check_independent(&self.locks)?;
+        self.check_settings()?;
+        let watchdogs = self.locks.iter().map(|l| l.client().watchdog_timeout());
+        let watchdog_max = watchdogs.clone().max().unwrap_or_default();
+        let watchdog_min = watchdogs.min().unwrap_or_default();
+        let max_lease = self.max_lease.unwrap_or(watchdog_max);
+        let nodes = nodes(self.locks, max_lease);
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                name: nodes[0].lock.name().to_owned(),
+                quorum: quorum(nodes.len()),
+                nodes,
+                max_lease,
+                node_timeout: self.node_timeout,
+                drift_factor: self.drift_factor,
+                retry_delay: self.retry_delay,
+                watchdog_min,
+                watchdog_max,
+                gate: Arc::new(Semaphore::new(1)),
+                jitter: Jitter::new(),
+                last_token: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Refuses a node timeout, retry delay, `max_lease` or drift factor
+    /// outside its range (see [`RedlockBuilder::build`]).
+    fn check_settings(&self) -> Result<()> {
         let invalid = |s: String| Err(Error::InvalidArgument(s));
-        if self.locks.is_empty() {
-            return invalid("a Redlock needs at least one lock (one per node)".into());
-        }
-        // Each node's server, whatever the database: `host:port` (or
-        // `service@host:port` through sentinels) of `Client::endpoints`.
-        let servers: Vec<Vec<String>> = self
-            .locks
-            .iter()
-            .map(|l| {
-                let endpoints = l.client().endpoints().into_iter();
-                endpoints
-                    .map(|e| e.rsplit_once('/').map_or(e.clone(), |(s, _)| s.to_owned()))
-                    .collect()
-            })
-            .collect();
-        for (i, a) in self.locks.iter().enumerate() {
-            for (j, b) in self.locks.iter().enumerate().skip(i + 1) {
-                if a.client().id() == b.client().id() {
-                    return invalid(format!(
-                        "locks #{i} and #{j} share a client: a Redlock needs one lock per \
-                         independent Redis node, each from its own Client"
-                    ));
-                }
-                if let Some(server) = servers[i].iter().find(|s| servers[j].contains(s)) {
-                    return invalid(format!(
-                        "locks #{i} and #{j} are on the same server {server}: a Redlock needs \
-                         one lock per independent Redis node"
-                    ));
-                }
-            }
-        }
         if self.node_timeout.is_zero() {
             return invalid("node_timeout must not be zero".into());
         }
@@ -217,50 +214,72 @@ impl RedlockBuilder {
                 self.drift_factor
             ));
         }
-        let watchdogs = self.locks.iter().map(|l| l.client().watchdog_timeout());
-        let watchdog_max = watchdogs.clone().max().unwrap_or_default();
-        let watchdog_min = watchdogs.min().unwrap_or_default();
-        let max_lease = self.max_lease.unwrap_or(watchdog_max);
-        let nodes: Vec<Node> = self
-            .locks
-            .into_iter()
-            .map(|lock| {
-                let restart = Arc::new(RestartGuard::new(max_lease));
-                // Every acquisition its own owner: a Redlock never re-enters
-                // a hold of the same task (another `Redlock` value over these
-                // locks, or a plain `Lock` held on a node).
-                // reintroduce: redlock-reentrant-across-values
-                let mut lock = lock.non_reentrant();
-                // reintroduce: redlock-node-guard-per-connection-only
-                if !max_lease.is_zero() {
-                    // The node's scripts check its LASTSAVE: a restart
-                    // behind a proxy that keeps the connection is seen.
-                    lock = __private::with_restart_guard(&lock, restart.clone());
-                }
-                Node {
-                    lock,
-                    health: AtomicU8::new(HEALTHY),
-                    restart,
-                }
-            })
-            .collect();
-        Ok(Redlock {
-            inner: Arc::new(Inner {
-                name: nodes[0].lock.name().to_owned(),
-                quorum: quorum(nodes.len()),
-                nodes,
-                max_lease,
-                node_timeout: self.node_timeout,
-                drift_factor: self.drift_factor,
-                retry_delay: self.retry_delay,
-                watchdog_min,
-                watchdog_max,
-                gate: Arc::new(Semaphore::new(1)),
-                jitter: Jitter::new(),
-                last_token: AtomicU64::new(0),
-            }),
-        })
+        Ok(())
     }
+}
+
+/// Refuses no lock at all, and two locks on one client or one server
+/// (they would not be independent nodes; see [`RedlockBuilder::build`]).
+fn check_independent(locks: &[Lock]) -> Result<()> {
+    let invalid = |s: String| Err(Error::InvalidArgument(s));
+    if locks.is_empty() {
+        return invalid("a Redlock needs at least one lock (one per node)".into());
+    }
+    // Each node's server, whatever the database: `host:port` (or
+    // `service@host:port` through sentinels) of `Client::endpoints`.
+    let servers: Vec<Vec<String>> = locks
+        .iter()
+        .map(|l| {
+            let endpoints = l.client().endpoints().into_iter();
+            endpoints
+                .map(|e| e.rsplit_once('/').map_or(e.clone(), |(s, _)| s.to_owned()))
+                .collect()
+        })
+        .collect();
+    for (i, a) in locks.iter().enumerate() {
+        for (j, b) in locks.iter().enumerate().skip(i + 1) {
+            if a.client().id() == b.client().id() {
+                return invalid(format!(
+                    "locks #{i} and #{j} share a client: a Redlock needs one lock per \
+                         independent Redis node, each from its own Client"
+                ));
+            }
+            if let Some(server) = servers[i].iter().find(|s| servers[j].contains(s)) {
+                return invalid(format!(
+                    "locks #{i} and #{j} are on the same server {server}: a Redlock needs \
+                         one lock per independent Redis node"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The nodes of a Redlock over `locks`, each acquisition its own owner and,
+/// unless `max_lease` is zero, under the node's restart guard.
+fn nodes(locks: Vec<Lock>, max_lease: Duration) -> Vec<Node> {
+    locks
+        .into_iter()
+        .map(|lock| {
+            let restart = Arc::new(RestartGuard::new(max_lease));
+            // Every acquisition its own owner: a Redlock never re-enters
+            // a hold of the same task (another `Redlock` value over these
+            // locks, or a plain `Lock` held on a node).
+            // reintroduce: redlock-reentrant-across-values
+            let mut lock = lock.non_reentrant();
+            // reintroduce: redlock-node-guard-per-connection-only
+            if !max_lease.is_zero() {
+                // The node's scripts check its LASTSAVE: a restart
+                // behind a proxy that keeps the connection is seen.
+                lock = __private::with_restart_guard(&lock, restart.clone());
+            }
+            Node {
+                lock,
+                health: AtomicU8::new(HEALTHY),
+                restart,
+            }
+        })
+        .collect()
 }
 
 /// Redlock: the same lock on N independent Redis masters (not replicas, not
@@ -540,31 +559,17 @@ impl Redlock {
             let elapsed = t1.elapsed();
             give_back(std::mem::take(&mut round.extra)).await;
             if round.votes.granted >= inner.quorum {
-                if validity(lease_len, elapsed, drift).is_none() {
-                    round.votes.expired = true;
-                } else if let Some(token) = inner.fence(&mut round).await {
-                    // The write-back took time too: check again.
-                    if validity(lease_len, t1.elapsed(), drift).is_some() {
-                        return Ok(Some(RedlockGuard {
-                            inner: inner.clone(),
-                            loss: Arc::new(Loss {
-                                valid_until: Mutex::new(t1 + lease_len.saturating_sub(drift)),
-                                lost: AtomicBool::new(false),
-                                released: AtomicBool::new(false),
-                                notify: Notify::new(),
-                                members: OnceLock::new(),
-                                quorum: inner.quorum,
-                                drift,
-                                fixed: lease.is_some(),
-                                name: inner.name.clone(),
-                                token,
-                            }),
-                            nodes: round.granted,
-                            token,
-                            permit: Some(permit),
-                        }));
-                    }
-                    round.votes.expired = true;
+                let timing = (t1, elapsed, lease_len, drift);
+                if let Some(token) = inner.fenced_in_time(&mut round, timing).await {
+                    let loss =
+                        inner.loss(t1 + lease_len.saturating_sub(drift), drift, lease, token);
+                    return Ok(Some(RedlockGuard {
+                        inner: inner.clone(),
+                        loss,
+                        nodes: round.granted,
+                        token,
+                        permit: Some(permit),
+                    }));
                 }
             }
             // Release every node won before anyone retries.
@@ -572,19 +577,7 @@ impl Redlock {
             let busy = round.votes.is_busy();
             tracing::debug!(attempt, votes = %round.votes, "redlock attempt failed");
             unavailable = if busy { 0 } else { unavailable + 1 };
-            let give_up = match deadline {
-                Some(d) => {
-                    let wake = Instant::now() + inner.jitter.below(inner.retry_delay);
-                    tokio::time::sleep_until(wake.min(d)).await;
-                    wake >= d
-                }
-                None if unavailable >= LOCK_UNAVAILABLE_ATTEMPTS => true,
-                None => {
-                    tokio::time::sleep(inner.jitter.below(inner.retry_delay)).await;
-                    false
-                }
-            };
-            if give_up {
+            if inner.pause_before_retry(deadline, unavailable).await {
                 return if busy {
                     Ok(None)
                 } else {
@@ -600,6 +593,70 @@ impl Redlock {
 }
 
 impl Inner {
+    /// The fencing token of a round that won a quorum, when it was won and
+    /// fenced within the lease less the drift (`timing`: when the round
+    /// began, how long it took, the lease, the drift); a round too slow is
+    /// marked expired.
+    async fn fenced_in_time(
+        &self,
+        round: &mut Round,
+        timing: (Instant, Duration, Duration, Duration),
+    ) -> Option<u64> {
+        let (t1, elapsed, lease_len, drift) = timing;
+        if validity(lease_len, elapsed, drift).is_none() {
+            round.votes.expired = true;
+            return None;
+        }
+        let token = self.fence(round).await?;
+        // The write-back took time too: check again.
+        if validity(lease_len, t1.elapsed(), drift).is_some() {
+            return Some(token);
+        }
+        round.votes.expired = true;
+        None
+    }
+
+    /// The loss state of a new guard valid until `valid_until`.
+    fn loss(
+        &self,
+        valid_until: Instant,
+        drift: Duration,
+        lease: Option<Duration>,
+        token: u64,
+    ) -> Arc<Loss> {
+        Arc::new(Loss {
+            valid_until: Mutex::new(valid_until),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            notify: Notify::new(),
+            members: OnceLock::new(),
+            quorum: self.quorum,
+            drift,
+            fixed: lease.is_some(),
+            name: self.name.clone(),
+            token,
+        })
+    }
+
+    /// Sleeps the (jittered) retry delay, until `deadline` at the latest:
+    /// `true` when no retry follows (the deadline came, or, without one,
+    /// the nodes were unavailable `unavailable` rounds in a row, the
+    /// limit).
+    async fn pause_before_retry(&self, deadline: Option<Instant>, unavailable: u32) -> bool {
+        match deadline {
+            Some(d) => {
+                let wake = Instant::now() + self.jitter.below(self.retry_delay);
+                tokio::time::sleep_until(wake.min(d)).await;
+                wake >= d
+            }
+            None if unavailable >= LOCK_UNAVAILABLE_ATTEMPTS => true,
+            None => {
+                tokio::time::sleep(self.jitter.below(self.retry_delay)).await;
+                false
+            }
+        }
+    }
+
     /// The lease every node gets (fixed, or the watchdog's), checked
     /// against the restart guard.
     fn check_lease(&self, lease: Option<Duration>) -> Result<Duration> {

@@ -509,6 +509,37 @@ struct ConnectContext<'a> {
     url_password: Option<String>,
 }
 
+/// fred's builder of both connections with our connection rules.
+fn fred_builder(config: Config, settings: &Settings) -> Builder {
+    let mut builder = Builder::from_config(config);
+    let timeout = settings.command_timeout;
+    let connect_timeout = settings.connect_timeout;
+    builder
+        .with_connection_config(|c| {
+            c.connection_timeout = connect_timeout;
+            // The handshake (and a cluster's or a sentinel's topology
+            // queries) are part of connecting.
+            c.internal_command_timeout = connect_timeout;
+            // Never re-send a lock mutation after a reconnect: scripts run
+            // at most once, and an unknown outcome is compensated.
+            c.max_command_attempts = 1;
+            // Commands go out as written: a release and the next
+            // waiter's acquire, written back to back, do not wait for
+            // the first one's acknowledgement (Nagle).
+            c.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            };
+        })
+        .with_performance_config(|p| {
+            p.default_command_timeout = timeout;
+            // Lagging still wakes every waiter, but rarely.
+            p.broadcast_channel_capacity = 4096;
+        })
+        .set_policy(settings.reconnect.to_fred());
+    builder
+}
+
 /// fred's configuration of `url` with the settings' credentials and TLS,
 /// and what a failed connect's message needs.
 fn fred_config<'a>(url: &'a str, settings: &Settings) -> Result<(Config, ConnectContext<'a>)> {
@@ -747,32 +778,8 @@ impl Client {
     async fn connect_with(url: &str, settings: Settings) -> Result<Client> {
         settings.validate()?;
         let (config, cx) = fred_config(url, &settings)?;
-        let mut builder = Builder::from_config(config);
-        let timeout = settings.command_timeout;
+        let builder = fred_builder(config, &settings);
         let connect_timeout = settings.connect_timeout;
-        builder
-            .with_connection_config(|c| {
-                c.connection_timeout = connect_timeout;
-                // The handshake (and a cluster's or a sentinel's topology
-                // queries) are part of connecting.
-                c.internal_command_timeout = connect_timeout;
-                // Never re-send a lock mutation after a reconnect: scripts run
-                // at most once, and an unknown outcome is compensated.
-                c.max_command_attempts = 1;
-                // Commands go out as written: a release and the next
-                // waiter's acquire, written back to back, do not wait for
-                // the first one's acknowledgement (Nagle).
-                c.tcp = TcpConfig {
-                    nodelay: Some(true),
-                    ..TcpConfig::default()
-                };
-            })
-            .with_performance_config(|p| {
-                p.default_command_timeout = timeout;
-                // Lagging still wakes every waiter, but rarely.
-                p.broadcast_channel_capacity = 4096;
-            })
-            .set_policy(settings.reconnect.to_fred());
         let redis = builder.build().map_err(Error::redis)?;
         let subscriber = builder.build_subscriber_client().map_err(Error::redis)?;
         // Only connections still running are told to quit: a failed `init`
