@@ -4,12 +4,13 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter
 -- KEYS[3]  wait queue (see lock_acquire.lua)
--- ARGV[1]  owner id
--- ARGV[2]  token to keep ('' = none): the caller's earlier acquisition, which
---          a re-entrant attempt only counted up; the final release handles that
--- ARGV[3]  publish command: 'spublish' or 'publish'
--- ARGV[4]  unlock channel
--- ARGV[5]  fencing counter TTL, milliseconds
+-- ARGV[1]  owner: owner id
+-- ARGV[2]  keep: token to keep ('' = none): the caller's earlier
+--          acquisition, which a re-entrant attempt only counted up; the
+--          final release handles that
+-- ARGV[3]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[4]  channel: unlock channel
+-- ARGV[5]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns 1 if an acquisition of this owner was undone, 0 otherwise.
 local err = wrong_type({KEYS[1], 'hash', KEYS[3], 'list'})
 if err then

@@ -6,35 +6,42 @@
 -- KEYS[3]  wait queue (list of "<lease ms> <number> <token floor> <owner id>",
 --          oldest first, floor 0 for none; a
 --          release hands the lock to its head, see hand_to_next in lib/lock.lua)
--- ARGV[1]  owner id "<client uuid>:<task id>"
--- ARGV[2]  lease, milliseconds (> 0)
--- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
---          for a fresh acquisition
--- ARGV[4]  fencing counter TTL, milliseconds
--- ARGV[5]  token floor (see next_token in lib/tokens.lua), or '' for none
--- ARGV[6]  '' = do not wait; '1' = wait: join the queue when busy; '2' =
---          wait, queued already by an earlier attempt (joins again only if
---          the entry is gone)
--- ARGV[8]  the number of the caller's queue entry (a decimal): with the
---          owner it names the entry, and the hand-off message names it too,
---          so a late message never hands a lock to an entry it was not
+-- ARGV[1]  owner: owner id "<client uuid>:<task id>"
+-- ARGV[2]  lease_ms: lease, milliseconds (> 0)
+-- ARGV[3]  keep: token of the acquisition the caller holds and re-enters,
+--          or '' for a fresh acquisition
+-- ARGV[4]  fence_ttl_ms: fencing counter TTL, milliseconds
+-- ARGV[5]  floor: token floor (see next_token in lib/tokens.lua), or ''
+--          for none
+-- ARGV[6]  wait: '' = do not wait; '1' = wait: join the queue when busy;
+--          '2' = wait, queued already by an earlier attempt (joins again
+--          only if the entry is gone)
+-- ARGV[7]  expect_busy: '1' = the caller expects the lock held by another
+--          client (its last look found it so, or its release handed it
+--          over): read the hash first, and the lock's PTTL only when needed
+-- ARGV[8]  number: the number of the caller's queue entry (a decimal): with
+--          the owner it names the entry, and the hand-off message names it
+--          too, so a late message never hands a lock to an entry it was not
 --          given to
--- ARGV[9]  the number a new entry takes when the caller's ('2') is gone
--- ARGV[7]  '1' = the caller expects the lock held by another client (its
---          last look found it so, or its release handed it over): read the
---          hash first, and the lock's PTTL only when needed
+-- ARGV[9]  next_number: the number a new entry takes when the caller's
+--          ('2') is gone
 -- Returns {1, token} acquired, {2, token} re-entered (same token), {0, pttl
 -- ms, queued: 0 no, 1 yes, 2 under the new number ARGV[9]} busy, pttl -3
 -- when not read (a waiter behind others in
 -- the queue needs none: it is handed the lock, or looks again on its own).
--- ARGV[10] the owner id of a hold to release first ('' or missing: none):
---          a guard of this client dropped just before, its release carried
---          by this attempt (one script per cycle); ARGV[11] its token,
---          ARGV[12] the publish command, ARGV[13] the unlock channel. The
+-- ARGV[10] release.owner: the owner id of a hold to release first ('' or
+--          missing: none): a guard of this client dropped just before, its
+--          release carried by this attempt (one script per cycle). The
 --          reply then ends with the release's code (see release_lock in
 --          lib/lock.lua).
--- ARGV[14], ARGV[15], ARGV[16] with a restart guard: '~restart-guard', its
---          bound and the accepted LASTSAVE (lib/restart_guard.lua)
+-- ARGV[11] release.token: its token
+-- ARGV[12] release.publish: the publish command
+-- ARGV[13] release.channel: the unlock channel
+-- ARGV[14] restart_guard.marker: with a restart guard, '~restart-guard'
+--          (lib/restart_guard.lua; ARGV[10] to ARGV[13] are '' without a
+--          carried release)
+-- ARGV[15] restart_guard.bound: its bound, seconds
+-- ARGV[16] restart_guard.saved: the accepted LASTSAVE
 -- A key of another type is an error naming it, before anything is written.
 local lock, fence, queue, owner, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
 

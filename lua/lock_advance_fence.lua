@@ -3,8 +3,8 @@
 -- KEYS[1]  fencing counter
 -- KEYS[2]  lock hash: while it is held, a hand-off to a queued waiter
 --          issues the next token from the hash, so the floor goes there too
--- ARGV[1]  minimum value (a decimal integer)
--- ARGV[2]  counter TTL, milliseconds (refreshed)
+-- ARGV[1]  minimum: minimum value (a decimal integer)
+-- ARGV[2]  fence_ttl_ms: counter TTL, milliseconds (refreshed)
 -- Returns the counter after the call. A key that is not a counter is an
 -- error naming it (nothing written).
 local current, err = read_fence(KEYS[1])

@@ -3,10 +3,11 @@
 -- else stays (hold count, fencing token, lease, contention and identity
 -- fields). The old owner then holds nothing, so it no longer re-enters.
 -- KEYS[1]  lock hash: field <owner id> = hold count, field '~t' = fencing token
--- ARGV[1]  owner id the acquisition is bound to
--- ARGV[2]  the new owner id (unique: nobody else has it)
--- ARGV[3]  fencing token of the acquisition
--- ARGV[4]  what the key is, for a wrong-type error ('lock', 'fair lock')
+-- ARGV[1]  owner: owner id the acquisition is bound to
+-- ARGV[2]  new_owner: the new owner id (unique: nobody else has it)
+-- ARGV[3]  token: fencing token of the acquisition
+-- ARGV[4]  what: what the key is, for a wrong-type error ('lock', 'fair
+--          lock')
 -- Returns 1 handed off (also when a repeat finds it handed off already),
 -- 0 when that acquisition no longer holds the lock (nothing written).
 -- A key of another type is an error naming it, before anything is written.

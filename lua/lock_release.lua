@@ -3,13 +3,15 @@
 -- KEYS[2]  fencing counter (optional)
 -- KEYS[3]  wait queue (see lock_acquire.lua; optional: without it, waiters
 --          are woken, not handed the lock, as while the slot migrates)
--- ARGV[1]  owner id
--- ARGV[2]  fencing token of the acquisition being released
--- ARGV[3]  '1' = last local hold: drop the owner's field whatever its count
--- ARGV[4]  publish command: 'spublish' (Redis >= 7) or 'publish'
--- ARGV[5]  unlock channel (an argument, not a key: a key the node does not
---          have would make a cluster refuse the script mid-migration)
--- ARGV[6]  fencing counter TTL, milliseconds
+-- ARGV[1]  owner: owner id
+-- ARGV[2]  token: fencing token of the acquisition being released
+-- ARGV[3]  last: '1' = last local hold: drop the owner's field whatever its
+--          count ('0' = one hold)
+-- ARGV[4]  publish: publish command: 'spublish' (Redis >= 7) or 'publish'
+-- ARGV[5]  channel: unlock channel (an argument, not a key: a key the node
+--          does not have would make a cluster refuse the script
+--          mid-migration)
+-- ARGV[6]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns 0 not held by this owner/acquisition (nothing written, nothing
 -- published), 1 still held (re-entrant), 2 released (nobody had tried:
 -- nothing published), 3 released and waiters of other clients woken (they

@@ -14,8 +14,12 @@ use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
 use crate::link::Link;
+use crate::redis::args::{
+    CarriedRelease, Digits, LockAbandon, LockAcquire, LockAdvanceFence, LockHandOff,
+    LockPublishIdentity, LockRelease, OneOrEmpty, OneOrZero, ScriptArgs, Token,
+};
 use crate::redis::keys::{sibling_key, Kind, Role};
-use crate::redis::script::{lua_script, token_arg};
+use crate::redis::script::lua_script;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");
 lua_script!(RELEASE, "lock_release.lua");
@@ -66,12 +70,13 @@ pub(crate) async fn rebind_lock_hash(
             redis,
             &hold.key,
             vec![Key::from(&*hold.key)],
-            vec![
-                Value::String(from.into()),
-                Value::String(to.into()),
-                Value::String(hold.token.to_string().into()),
-                Value::String(what.into()),
-            ],
+            LockHandOff {
+                owner: from,
+                new_owner: to,
+                token: Digits(hold.token),
+                what,
+            }
+            .into_values(),
         )
         .await?;
     Ok(done == 1)
@@ -404,10 +409,11 @@ impl Lock {
                 client.link(),
                 &fence,
                 vec![self.inner.fence.clone(), self.inner.hold.clone()],
-                vec![
-                    Value::String(token.to_string().into()),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
+                LockAdvanceFence {
+                    minimum: Digits(token),
+                    fence_ttl_ms: client.settings.fence_ttl_ms(),
+                }
+                .into_values(),
             )
             .await?;
         Ok(u64::try_from(value).unwrap_or(0))
@@ -460,27 +466,26 @@ impl Spec for Lock {
 
     async fn attempt(&self, t: Try<'_, Option<u64>>) -> Result<Reply> {
         let client = self.named().client_inner();
-        let mut args = vec![
-            Value::String(t.holder.into()),
-            Value::Integer(t.lease_ms),
-            token_arg(t.keep),
-            Value::Integer(client.settings.fence_ttl_ms()),
-            token_arg(t.ask),
-            t.wait_mode(),
-            Value::String(if t.expect_busy { "1" } else { "" }.into()),
-            Value::String(t.number.to_string().into()),
-            Value::String(t.next_number.to_string().into()),
-        ];
-        if let Some((hold, _)) = t.release {
+        let args = LockAcquire {
+            owner: t.holder,
+            lease_ms: t.lease_ms,
+            keep: Token(t.keep),
+            fence_ttl_ms: client.settings.fence_ttl_ms(),
+            floor: Token(t.ask),
+            wait: t.wait_mode(),
+            expect_busy: OneOrEmpty(t.expect_busy),
+            number: Digits(t.number),
+            next_number: Digits(t.next_number),
             // A dropped guard's final release, run first (release_lock).
-            args.extend([
-                hold.owner(),
-                Value::String(hold.token.to_string().into()),
-                Value::String(client.hub.publish_command().into()),
-                Value::from(hold.channel.clone()),
-            ]);
+            release: t.release.map(|(hold, _)| CarriedRelease {
+                owner: hold.owner_str(),
+                token: Digits(hold.token),
+                publish: client.hub.publish_command(),
+                channel: hold.channel.clone(),
+            }),
+            restart_guard: self.named().restart_guard_args(),
         }
-        self.named().push_restart_guard(&mut args, 13);
+        .into_values();
         let mut reply: Vec<i64> = ACQUIRE
             .run_idempotent(
                 client.link(),
@@ -537,13 +542,14 @@ impl Spec for Lock {
                     self.inner.fence.clone(),
                     self.inner.role(Role::Queue),
                 ],
-                vec![
-                    Value::String(holder.into()),
-                    token_arg(keep),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.channel.clone()),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
+                LockAbandon {
+                    owner: holder,
+                    keep: Token(keep),
+                    publish: client.hub.publish_command(),
+                    channel: self.inner.channel.clone(),
+                    fence_ttl_ms: client.settings.fence_ttl_ms(),
+                }
+                .into_values(),
             )
             .await?;
         Ok(())
@@ -564,14 +570,15 @@ pub(crate) async fn release_hold(
     // A final release is idempotent (owner and token checked); counting
     // down a re-entrant hold twice would free the lock too early.
     let attempts = if last { 3 } else { 1 };
-    let args = vec![
-        hold.owner(),
-        Value::String(hold.token.to_string().into()),
-        Value::String(if last { "1" } else { "0" }.into()),
-        Value::String(publish.into()),
-        Value::from(hold.channel.clone()),
-        Value::Integer(fence_ttl_ms),
-    ];
+    let args = LockRelease {
+        owner: hold.owner_str(),
+        token: Digits(hold.token),
+        last: OneOrZero(last),
+        publish,
+        channel: hold.channel.clone(),
+        fence_ttl_ms,
+    }
+    .into_values();
     let keys = vec![
         Key::from(&**key),
         sibling_key(key, Role::Fence),
@@ -687,13 +694,14 @@ impl LockGuard {
                 client.link(),
                 &hold.key,
                 vec![self.lock.inner.hold.clone()],
-                vec![
-                    hold.owner(),
-                    Value::String(hold.token.to_string().into()),
-                    Value::String(identity.into()),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.lock.named().channel.clone()),
-                ],
+                LockPublishIdentity {
+                    owner: hold.owner_str(),
+                    token: Digits(hold.token),
+                    identity,
+                    publish: client.hub.publish_command(),
+                    channel: self.lock.named().channel.clone(),
+                }
+                .into_values(),
             )
             .await?;
         Ok(done == 1)

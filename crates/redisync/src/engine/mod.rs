@@ -65,6 +65,7 @@ use crate::engine::hold::{Hold, HoldOps};
 use crate::engine::slot::Slot;
 use crate::error::Result;
 use crate::metrics::Labels;
+use crate::redis::args::{RestartGuardArgs, ScriptArgs};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::restart::RestartGuard;
 use crate::redis::script::LuaScript;
@@ -269,6 +270,12 @@ impl Named {
             .or(self.client.restart_guard.as_ref())
     }
 
+    /// The restart guard's arguments (see [`Named::restart_guard`]) for a
+    /// guarded acquisition's script; `None` without a guard.
+    pub(crate) fn restart_guard_args(&self) -> Option<RestartGuardArgs> {
+        self.restart_guard().map(RestartGuard::script_args)
+    }
+
     /// Appends the restart guard's arguments (see [`Named::restart_guard`])
     /// to a guarded acquisition's script arguments, after padding them to
     /// `fixed` (a script's optional trailing arguments stay empty).
@@ -277,7 +284,7 @@ impl Named {
             if args.len() < fixed {
                 args.resize(fixed, Value::String("".into()));
             }
-            args.extend(guard.script_args());
+            args.extend(guard.script_args().into_values());
         }
     }
 

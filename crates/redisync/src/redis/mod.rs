@@ -3,6 +3,7 @@
 //! `crate::link`, stays at the crate root: the simulation reaches it as a
 //! public module.)
 
+pub(crate) mod args;
 pub(crate) mod keys;
 pub(crate) mod replica;
 pub(crate) mod restart;

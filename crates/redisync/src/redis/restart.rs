@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::redis::args::RestartGuardArgs;
 
 /// `INFO`'s `uptime_in_seconds` is whole seconds of truncated wall-clock
 /// times: it may overstate the real uptime by up to this much.
@@ -109,7 +110,7 @@ impl RestartGuard {
     /// restart guard, `lua/lib/restart_guard.lua`): the marker, the bound in whole
     /// seconds (`max_lease` plus the slack of INFO's rounding) and the
     /// accepted `LASTSAVE`.
-    pub(crate) fn script_args(&self) -> [fred::types::Value; 3] {
+    pub(crate) fn script_args(&self) -> RestartGuardArgs {
         // Saturating: a guard built with `Duration::MAX` waits forever
         // rather than overflowing.
         let bound = self
@@ -118,18 +119,15 @@ impl RestartGuard {
             .as_millis()
             .div_ceil(1000);
         let saved = self.saved.load(Ordering::Acquire);
-        [
-            fred::types::Value::String("~restart-guard".into()),
-            fred::types::Value::Integer(i64::try_from(bound).unwrap_or(i64::MAX)),
-            fred::types::Value::String(
-                if saved < 0 {
-                    String::new()
-                } else {
-                    saved.to_string()
-                }
-                .into(),
-            ),
-        ]
+        RestartGuardArgs {
+            marker: "~restart-guard",
+            bound: i64::try_from(bound).unwrap_or(i64::MAX),
+            saved: if saved < 0 {
+                String::new()
+            } else {
+                saved.to_string()
+            },
+        }
     }
 }
 
@@ -165,5 +163,33 @@ mod tests {
             guard.check_lease("lease", up(11)),
             Err(Error::InvalidArgument(m)) if m.contains("max_lease")
         ));
+    }
+
+    /// The arguments as they were built by hand before their builder.
+    #[test]
+    fn the_script_args_are_what_they_were() {
+        use crate::redis::args::ScriptArgs;
+        use fred::types::Value;
+        for (max_lease, saved) in [(Duration::from_secs(9), -1), (Duration::MAX, 1_700_000_000)] {
+            let guard = RestartGuard::new(max_lease);
+            guard.accept_save(saved);
+            let bound = max_lease
+                .saturating_add(UPTIME_SLACK)
+                .as_millis()
+                .div_ceil(1000);
+            let old = [
+                Value::String("~restart-guard".into()),
+                Value::Integer(i64::try_from(bound).unwrap_or(i64::MAX)),
+                Value::String(
+                    if saved < 0 {
+                        String::new()
+                    } else {
+                        saved.to_string()
+                    }
+                    .into(),
+                ),
+            ];
+            assert_eq!(guard.script_args().into_values(), old);
+        }
     }
 }

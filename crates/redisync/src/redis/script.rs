@@ -192,7 +192,7 @@ pub(crate) struct Helper {
 pub(crate) struct ScriptFile {
     /// Its file name in `lua/`.
     pub(crate) name: &'static str,
-    body: &'static str,
+    pub(crate) body: &'static str,
     /// In the order of [`HELPERS`].
     helpers: &'static [&'static Helper],
 }

@@ -1,0 +1,535 @@
+//! Script arguments: one struct per script's `ARGV`, its fields declared in
+//! the order of the script's header, so that order is written once (a test
+//! checks it against the header's `-- ARGV[n]  <field>: ...` lines).
+//!
+//! Every builder is declared in the one [`script_args!`] table below, not
+//! beside the primitive that runs its script: a table the macro sees whole
+//! gives the test every builder, so none is left unchecked, and a script
+//! several kinds send (a force-unlock) has one builder.
+//!
+//! Optional trailing groups (a carried release, the restart guard's
+//! arguments) are `Option`s of another builder; a group that is there
+//! comes after the fixed fields and the earlier groups, those that are not
+//! there sent as '' so it lands where the header says.
+
+use std::sync::Arc;
+
+use fred::types::{Key, Value};
+
+use crate::redis::script::token_arg;
+
+/// How a field goes out as one script argument.
+pub(crate) trait ArgValue {
+    fn into_arg(self) -> Value;
+}
+
+impl ArgValue for Value {
+    fn into_arg(self) -> Value {
+        self
+    }
+}
+
+impl ArgValue for i64 {
+    fn into_arg(self) -> Value {
+        Value::Integer(self)
+    }
+}
+
+impl ArgValue for &str {
+    fn into_arg(self) -> Value {
+        Value::String(self.into())
+    }
+}
+
+impl ArgValue for String {
+    fn into_arg(self) -> Value {
+        Value::String(self.into())
+    }
+}
+
+impl ArgValue for Arc<str> {
+    fn into_arg(self) -> Value {
+        Value::String(self.as_ref().into())
+    }
+}
+
+/// A channel (an argument, not a key: see the scripts' headers).
+impl ArgValue for Key {
+    fn into_arg(self) -> Value {
+        Value::from(self)
+    }
+}
+
+/// `None` is '' (the scripts' "none").
+impl<T: ArgValue> ArgValue for Option<T> {
+    fn into_arg(self) -> Value {
+        self.map_or_else(empty, ArgValue::into_arg)
+    }
+}
+
+/// A fencing token as [`token_arg`] sends it ('' for none).
+pub(crate) struct Token(pub(crate) Option<u64>);
+
+impl ArgValue for Token {
+    fn into_arg(self) -> Value {
+        token_arg(self.0)
+    }
+}
+
+/// A number as the string of its decimal digits.
+pub(crate) struct Digits(pub(crate) u64);
+
+impl ArgValue for Digits {
+    fn into_arg(self) -> Value {
+        Value::String(self.0.to_string().into())
+    }
+}
+
+/// A flag the script reads as '1' (true) or '' (false).
+pub(crate) struct OneOrEmpty(pub(crate) bool);
+
+impl ArgValue for OneOrEmpty {
+    fn into_arg(self) -> Value {
+        Value::String(if self.0 { "1" } else { "" }.into())
+    }
+}
+
+/// A flag the script reads as '1' (true) or '0' (false).
+pub(crate) struct OneOrZero(pub(crate) bool);
+
+impl ArgValue for OneOrZero {
+    fn into_arg(self) -> Value {
+        Value::String(if self.0 { "1" } else { "0" }.into())
+    }
+}
+
+fn empty() -> Value {
+    Value::String("".into())
+}
+
+/// A script's arguments, or a group of them.
+pub(crate) trait ScriptArgs {
+    /// The fixed fields' names, in `ARGV` order.
+    const ARGV: &'static [&'static str];
+    /// Appends the arguments, in `ARGV` order.
+    fn push_to(self, args: &mut Vec<Value>);
+
+    /// The arguments, in `ARGV` order.
+    fn into_values(self) -> Vec<Value>
+    where
+        Self: Sized,
+    {
+        let mut args = Vec::with_capacity(Self::ARGV.len());
+        self.push_to(&mut args);
+        args
+    }
+}
+
+/// Declares each script's argument struct (`Name for ["script.lua", ...]
+/// { field: Type, ... }`, then optional groups `+ optional { group: Group,
+/// ... }`)
+/// and, for the tests, the table of every builder and its scripts.
+macro_rules! script_args {
+    ($(
+        $(#[$meta:meta])*
+        $name:ident $(<$lt:lifetime>)? for [$($script:literal),*] {
+            $($field:ident: $ty:ty,)+
+        }
+        $(+ optional { $($group:ident: $gty:ty,)+ })?
+    )+) => {
+        $(
+            $(#[$meta])*
+            pub(crate) struct $name $(<$lt>)? {
+                $(pub(crate) $field: $ty,)+
+                $($(pub(crate) $group: Option<$gty>,)+)?
+            }
+
+            impl $(<$lt>)? ScriptArgs for $name $(<$lt>)? {
+                const ARGV: &'static [&'static str] = &[$(stringify!($field)),+];
+
+                fn push_to(self, args: &mut Vec<Value>) {
+                    #[allow(unused_variables)]
+                    let start = args.len();
+                    $(args.push(ArgValue::into_arg(self.$field));)+
+                    $(
+                        // Where the next group starts: the groups before it
+                        // that are not there are sent as ''.
+                        let mut at = start + Self::ARGV.len();
+                        $(
+                            if let Some(group) = self.$group {
+                                args.resize(at, empty());
+                                group.push_to(args);
+                            }
+                            at += <$gty as ScriptArgs>::ARGV.len();
+                        )+
+                        let _ = at;
+                    )?
+                }
+            }
+
+            impl $(<$lt>)? $name $(<$lt>)? {
+                /// Every field's name in `ARGV` order, a group's as
+                /// `<group>.<field>`.
+                #[cfg(test)]
+                fn all_argv() -> Vec<String> {
+                    #[allow(unused_mut)]
+                    let mut names: Vec<String> =
+                        Self::ARGV.iter().map(|n| (*n).to_owned()).collect();
+                    $($(
+                        names.extend(
+                            <$gty as ScriptArgs>::ARGV
+                                .iter()
+                                .map(|n| format!("{}.{n}", stringify!($group))),
+                        );
+                    )+)?
+                    names
+                }
+            }
+        )+
+
+        /// Every builder: its scripts (none for a group) and its `ARGV`.
+        #[cfg(test)]
+        const BUILDERS: &[(&str, &[&str], fn() -> Vec<String>)] =
+            &[$((stringify!($name), &[$($script),*], $name::all_argv),)+];
+    };
+}
+
+script_args! {
+    /// The restart guard's arguments (`lib/restart_guard.lua`), last of a
+    /// guarded acquisition's.
+    RestartGuardArgs for [] {
+        marker: &'static str,
+        bound: i64,
+        saved: String,
+    }
+
+    /// A dropped guard's final release, carried by the next acquisition
+    /// (`release_lock` in `lib/lock.lua`).
+    CarriedRelease for [] {
+        owner: Arc<str>,
+        token: Digits,
+        publish: &'static str,
+        channel: Key,
+    }
+
+    LockAcquire<'a> for ["lock_acquire.lua"] {
+        owner: &'a str,
+        lease_ms: i64,
+        keep: Token,
+        fence_ttl_ms: i64,
+        floor: Token,
+        wait: Value,
+        expect_busy: OneOrEmpty,
+        number: Digits,
+        next_number: Digits,
+    } + optional {
+        release: CarriedRelease,
+        restart_guard: RestartGuardArgs,
+    }
+
+    LockRelease for ["lock_release.lua"] {
+        owner: Arc<str>,
+        token: Digits,
+        last: OneOrZero,
+        publish: &'static str,
+        channel: Key,
+        fence_ttl_ms: i64,
+    }
+
+    LockAbandon<'a> for ["lock_abandon.lua"] {
+        owner: &'a str,
+        keep: Token,
+        publish: &'static str,
+        channel: Key,
+        fence_ttl_ms: i64,
+    }
+
+    LockHandOff<'a> for ["lock_hand_off.lua"] {
+        owner: &'a str,
+        new_owner: &'a str,
+        token: Digits,
+        what: &'static str,
+    }
+
+    LockPublishIdentity<'a> for ["lock_publish_identity.lua"] {
+        owner: Arc<str>,
+        token: Digits,
+        identity: &'a str,
+        publish: &'static str,
+        channel: Key,
+    }
+
+    LockAdvanceFence for ["lock_advance_fence.lua"] {
+        minimum: Digits,
+        fence_ttl_ms: i64,
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::script::SCRIPTS;
+
+    /// The `-- ARGV[n]  <name>: ...` lines of a script's header: (n, name).
+    fn header_argv(script: &str, body: &str) -> Vec<(usize, String)> {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("-- ARGV["))
+            .map(|rest| {
+                let (n, text) = rest
+                    .split_once(']')
+                    .unwrap_or_else(|| panic!("{script}: no ] in -- ARGV[{rest}"));
+                let n = n
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{script}: ARGV[{n}] is not one index"));
+                let name = text
+                    .trim_start()
+                    .split_once(':')
+                    .map(|(name, _)| name)
+                    .filter(|name| {
+                        name.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.')
+                    })
+                    .unwrap_or_else(|| {
+                        panic!("{script}: ARGV[{n}] names no field (`-- ARGV[{n}]  <field>: ...`)")
+                    });
+                (n, name.to_owned())
+            })
+            .collect()
+    }
+
+    /// Each builder's fields are its scripts' header lines, in order: a
+    /// header changed without its builder (or the other way round) fails.
+    #[test]
+    fn each_builder_is_its_scripts_header() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, scripts, argv) in BUILDERS {
+            let argv = argv();
+            for script in *scripts {
+                assert!(seen.insert(*script), "{script} has two builders ({name})");
+                let body = SCRIPTS
+                    .iter()
+                    .find(|s| s.name == *script)
+                    .unwrap_or_else(|| panic!("{name}: no script {script}"))
+                    .body;
+                let header = header_argv(script, body);
+                let indices: Vec<usize> = header.iter().map(|(n, _)| *n).collect();
+                assert_eq!(
+                    indices,
+                    (1..=header.len()).collect::<Vec<_>>(),
+                    "{script}: the header's ARGV[n] are not 1..=n in order"
+                );
+                let names: Vec<&str> = header.iter().map(|(_, n)| n.as_str()).collect();
+                assert_eq!(names, argv, "{script}: header and {name} differ");
+            }
+        }
+    }
+
+    /// A missing group is padded only when a later one is there.
+    #[test]
+    fn missing_groups_are_padded_only_before_a_present_one() {
+        let acquire = |release: bool, guard: bool| {
+            LockAcquire {
+                owner: "o",
+                lease_ms: 1,
+                keep: Token(None),
+                fence_ttl_ms: 2,
+                floor: Token(None),
+                wait: empty(),
+                expect_busy: OneOrEmpty(false),
+                number: Digits(3),
+                next_number: Digits(4),
+                release: release.then(|| CarriedRelease {
+                    owner: Arc::from("r"),
+                    token: Digits(5),
+                    publish: "publish",
+                    channel: Key::from("c"),
+                }),
+                restart_guard: guard.then(|| RestartGuardArgs {
+                    marker: "~restart-guard",
+                    bound: 6,
+                    saved: String::new(),
+                }),
+            }
+            .into_values()
+            .len()
+        };
+        assert_eq!(acquire(false, false), 9);
+        assert_eq!(acquire(true, false), 13);
+        assert_eq!(acquire(false, true), 16);
+        assert_eq!(acquire(true, true), 16);
+    }
+
+    fn s(text: &str) -> Value {
+        Value::String(text.into())
+    }
+
+    // The fixed inputs of the tests below, each of which compares a builder
+    // with the hand-built vector it replaced (copied as it was).
+    const PUBLISH: &str = "spublish";
+    const FENCE_TTL_MS: i64 = 60_000;
+    const TOKEN: u64 = 42;
+
+    fn channel() -> Key {
+        Key::from("{x}:ch")
+    }
+
+    fn owner() -> Arc<str> {
+        Arc::from("uuid:7")
+    }
+
+    #[test]
+    fn lock_acquire_sends_what_it_did() {
+        let (channel, owner, token) = (channel(), owner(), TOKEN);
+        let (publish, fence_ttl_ms) = (PUBLISH, FENCE_TTL_MS);
+        let guard = crate::redis::restart::RestartGuard::new(std::time::Duration::from_secs(9));
+        for (keep, floor, carried, guarded) in [
+            (None, None, false, false),
+            (Some(5), Some(u64::MAX), true, false),
+            (Some(5), None, false, true),
+            (None, Some(3), true, true),
+        ] {
+            let (holder, lease_ms, expect_busy, number, next_number) =
+                ("uuid:1", 30_000, true, 8_u64, 9_u64);
+            let wait_mode = s("2");
+            let mut old = vec![
+                Value::String(holder.into()),
+                Value::Integer(lease_ms),
+                token_arg(keep),
+                Value::Integer(fence_ttl_ms),
+                token_arg(floor),
+                wait_mode.clone(),
+                Value::String(if expect_busy { "1" } else { "" }.into()),
+                Value::String(number.to_string().into()),
+                Value::String(next_number.to_string().into()),
+            ];
+            if carried {
+                old.extend([
+                    Value::String(owner.as_ref().into()),
+                    Value::String(token.to_string().into()),
+                    Value::String(publish.into()),
+                    Value::from(channel.clone()),
+                ]);
+            }
+            if guarded {
+                if old.len() < 13 {
+                    old.resize(13, Value::String("".into()));
+                }
+                old.extend(guard.script_args().into_values());
+            }
+            let new = LockAcquire {
+                owner: holder,
+                lease_ms,
+                keep: Token(keep),
+                fence_ttl_ms,
+                floor: Token(floor),
+                wait: wait_mode,
+                expect_busy: OneOrEmpty(expect_busy),
+                number: Digits(number),
+                next_number: Digits(next_number),
+                release: carried.then(|| CarriedRelease {
+                    owner: owner.clone(),
+                    token: Digits(token),
+                    publish,
+                    channel: channel.clone(),
+                }),
+                restart_guard: guarded.then(|| guard.script_args()),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn lock_release_sends_what_it_did() {
+        let (channel, owner, token) = (channel(), owner(), TOKEN);
+        let (publish, fence_ttl_ms) = (PUBLISH, FENCE_TTL_MS);
+        for last in [false, true] {
+            let old = vec![
+                Value::String(owner.as_ref().into()),
+                Value::String(token.to_string().into()),
+                Value::String(if last { "1" } else { "0" }.into()),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::Integer(fence_ttl_ms),
+            ];
+            let new = LockRelease {
+                owner: owner.clone(),
+                token: Digits(token),
+                last: OneOrZero(last),
+                publish,
+                channel: channel.clone(),
+                fence_ttl_ms,
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn lock_abandon_sends_what_it_did() {
+        let (channel, publish, fence_ttl_ms) = (channel(), PUBLISH, FENCE_TTL_MS);
+        for keep in [None, Some(TOKEN)] {
+            let holder = "uuid:3";
+            let old = vec![
+                Value::String(holder.into()),
+                token_arg(keep),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::Integer(fence_ttl_ms),
+            ];
+            let new = LockAbandon {
+                owner: holder,
+                keep: Token(keep),
+                publish,
+                channel: channel.clone(),
+                fence_ttl_ms,
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn lock_hand_off_publish_identity_and_advance_fence_send_what_they_did() {
+        let (channel, owner, token, publish) = (channel(), owner(), TOKEN, PUBLISH);
+        let (from, to, what) = ("uuid:1", "uuid:h1", "fair lock");
+        let old = vec![
+            Value::String(from.into()),
+            Value::String(to.into()),
+            Value::String(token.to_string().into()),
+            Value::String(what.into()),
+        ];
+        let new = LockHandOff {
+            owner: from,
+            new_owner: to,
+            token: Digits(token),
+            what,
+        };
+        assert_eq!(new.into_values(), old);
+
+        let identity = "node-a";
+        let old = vec![
+            Value::String(owner.as_ref().into()),
+            Value::String(token.to_string().into()),
+            Value::String(identity.into()),
+            Value::String(publish.into()),
+            Value::from(channel.clone()),
+        ];
+        let new = LockPublishIdentity {
+            owner: owner.clone(),
+            token: Digits(token),
+            identity,
+            publish,
+            channel: channel.clone(),
+        };
+        assert_eq!(new.into_values(), old);
+
+        let old = vec![
+            Value::String(token.to_string().into()),
+            Value::Integer(FENCE_TTL_MS),
+        ];
+        let new = LockAdvanceFence {
+            minimum: Digits(token),
+            fence_ttl_ms: FENCE_TTL_MS,
+        };
+        assert_eq!(new.into_values(), old);
+    }
+}
