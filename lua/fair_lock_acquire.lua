@@ -7,30 +7,35 @@
 --          <owner id>", oldest first, the deadline in server ms): a release
 --          hands the lock to the oldest entry whose deadline has not passed
 --          (see hand_to_next in lib/lock.lua)
--- ARGV[1]  owner id "<client uuid>:<task id>"
--- ARGV[2]  lease, milliseconds (> 0)
--- ARGV[3]  token of the acquisition the caller holds and re-enters, or ''
---          for a fresh acquisition: a field of this owner with another token
---          was left by an acquisition the caller no longer holds (lost, its
---          release never arrived, or handed to it while the message was
---          lost) and is replaced with a new token
--- ARGV[4]  fencing counter TTL, milliseconds
--- ARGV[5]  queue lease, milliseconds (> 0): the entry's deadline is now plus
---          this; a waiter that does not look again by then (crashed) is
---          skipped
--- ARGV[6]  '' = one try that never queues; '1' = join the queue when busy;
---          '2' = queued already by an earlier attempt (refresh the entry's
---          deadline; join again under ARGV[8] only if the entry is gone)
--- ARGV[7]  the number of the caller's queue entry (a decimal; with the owner
---          it names the entry, and a hand-off message names it too)
--- ARGV[8]  the number a new entry takes when the caller's ('2') is gone
--- ARGV[9]  publish command: 'spublish' or 'publish'
--- ARGV[10] channel
--- ARGV[11] '1' = the caller expects the lock held by another owner: read the
---          hash first, and the lock's PTTL only when needed
--- ARGV[12] '1' = the server has PEXPIRE .. GT (Redis >= 7)
--- ARGV[13], ARGV[14], ARGV[15] with a restart guard: '~restart-guard', its
---          bound and the accepted LASTSAVE (lib/restart_guard.lua)
+-- ARGV[1]  owner: owner id "<client uuid>:<task id>"
+-- ARGV[2]  lease_ms: lease, milliseconds (> 0)
+-- ARGV[3]  keep: token of the acquisition the caller holds and re-enters,
+--          or '' for a fresh acquisition: a field of this owner with
+--          another token was left by an acquisition the caller no longer
+--          holds (lost, its release never arrived, or handed to it while
+--          the message was lost) and is replaced with a new token
+-- ARGV[4]  fence_ttl_ms: fencing counter TTL, milliseconds
+-- ARGV[5]  queue_lease_ms: queue lease, milliseconds (> 0): the entry's
+--          deadline is now plus this; a waiter that does not look again by
+--          then (crashed) is skipped
+-- ARGV[6]  wait: '' = one try that never queues; '1' = join the queue when
+--          busy; '2' = queued already by an earlier attempt (refresh the
+--          entry's deadline; join again under ARGV[8] only if the entry is
+--          gone)
+-- ARGV[7]  number: the number of the caller's queue entry (a decimal; with
+--          the owner it names the entry, and a hand-off message names it
+--          too)
+-- ARGV[8]  next_number: the number a new entry takes when the caller's
+--          ('2') is gone
+-- ARGV[9]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[10] channel: channel
+-- ARGV[11] expect_busy: '1' = the caller expects the lock held by another
+--          owner: read the hash first, and the lock's PTTL only when needed
+-- ARGV[12] expire_gt: '1' = the server has PEXPIRE .. GT (Redis >= 7)
+-- ARGV[13] restart_guard.marker: with a restart guard, '~restart-guard'
+--          (lib/restart_guard.lua)
+-- ARGV[14] restart_guard.bound: its bound, seconds
+-- ARGV[15] restart_guard.saved: the accepted LASTSAVE
 -- Returns {1, token} acquired, {2, token} re-entered (same token), or {0,
 -- pttl ms, queued, head ms} busy: queued 0 no, 1 yes, 2 under the new
 -- number ARGV[8]; pttl -3 when not read (a waiter behind others needs none:

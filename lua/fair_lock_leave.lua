@@ -4,12 +4,13 @@
 -- KEYS[1]  lock hash (see fair_lock_acquire.lua)
 -- KEYS[2]  fencing counter
 -- KEYS[3]  wait queue
--- ARGV[1]  owner id
--- ARGV[2]  fencing token to keep ('' = none): a live hold of the owner on
---          this client; any other acquisition of the owner is deleted
--- ARGV[3]  publish command: 'spublish' or 'publish'
--- ARGV[4]  channel
--- ARGV[5]  fencing counter TTL, milliseconds
+-- ARGV[1]  owner: owner id
+-- ARGV[2]  keep: fencing token to keep ('' = none): a live hold of the
+--          owner on this client; any other acquisition of the owner is
+--          deleted
+-- ARGV[3]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[4]  channel: channel
+-- ARGV[5]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns 1 if an acquisition of the owner was deleted, 0 otherwise (also
 -- when the lock's key holds something else: only the entries go). What it
 -- deleted goes to the oldest live waiter; so does a free lock that live

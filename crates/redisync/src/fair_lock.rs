@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Key;
 use tokio::time::Instant;
 
 use crate::client::Client;
@@ -17,9 +17,10 @@ use crate::lock::{
     lock_renew_args, rebind_lock_hash, release_hold, CHECK as LOCK_CHECK_SCRIPT,
     RENEW as LOCK_RENEW_SCRIPT,
 };
+use crate::redis::args::{Digits, FairLockAcquire, FairLockLeave, OneOrEmpty, ScriptArgs, Token};
 use crate::redis::keys::{Kind, Role};
 use crate::redis::script::checked_ms;
-use crate::redis::script::{lua_script, token_arg};
+use crate::redis::script::lua_script;
 
 lua_script!(ACQUIRE, "fair_lock_acquire.lua");
 
@@ -244,15 +245,6 @@ impl FairLock {
         ]
     }
 
-    fn publish_command(&self) -> Value {
-        Value::String(self.named().client_inner().hub.publish_command().into())
-    }
-
-    /// The channel, as a script argument (channels are not keys).
-    fn channel_arg(&self) -> Value {
-        Value::from(self.inner.named.channel.clone())
-    }
-
     /// Waits until the lock is acquired (in FIFO order with the other
     /// waiters); the watchdog renews the lease until the guard is released.
     ///
@@ -349,23 +341,21 @@ impl FairLock {
     /// `keep`: an acquisition to keep whatever happens locally (the outer
     /// hold of a cancelled re-entry, whose release may still be on its way).
     async fn leave(&self, slot: &Slot, owner: &str, keep: Option<u64>) -> Result<bool> {
-        let keep = keep
-            .or_else(|| slot.holds.holder(owner).map(|h| h.token))
-            .map(|t| t.to_string())
-            .unwrap_or_default();
+        let keep = keep.or_else(|| slot.holds.holder(owner).map(|h| h.token));
         let client = self.named().client_inner();
         let freed: i64 = LEAVE
             .run_idempotent(
                 client.link(),
                 &self.inner.named.key,
                 self.script_keys(),
-                vec![
-                    Value::String(owner.into()),
-                    Value::String(keep.into()),
-                    self.publish_command(),
-                    self.channel_arg(),
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
+                FairLockLeave {
+                    owner,
+                    keep: keep.map(Digits),
+                    publish: client.hub.publish_command(),
+                    channel: self.inner.named.channel.clone(),
+                    fence_ttl_ms: client.settings.fence_ttl_ms(),
+                }
+                .into_values(),
             )
             .await?;
         Ok(freed == 1)
@@ -495,21 +485,22 @@ impl Spec for FairLock {
     /// hand-off wakes us before.
     async fn attempt(&self, t: Try<'_, ()>) -> Result<Reply> {
         let client = self.named().client_inner();
-        let mut args = vec![
-            Value::String(t.holder.into()),
-            Value::Integer(t.lease_ms),
-            token_arg(t.keep),
-            Value::Integer(client.settings.fence_ttl_ms()),
-            Value::Integer(self.queue_lease_ms()?),
-            t.wait_mode(),
-            Value::String(t.number.to_string().into()),
-            Value::String(t.next_number.to_string().into()),
-            self.publish_command(),
-            self.channel_arg(),
-            Value::String(if t.expect_busy { "1" } else { "" }.into()),
-            Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
-        ];
-        self.named().push_restart_guard(&mut args, 12);
+        let args = FairLockAcquire {
+            owner: t.holder,
+            lease_ms: t.lease_ms,
+            keep: Token(t.keep),
+            fence_ttl_ms: client.settings.fence_ttl_ms(),
+            queue_lease_ms: self.queue_lease_ms()?,
+            wait: t.wait_mode(),
+            number: Digits(t.number),
+            next_number: Digits(t.next_number),
+            publish: client.hub.publish_command(),
+            channel: self.inner.named.channel.clone(),
+            expect_busy: OneOrEmpty(t.expect_busy),
+            expire_gt: OneOrEmpty(client.hub.has_expire_gt()),
+            restart_guard: self.named().restart_guard_args(),
+        }
+        .into_values();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

@@ -264,6 +264,30 @@ script_args! {
         fence_ttl_ms: i64,
     }
 
+    FairLockAcquire<'a> for ["fair_lock_acquire.lua"] {
+        owner: &'a str,
+        lease_ms: i64,
+        keep: Token,
+        fence_ttl_ms: i64,
+        queue_lease_ms: i64,
+        wait: Value,
+        number: Digits,
+        next_number: Digits,
+        publish: &'static str,
+        channel: Key,
+        expect_busy: OneOrEmpty,
+        expire_gt: OneOrEmpty,
+    } + optional {
+        restart_guard: RestartGuardArgs,
+    }
+
+    FairLockLeave<'a> for ["fair_lock_leave.lua"] {
+        owner: &'a str,
+        keep: Option<Digits>,
+        publish: &'static str,
+        channel: Key,
+        fence_ttl_ms: i64,
+    }
 }
 
 #[cfg(test)]
@@ -531,5 +555,75 @@ mod tests {
             fence_ttl_ms: FENCE_TTL_MS,
         };
         assert_eq!(new.into_values(), old);
+    }
+
+    #[test]
+    fn fair_lock_acquire_sends_what_it_did() {
+        let (channel, publish, fence_ttl_ms) = (channel(), PUBLISH, FENCE_TTL_MS);
+        let guard = crate::redis::restart::RestartGuard::new(std::time::Duration::from_secs(9));
+        for (keep, expect_busy, expire_gt, guarded) in
+            [(None, false, true, false), (Some(TOKEN), true, false, true)]
+        {
+            let (holder, lease_ms, queue_lease_ms, number, next_number) =
+                ("uuid:1", 30_000, 5_000, 8_u64, 9_u64);
+            let wait_mode = s("1");
+            let mut old = vec![
+                Value::String(holder.into()),
+                Value::Integer(lease_ms),
+                token_arg(keep),
+                Value::Integer(fence_ttl_ms),
+                Value::Integer(queue_lease_ms),
+                wait_mode.clone(),
+                Value::String(number.to_string().into()),
+                Value::String(next_number.to_string().into()),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::String(if expect_busy { "1" } else { "" }.into()),
+                Value::String(if expire_gt { "1" } else { "" }.into()),
+            ];
+            if guarded {
+                old.extend(guard.script_args().into_values());
+            }
+            let new = FairLockAcquire {
+                owner: holder,
+                lease_ms,
+                keep: Token(keep),
+                fence_ttl_ms,
+                queue_lease_ms,
+                wait: wait_mode,
+                number: Digits(number),
+                next_number: Digits(next_number),
+                publish,
+                channel: channel.clone(),
+                expect_busy: OneOrEmpty(expect_busy),
+                expire_gt: OneOrEmpty(expire_gt),
+                restart_guard: guarded.then(|| guard.script_args()),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn fair_lock_leave_sends_what_it_did() {
+        let (channel, publish, fence_ttl_ms) = (channel(), PUBLISH, FENCE_TTL_MS);
+        for keep in [None, Some(TOKEN)] {
+            let owner = "uuid:4";
+            let keep_digits = keep.map(|t| t.to_string()).unwrap_or_default();
+            let old = vec![
+                Value::String(owner.into()),
+                Value::String(keep_digits.into()),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::Integer(fence_ttl_ms),
+            ];
+            let new = FairLockLeave {
+                owner,
+                keep: keep.map(Digits),
+                publish,
+                channel: channel.clone(),
+                fence_ttl_ms,
+            };
+            assert_eq!(new.into_values(), old);
+        }
     }
 }
