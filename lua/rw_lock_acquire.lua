@@ -6,28 +6,34 @@
 -- KEYS[4]  wait queue (list of "@<queue deadline> <lease ms> <number> <r|w>
 --          <owner>", oldest first): a release hands the lock to its oldest
 --          live entries that can enter (see hand_rw in lib/rw_queue.lua)
--- ARGV[1]  owner id
--- ARGV[2]  lease, milliseconds
--- ARGV[3]  'r' read or 'w' write
--- ARGV[4]  token of the hold the caller re-enters on that side, or '' for a
---          fresh acquisition: a field of this owner with another token was
---          left by an acquisition the caller no longer holds (its release
---          never arrived, or it was handed the lock and the message was
---          lost) and is replaced, with a new token, so nothing carrying the
---          old token matches it any more
--- ARGV[5]  fencing counter TTL, milliseconds
--- ARGV[6]  '' = one try that never queues; '1' = join the queue when busy;
---          '2' = queued already by an earlier attempt (refresh the entry's
---          deadline; join again under ARGV[9] only if the entry is gone)
--- ARGV[7]  queue lease, milliseconds: an entry's deadline is now plus this
--- ARGV[8]  the number of the caller's queue entry (a decimal; with the side
---          and the owner it names the entry, and a hand-off message too)
--- ARGV[9]  the number a new entry takes when the caller's ('2') is gone
--- ARGV[10] publish command: 'spublish' or 'publish'
--- ARGV[11] channel
--- ARGV[12] '1' = the server has PEXPIRE .. GT (Redis >= 7)
--- ARGV[13], ARGV[14], ARGV[15] with a restart guard: '~restart-guard', its
---          bound and the accepted LASTSAVE (lib/restart_guard.lua)
+-- ARGV[1]  owner: owner id
+-- ARGV[2]  lease_ms: lease, milliseconds
+-- ARGV[3]  side: 'r' read or 'w' write
+-- ARGV[4]  keep: token of the hold the caller re-enters on that side, or ''
+--          for a fresh acquisition: a field of this owner with another
+--          token was left by an acquisition the caller no longer holds (its
+--          release never arrived, or it was handed the lock and the message
+--          was lost) and is replaced, with a new token, so nothing carrying
+--          the old token matches it any more
+-- ARGV[5]  fence_ttl_ms: fencing counter TTL, milliseconds
+-- ARGV[6]  wait: '' = one try that never queues; '1' = join the queue when
+--          busy; '2' = queued already by an earlier attempt (refresh the
+--          entry's deadline; join again under ARGV[9] only if the entry is
+--          gone)
+-- ARGV[7]  queue_lease_ms: queue lease, milliseconds: an entry's deadline
+--          is now plus this
+-- ARGV[8]  number: the number of the caller's queue entry (a decimal; with
+--          the side and the owner it names the entry, and a hand-off
+--          message too)
+-- ARGV[9]  next_number: the number a new entry takes when the caller's
+--          ('2') is gone
+-- ARGV[10] publish: publish command: 'spublish' or 'publish'
+-- ARGV[11] channel: channel
+-- ARGV[12] expire_gt: '1' = the server has PEXPIRE .. GT (Redis >= 7)
+-- ARGV[13] restart_guard.marker: with a restart guard, '~restart-guard'
+--          (lib/restart_guard.lua)
+-- ARGV[14] restart_guard.bound: its bound, seconds
+-- ARGV[15] restart_guard.saved: the accepted LASTSAVE
 -- Returns {1, token} acquired, {2, token} re-entered, {0, ms, queued} busy
 -- (ms: how long the holders' leases last, for the queue's head; how long
 -- the place of the first waiter ahead lasts, for the others; -1 when not

@@ -4,16 +4,18 @@
 -- KEYS[2]  readers zset
 -- KEYS[3]  wait queue
 -- KEYS[4]  fencing counter
--- ARGV[1]  owner id
--- ARGV[2]  fencing token
--- ARGV[3]  '1' = last local hold: drop the owner's side whatever its count
--- ARGV[4]  'r' or 'w'
--- ARGV[5]  publish command
--- ARGV[6]  channel
--- ARGV[7]  '=' release the acquisition with this token; '!' undo: leave
---          the queue (every entry of this owner and side) and delete any
---          acquisition of this owner and side except this token ('' = none)
--- ARGV[8]  fencing counter TTL, milliseconds
+-- ARGV[1]  owner: owner id
+-- ARGV[2]  token: fencing token
+-- ARGV[3]  last: '1' = last local hold: drop the owner's side whatever its
+--          count ('0' = one hold)
+-- ARGV[4]  side: 'r' or 'w'
+-- ARGV[5]  publish: publish command
+-- ARGV[6]  channel: channel
+-- ARGV[7]  mode: '=' release the acquisition with this token; '!' undo:
+--          leave the queue (every entry of this owner and side) and delete
+--          any acquisition of this owner and side except this token ('' =
+--          none)
+-- ARGV[8]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns 0 not held (nothing written but an undo's queue entries), 1
 -- still held, 2 released, 4 released and handed to waiters of the queue.
 -- A release that frees the lock, or turns it to read mode, hands it to the

@@ -14,8 +14,11 @@ use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
 use crate::link::Link;
+use crate::redis::args::{
+    Digits, OneOrEmpty, OneOrZero, RwLockAcquire, RwLockRelease, ScriptArgs, Token,
+};
 use crate::redis::keys::{self, Kind, Role};
-use crate::redis::script::{lua_script, token_arg};
+use crate::redis::script::lua_script;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");
 lua_script!(RELEASE, "rw_lock_release.lua");
@@ -177,16 +180,17 @@ impl RwRelease<'_> {
                     keys::sibling_key(self.key, Role::Queue),
                     keys::sibling_key(self.key, Role::Fence),
                 ],
-                vec![
-                    Value::String(self.owner.into()),
-                    token_arg(self.token),
-                    Value::String(if self.last { "1" } else { "0" }.into()),
-                    Value::String(self.side.tag().into()),
-                    Value::String(publish.into()),
-                    Value::from(self.channel.clone()),
-                    Value::String(if self.exactly { "=" } else { "!" }.into()),
-                    Value::Integer(self.fence_ttl_ms),
-                ],
+                RwLockRelease {
+                    owner: self.owner,
+                    token: Token(self.token),
+                    last: OneOrZero(self.last),
+                    side: self.side.tag(),
+                    publish,
+                    channel: self.channel.clone(),
+                    mode: if self.exactly { "=" } else { "!" },
+                    fence_ttl_ms: self.fence_ttl_ms,
+                }
+                .into_values(),
                 if self.last { 3 } else { 1 },
             )
             .await
@@ -425,21 +429,22 @@ impl Spec for RwLock {
     async fn attempt(&self, t: Try<'_, Side>) -> Result<Reply> {
         let client = self.named().client_inner();
         // Sent once: a repeat could queue a second entry.
-        let mut args = vec![
-            Value::String(raw_owner(t.holder).into()),
-            Value::Integer(t.lease_ms),
-            Value::String(t.ask.tag().into()),
-            token_arg(t.keep),
-            Value::Integer(client.settings.fence_ttl_ms()),
-            t.wait_mode(),
-            Value::Integer(queue_lease_ms()),
-            Value::String(t.number.to_string().into()),
-            Value::String(t.next_number.to_string().into()),
-            Value::String(client.hub.publish_command().into()),
-            Value::from(self.inner.named.channel.clone()),
-            Value::String(if client.hub.has_expire_gt() { "1" } else { "" }.into()),
-        ];
-        self.named().push_restart_guard(&mut args, 12);
+        let args = RwLockAcquire {
+            owner: raw_owner(t.holder),
+            lease_ms: t.lease_ms,
+            side: t.ask.tag(),
+            keep: Token(t.keep),
+            fence_ttl_ms: client.settings.fence_ttl_ms(),
+            wait: t.wait_mode(),
+            queue_lease_ms: queue_lease_ms(),
+            number: Digits(t.number),
+            next_number: Digits(t.next_number),
+            publish: client.hub.publish_command(),
+            channel: self.inner.named.channel.clone(),
+            expire_gt: OneOrEmpty(client.hub.has_expire_gt()),
+            restart_guard: self.named().restart_guard_args(),
+        }
+        .into_values();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),

@@ -288,6 +288,34 @@ script_args! {
         channel: Key,
         fence_ttl_ms: i64,
     }
+
+    RwLockAcquire<'a> for ["rw_lock_acquire.lua"] {
+        owner: &'a str,
+        lease_ms: i64,
+        side: &'static str,
+        keep: Token,
+        fence_ttl_ms: i64,
+        wait: Value,
+        queue_lease_ms: i64,
+        number: Digits,
+        next_number: Digits,
+        publish: &'static str,
+        channel: Key,
+        expire_gt: OneOrEmpty,
+    } + optional {
+        restart_guard: RestartGuardArgs,
+    }
+
+    RwLockRelease<'a> for ["rw_lock_release.lua"] {
+        owner: &'a str,
+        token: Token,
+        last: OneOrZero,
+        side: &'static str,
+        publish: &'static str,
+        channel: Key,
+        mode: &'static str,
+        fence_ttl_ms: i64,
+    }
 }
 
 #[cfg(test)]
@@ -621,6 +649,83 @@ mod tests {
                 keep: keep.map(Digits),
                 publish,
                 channel: channel.clone(),
+                fence_ttl_ms,
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn rw_lock_acquire_sends_what_it_did() {
+        let (channel, publish, fence_ttl_ms) = (channel(), PUBLISH, FENCE_TTL_MS);
+        let guard = crate::redis::restart::RestartGuard::new(std::time::Duration::from_secs(9));
+        for (side, keep, expire_gt, guarded) in
+            [("r", None, false, false), ("w", Some(TOKEN), true, true)]
+        {
+            let (holder, lease_ms, queue_lease_ms, number, next_number) =
+                ("uuid:1", 30_000, 60_000, 8_u64, 9_u64);
+            let wait_mode = s("");
+            let mut old = vec![
+                Value::String(holder.into()),
+                Value::Integer(lease_ms),
+                Value::String(side.into()),
+                token_arg(keep),
+                Value::Integer(fence_ttl_ms),
+                wait_mode.clone(),
+                Value::Integer(queue_lease_ms),
+                Value::String(number.to_string().into()),
+                Value::String(next_number.to_string().into()),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::String(if expire_gt { "1" } else { "" }.into()),
+            ];
+            if guarded {
+                old.extend(guard.script_args().into_values());
+            }
+            let new = RwLockAcquire {
+                owner: holder,
+                lease_ms,
+                side,
+                keep: Token(keep),
+                fence_ttl_ms,
+                wait: wait_mode,
+                queue_lease_ms,
+                number: Digits(number),
+                next_number: Digits(next_number),
+                publish,
+                channel: channel.clone(),
+                expire_gt: OneOrEmpty(expire_gt),
+                restart_guard: guarded.then(|| guard.script_args()),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn rw_lock_release_sends_what_it_did() {
+        let (channel, publish, fence_ttl_ms) = (channel(), PUBLISH, FENCE_TTL_MS);
+        for (token, last, side, exactly) in
+            [(Some(TOKEN), false, "r", true), (None, true, "w", false)]
+        {
+            let owner = "uuid:2";
+            let old = vec![
+                Value::String(owner.into()),
+                token_arg(token),
+                Value::String(if last { "1" } else { "0" }.into()),
+                Value::String(side.into()),
+                Value::String(publish.into()),
+                Value::from(channel.clone()),
+                Value::String(if exactly { "=" } else { "!" }.into()),
+                Value::Integer(fence_ttl_ms),
+            ];
+            let new = RwLockRelease {
+                owner,
+                token: Token(token),
+                last: OneOrZero(last),
+                side,
+                publish,
+                channel: channel.clone(),
+                mode: if exactly { "=" } else { "!" },
                 fence_ttl_ms,
             };
             assert_eq!(new.into_values(), old);
