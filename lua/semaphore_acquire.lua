@@ -7,23 +7,27 @@
 -- KEYS[3]  wait queue (list of "<lease ms> <number> <permit id>", oldest
 --          first: releases hand freed permits to its heads, see
 --          hand_permits in lib/semaphore_queue.lua)
--- ARGV[1]  permit id (unique per acquisition)
--- ARGV[2]  lease, milliseconds
--- ARGV[3]  the permit total the handle declares ('' for none): set when the
---          semaphore is not set up
--- ARGV[4]  '' = do not wait; '1' = wait: join the queue when busy; '2' =
---          wait, queued already by an earlier attempt (joins again only if
---          the entry is gone)
--- ARGV[5]  the number of the caller's queue entry (a decimal; the hand-off
---          message names it, so a late one never counts for another entry)
--- ARGV[6]  the number a new entry takes when the caller's ('2') is gone
--- ARGV[7]  publish command: 'spublish' (Redis >= 7) or 'publish'
--- ARGV[8]  release channel (hand-off messages)
--- ARGV[9]  how long the queue is kept after a waiter queued or looked,
---          milliseconds (2 x max(lease, watchdog period) + 1 s; missing:
---          2 x lease + 1 s)
--- ARGV[10], ARGV[11], ARGV[12] with a restart guard: '~restart-guard', its
---          bound and the accepted LASTSAVE (lib/restart_guard.lua)
+-- ARGV[1]  permit_id: permit id (unique per acquisition)
+-- ARGV[2]  lease_ms: lease, milliseconds
+-- ARGV[3]  declared: the permit total the handle declares ('' for none):
+--          set when the semaphore is not set up
+-- ARGV[4]  wait: '' = do not wait; '1' = wait: join the queue when busy;
+--          '2' = wait, queued already by an earlier attempt (joins again
+--          only if the entry is gone)
+-- ARGV[5]  number: the number of the caller's queue entry (a decimal; the
+--          hand-off message names it, so a late one never counts for
+--          another entry)
+-- ARGV[6]  next_number: the number a new entry takes when the caller's
+--          ('2') is gone
+-- ARGV[7]  publish: publish command: 'spublish' (Redis >= 7) or 'publish'
+-- ARGV[8]  channel: release channel (hand-off messages)
+-- ARGV[9]  queue_keep_ms: how long the queue is kept after a waiter queued
+--          or looked, milliseconds (2 x max(lease, watchdog period) + 1 s;
+--          missing: 2 x lease + 1 s)
+-- ARGV[10] restart_guard.marker: with a restart guard, '~restart-guard'
+--          (lib/restart_guard.lua)
+-- ARGV[11] restart_guard.bound: its bound, seconds
+-- ARGV[12] restart_guard.saved: the accepted LASTSAVE
 -- Returns {1, token, free, ms} acquired, `free` permits left after it, `ms`
 -- until the earliest lease ends; {0, ms, queued} busy (ms: -1 when no lease
 -- ends; queued: 0 no, 1 yes, 2 under the new number ARGV[6]); {-1, 0} not

@@ -1,10 +1,10 @@
 -- Add permits to (or, with a negative delta, remove permits from) a
 -- semaphore's total (add_permits).
 -- KEYS[1]  semaphore hash (see semaphore_set_permits.lua)
--- ARGV[1]  delta (an integer other than 0)
--- ARGV[2]  largest total allowed
--- ARGV[3]  publish command
--- ARGV[4]  release channel
+-- ARGV[1]  delta: delta (an integer other than 0)
+-- ARGV[2]  max_total: largest total allowed
+-- ARGV[3]  publish: publish command
+-- ARGV[4]  channel: release channel
 -- Returns {1, new total}; {-1, 0} not initialised; {-2, total} the new total
 -- would be below 1 or above ARGV[2] (the current total returned, nothing
 -- written). Acquisitions are left as they are: below what is in use, new

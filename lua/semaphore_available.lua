@@ -1,8 +1,8 @@
 -- Permits free now, after reclaiming expired acquisitions.
 -- KEYS[1]  semaphore hash
 -- KEYS[2]  lease zset
--- ARGV[1]  publish command
--- ARGV[2]  release channel
+-- ARGV[1]  publish: publish command
+-- ARGV[2]  channel: release channel
 -- Returns {1, free} or {-1, 0} when not initialised. Reclaimed permits are
 -- announced (waiters may take them).
 local sem, leases = KEYS[1], KEYS[2]

@@ -5,12 +5,14 @@
 -- KEYS[2]  lease zset
 -- KEYS[3]  wait queue (optional: without it, queued waiters are woken, not
 --          handed permits, as while the slot migrates)
--- ARGV[1]  permit id
--- ARGV[2]  publish command
--- ARGV[3]  release channel
--- ARGV[4]  '1' = also remove the id's queue entry (whatever its number)
--- ARGV[5]  the releasing client's uuid (optional; missing: the id's own
---          client): a release by permit id may come from another client
+-- ARGV[1]  permit_id: permit id
+-- ARGV[2]  publish: publish command
+-- ARGV[3]  channel: release channel
+-- ARGV[4]  leave: '1' = also remove the id's queue entry (whatever its
+--          number)
+-- ARGV[5]  releaser: the releasing client's uuid (optional, '' or missing:
+--          the id's own client): a release by permit id may come from
+--          another client
 -- Returns {permits given back (0 when it held none), permits free after, 1 if some went to a
 -- waiter of another client (the releasing client's own waiters then join
 -- the queue: they may wait without an entry) else 0}; {0, 0, 0} if the

@@ -1,8 +1,8 @@
 -- Set a semaphore's permits whether or not some were set (set_permits).
 -- KEYS[1]  semaphore hash (see semaphore_set_permits.lua)
--- ARGV[1]  permits (> 0)
--- ARGV[2]  publish command
--- ARGV[3]  release channel
+-- ARGV[1]  permits: permits (> 0)
+-- ARGV[2]  publish: publish command
+-- ARGV[3]  channel: release channel
 -- Returns the previous total, 0 if none was set. Acquisitions are left as
 -- they are: below what is in use, new ones wait until enough are given
 -- back. Waiters are woken when the total rises. A key of another type is an

@@ -1,8 +1,8 @@
 -- Initialise a semaphore's permits once.
 -- KEYS[1]  semaphore hash (see semaphore_acquire.lua)
--- ARGV[1]  permits (> 0)
--- ARGV[2]  publish command
--- ARGV[3]  release channel
+-- ARGV[1]  permits: permits (> 0)
+-- ARGV[2]  publish: publish command
+-- ARGV[3]  channel: release channel
 -- Returns 1 if set, 0 if the semaphore already had permits (unchanged).
 local err = wrong_type({KEYS[1], 'hash'})
 if err then

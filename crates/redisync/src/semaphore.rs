@@ -14,6 +14,10 @@ use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::redis::args::{
+    Digits, OneOrEmpty, ScriptArgs, SemaphoreAcquire, SemaphoreAddPermits, SemaphoreAvailable,
+    SemaphorePermits, SemaphoreRelease,
+};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::script::{lua_script, LuaScript};
 
@@ -196,11 +200,12 @@ impl Semaphore {
                 client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone()],
-                vec![
-                    Value::Integer(i64::from(permits)),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
+                SemaphorePermits {
+                    permits: i64::from(permits),
+                    publish: client.hub.publish_command(),
+                    channel: self.inner.named.channel.clone(),
+                }
+                .into_values(),
             )
             .await
     }
@@ -274,12 +279,13 @@ impl Semaphore {
                 client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone()],
-                vec![
-                    Value::Integer(delta),
-                    Value::Integer(i64::from(u32::MAX)),
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
+                SemaphoreAddPermits {
+                    delta,
+                    max_total: i64::from(u32::MAX),
+                    publish: client.hub.publish_command(),
+                    channel: self.inner.named.channel.clone(),
+                }
+                .into_values(),
             )
             .await?;
         match reply[..] {
@@ -434,10 +440,11 @@ impl Semaphore {
                 client.link(),
                 &self.inner.named.key,
                 vec![self.inner.named.hold.clone(), self.inner.leases.clone()],
-                vec![
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.inner.named.channel.clone()),
-                ],
+                SemaphoreAvailable {
+                    publish: client.hub.publish_command(),
+                    channel: self.inner.named.channel.clone(),
+                }
+                .into_values(),
             )
             .await?;
         match reply[..] {
@@ -512,7 +519,7 @@ impl Semaphore {
             client.hub.publish_command(),
             &named.key,
             &named.channel,
-            Value::String(id.id.as_ref().into()),
+            &id.id,
             false,
             Some(named.client.id),
         )
@@ -716,20 +723,19 @@ impl Spec for Semaphore {
         let client = self.named().client_inner();
         let named = self.named();
         let permits = t.ask;
-        let mut args = vec![
-            Value::String(t.holder.into()),
-            Value::Integer(t.lease_ms),
-            self.inner
-                .declared
-                .map_or(Value::String("".into()), |n| Value::Integer(n.into())),
-            t.wait_mode(),
-            Value::String(t.number.to_string().into()),
-            Value::String(t.next_number.to_string().into()),
-            Value::String(client.hub.publish_command().into()),
-            Value::from(named.channel.clone()),
-            Value::Integer(queue_keep_ms(t.lease_ms, client.settings.watchdog_timeout)),
-        ];
-        self.named().push_restart_guard(&mut args, 9);
+        let args = SemaphoreAcquire {
+            permit_id: t.holder,
+            lease_ms: t.lease_ms,
+            declared: self.inner.declared.map(i64::from),
+            wait: t.wait_mode(),
+            number: Digits(t.number),
+            next_number: Digits(t.next_number),
+            publish: client.hub.publish_command(),
+            channel: named.channel.clone(),
+            queue_keep_ms: queue_keep_ms(t.lease_ms, client.settings.watchdog_timeout),
+            restart_guard: self.named().restart_guard_args(),
+        }
+        .into_values();
         let reply: Vec<i64> = ACQUIRE
             .run(
                 client.link(),
@@ -774,7 +780,7 @@ impl Spec for Semaphore {
             client.hub.publish_command(),
             &named.key,
             &named.channel,
-            Value::String(holder.into()),
+            holder,
             true,
             None,
         )
@@ -807,7 +813,7 @@ async fn release_permit(redis: &dyn Link, publish: &'static str, hold: &Hold) ->
         publish,
         &hold.key,
         &hold.channel,
-        hold.owner(),
+        &hold.owner_str(),
         false,
         None,
     )
@@ -831,7 +837,7 @@ async fn give_back(
     publish: &'static str,
     key: &str,
     channel: &Key,
-    id: Value,
+    id: &str,
     leave: bool,
     releaser: Option<uuid::Uuid>,
 ) -> Result<(i64, i64, i64)> {
@@ -840,13 +846,14 @@ async fn give_back(
         keys::sibling_key(key, Role::Leases),
         keys::sibling_key(key, Role::Queue),
     ];
-    let args = vec![
-        id,
-        Value::String(publish.into()),
-        Value::from(channel.clone()),
-        Value::String(if leave { "1" } else { "" }.into()),
-        Value::String(releaser.map(|u| u.to_string()).unwrap_or_default().into()),
-    ];
+    let args = SemaphoreRelease {
+        permit_id: id,
+        publish,
+        channel: channel.clone(),
+        leave: OneOrEmpty(leave),
+        releaser: releaser.map(|u| u.to_string()),
+    }
+    .into_values();
     match RELEASE
         .run_unless_refused(redis, key, keys.clone(), args.clone(), 3)
         .await

@@ -65,7 +65,7 @@ use crate::engine::hold::{Hold, HoldOps};
 use crate::engine::slot::Slot;
 use crate::error::Result;
 use crate::metrics::Labels;
-use crate::redis::args::{RestartGuardArgs, ScriptArgs};
+use crate::redis::args::RestartGuardArgs;
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::restart::RestartGuard;
 use crate::redis::script::LuaScript;
@@ -274,18 +274,6 @@ impl Named {
     /// guarded acquisition's script; `None` without a guard.
     pub(crate) fn restart_guard_args(&self) -> Option<RestartGuardArgs> {
         self.restart_guard().map(RestartGuard::script_args)
-    }
-
-    /// Appends the restart guard's arguments (see [`Named::restart_guard`])
-    /// to a guarded acquisition's script arguments, after padding them to
-    /// `fixed` (a script's optional trailing arguments stay empty).
-    pub(crate) fn push_restart_guard(&self, args: &mut Vec<Value>, fixed: usize) {
-        if let Some(guard) = self.restart_guard() {
-            if args.len() < fixed {
-                args.resize(fixed, Value::String("".into()));
-            }
-            args.extend(guard.script_args().into_values());
-        }
     }
 
     /// The owner id an acquisition through this handle runs as.

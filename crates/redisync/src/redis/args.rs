@@ -316,6 +316,47 @@ script_args! {
         mode: &'static str,
         fence_ttl_ms: i64,
     }
+
+    SemaphoreAcquire<'a> for ["semaphore_acquire.lua"] {
+        permit_id: &'a str,
+        lease_ms: i64,
+        declared: Option<i64>,
+        wait: Value,
+        number: Digits,
+        next_number: Digits,
+        publish: &'static str,
+        channel: Key,
+        queue_keep_ms: i64,
+    } + optional {
+        restart_guard: RestartGuardArgs,
+    }
+
+    SemaphoreRelease<'a> for ["semaphore_release.lua"] {
+        permit_id: &'a str,
+        publish: &'static str,
+        channel: Key,
+        leave: OneOrEmpty,
+        releaser: Option<String>,
+    }
+
+    /// A first total, or any total.
+    SemaphorePermits for ["semaphore_set_permits.lua", "semaphore_reset_permits.lua"] {
+        permits: i64,
+        publish: &'static str,
+        channel: Key,
+    }
+
+    SemaphoreAddPermits for ["semaphore_add_permits.lua"] {
+        delta: i64,
+        max_total: i64,
+        publish: &'static str,
+        channel: Key,
+    }
+
+    SemaphoreAvailable for ["semaphore_available.lua"] {
+        publish: &'static str,
+        channel: Key,
+    }
 }
 
 #[cfg(test)]
@@ -730,5 +771,101 @@ mod tests {
             };
             assert_eq!(new.into_values(), old);
         }
+    }
+
+    #[test]
+    fn semaphore_acquire_sends_what_it_did() {
+        let channel = channel();
+        let guard = crate::redis::restart::RestartGuard::new(std::time::Duration::from_secs(9));
+        for (declared, guarded) in [(None, false), (Some(5_u32), true)] {
+            let (holder, lease_ms, number, next_number, keep_ms) =
+                ("uuid:1:2:x", 30_000, 8_u64, 9_u64, 61_000);
+            let wait_mode = s("1");
+            let mut old = vec![
+                Value::String(holder.into()),
+                Value::Integer(lease_ms),
+                declared.map_or(Value::String("".into()), |n| Value::Integer(n.into())),
+                wait_mode.clone(),
+                Value::String(number.to_string().into()),
+                Value::String(next_number.to_string().into()),
+                Value::String(PUBLISH.into()),
+                Value::from(channel.clone()),
+                Value::Integer(keep_ms),
+            ];
+            if guarded {
+                old.extend(guard.script_args().into_values());
+            }
+            let new = SemaphoreAcquire {
+                permit_id: holder,
+                lease_ms,
+                declared: declared.map(i64::from),
+                wait: wait_mode,
+                number: Digits(number),
+                next_number: Digits(next_number),
+                publish: PUBLISH,
+                channel: channel.clone(),
+                queue_keep_ms: keep_ms,
+                restart_guard: guarded.then(|| guard.script_args()),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn semaphore_release_and_totals_send_what_they_did() {
+        let channel = channel();
+        for (leave, releaser) in [(false, None), (true, Some(uuid::Uuid::from_u128(7)))] {
+            let id = "uuid:1:2:x";
+            let old = vec![
+                Value::String(id.into()),
+                Value::String(PUBLISH.into()),
+                Value::from(channel.clone()),
+                Value::String(if leave { "1" } else { "" }.into()),
+                Value::String(releaser.map(|u| u.to_string()).unwrap_or_default().into()),
+            ];
+            let new = SemaphoreRelease {
+                permit_id: id,
+                publish: PUBLISH,
+                channel: channel.clone(),
+                leave: OneOrEmpty(leave),
+                releaser: releaser.map(|u| u.to_string()),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+
+        let permits = 3_u32;
+        let old = vec![
+            Value::Integer(i64::from(permits)),
+            Value::String(PUBLISH.into()),
+            Value::from(channel.clone()),
+        ];
+        let new = SemaphorePermits {
+            permits: i64::from(permits),
+            publish: PUBLISH,
+            channel: channel.clone(),
+        };
+        assert_eq!(new.into_values(), old);
+
+        let delta = -2;
+        let old = vec![
+            Value::Integer(delta),
+            Value::Integer(i64::from(u32::MAX)),
+            Value::String(PUBLISH.into()),
+            Value::from(channel.clone()),
+        ];
+        let new = SemaphoreAddPermits {
+            delta,
+            max_total: i64::from(u32::MAX),
+            publish: PUBLISH,
+            channel: channel.clone(),
+        };
+        assert_eq!(new.into_values(), old);
+
+        let old = vec![Value::String(PUBLISH.into()), Value::from(channel.clone())];
+        let new = SemaphoreAvailable {
+            publish: PUBLISH,
+            channel: channel.clone(),
+        };
+        assert_eq!(new.into_values(), old);
     }
 }
