@@ -5,9 +5,9 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter
 -- KEYS[3]  wait queue (see fair_lock_acquire.lua)
--- ARGV[1]  publish command: 'spublish' or 'publish'
--- ARGV[2]  channel
--- ARGV[3]  fencing counter TTL, milliseconds
+-- ARGV[1]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[2]  channel: channel
+-- ARGV[3]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns {1, last} if it removed the holder or a head, {0, last} if
 -- nothing was there, `last` at least the last fencing token issued (see
 -- last_issued in lib/tokens.lua); the waiter handed the lock gets a token

@@ -1,8 +1,10 @@
 -- Delete a lock whoever holds it and wake its waiters.
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter
--- ARGV[1]  publish command: 'spublish' or 'publish'
--- ARGV[2]  unlock channel
+-- ARGV[1]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[2]  channel: unlock channel
+-- ARGV[3]  fence_ttl_ms: fencing counter TTL, milliseconds; unused here
+--          (every kind's force-unlock is sent the same arguments)
 -- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
 -- last fencing token issued (see last_issued in lib/tokens.lua). A key of
 -- another type is an error.

@@ -2,8 +2,9 @@
 -- and hand it to the queue's oldest live entries that can enter.
 -- KEYS[1]  hash;  KEYS[2]  readers zset;  KEYS[3]  fencing counter;
 -- KEYS[4]  wait queue (see rw_lock_acquire.lua)
--- ARGV[1]  publish command;  ARGV[2]  channel;  ARGV[3]  fencing counter
---          TTL, milliseconds
+-- ARGV[1]  publish: publish command
+-- ARGV[2]  channel: channel
+-- ARGV[3]  fence_ttl_ms: fencing counter TTL, milliseconds
 -- Returns {1, last} if it was locked, {0, last} if not, `last` at least the
 -- last fencing token issued before the script (see last_issued in
 -- lib/tokens.lua): a hold handed on here has a higher one. A key of another

@@ -2,8 +2,10 @@
 -- force release), keep its set-up, and wake its waiters.
 -- KEYS[1]  semaphore hash (see semaphore_acquire.lua)
 -- KEYS[2]  lease zset
--- ARGV[1]  publish command: 'spublish' or 'publish'
--- ARGV[2]  release channel
+-- ARGV[1]  publish: publish command: 'spublish' or 'publish'
+-- ARGV[2]  channel: release channel
+-- ARGV[3]  fence_ttl_ms: fencing counter TTL, milliseconds; unused here
+--          (every kind's force-unlock is sent the same arguments)
 -- Returns {1, last} if any permit was held, {0, last} if none (nothing
 -- written then), `last` at least the last fencing token issued: every
 -- acquisition with a token up to it ran before this script and is gone. The reads

@@ -65,7 +65,7 @@ use crate::engine::hold::{Hold, HoldOps};
 use crate::engine::slot::Slot;
 use crate::error::Result;
 use crate::metrics::Labels;
-use crate::redis::args::RestartGuardArgs;
+use crate::redis::args::{ForceUnlock, RestartGuardArgs, ScriptArgs};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::restart::RestartGuard;
 use crate::redis::script::LuaScript;
@@ -296,7 +296,8 @@ impl Named {
     }
 
     /// Runs a force-unlock `script` over `keys` (its arguments: the publish
-    /// command and the channel): deletes the name whoever holds it.
+    /// command, the channel and the fencing counter's TTL): deletes the name
+    /// whoever holds it.
     /// `Ok(true)` if it was held.
     ///
     /// This client's holds of the name are lost from the call on, however
@@ -326,12 +327,13 @@ impl Named {
                 client.link(),
                 &self.key,
                 keys,
-                vec![
-                    Value::String(client.hub.publish_command().into()),
-                    Value::from(self.channel.clone()),
+                ForceUnlock {
+                    publish: client.hub.publish_command(),
+                    channel: self.channel.clone(),
                     // For a script that hands the lock on (a fair lock's).
-                    Value::Integer(client.settings.fence_ttl_ms()),
-                ],
+                    fence_ttl_ms: client.settings.fence_ttl_ms(),
+                }
+                .into_values(),
             )
             .await?;
         // `last` covers every hold granted before the script (the counter or

@@ -212,6 +212,19 @@ script_args! {
         channel: Key,
     }
 
+    /// Every kind's force-unlock (the lock's and the semaphore's do not
+    /// read the TTL: one call site sends them all).
+    ForceUnlock for [
+        "lock_force_unlock.lua",
+        "fair_lock_force_unlock.lua",
+        "rw_lock_force_unlock.lua",
+        "semaphore_force_release.lua"
+    ] {
+        publish: &'static str,
+        channel: Key,
+        fence_ttl_ms: i64,
+    }
+
     LockAcquire<'a> for ["lock_acquire.lua"] {
         owner: &'a str,
         lease_ms: i64,
@@ -865,6 +878,22 @@ mod tests {
         let new = SemaphoreAvailable {
             publish: PUBLISH,
             channel: channel.clone(),
+        };
+        assert_eq!(new.into_values(), old);
+    }
+
+    #[test]
+    fn force_unlock_sends_what_it_did() {
+        let channel = channel();
+        let old = vec![
+            Value::String(PUBLISH.into()),
+            Value::from(channel.clone()),
+            Value::Integer(FENCE_TTL_MS),
+        ];
+        let new = ForceUnlock {
+            publish: PUBLISH,
+            channel,
+            fence_ttl_ms: FENCE_TTL_MS,
         };
         assert_eq!(new.into_values(), old);
     }
