@@ -13,13 +13,14 @@
 --          count-down, an 'o:' field ARGV[4] after the open latch ends.
 --          Each count-down forgets the fields that ended first; both keys
 --          expire when the last field would be forgotten
--- ARGV[1]  id of this count-down: a second run of it counts nothing and
---          answers as the first
--- ARGV[2]  publish command: 'spublish' (Redis >= 7) or 'publish'
--- ARGV[3]  the latch's channel
--- ARGV[4]  how long the record outlives what it records, milliseconds
--- ARGV[5]  the member counting down, or '' (none): a member counts once
---          per phase
+-- ARGV[1]  id: id of this count-down: a second run of it counts nothing
+--          and answers as the first
+-- ARGV[2]  publish: publish command: 'spublish' (Redis >= 7) or 'publish'
+-- ARGV[3]  channel: the latch's channel
+-- ARGV[4]  record_for_ms: how long the record outlives what it records,
+--          milliseconds
+-- ARGV[5]  member: the member counting down, or '' (none): a member counts
+--          once per phase
 -- Returns the count left (0 for an open latch: nothing written; for a
 -- member that counted in this phase already, the count left, nothing
 -- written), or -1 for a latch that is not set (nothing written).

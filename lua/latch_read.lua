@@ -1,7 +1,8 @@
 -- Reads a count-down latch for its waiters. Writes nothing.
 -- KEYS[1]  latch hash (see latch_set_count.lua)
 -- KEYS[2]  the latch's record (see latch_count_down.lua)
--- ARGV[1]  id of the phase the caller waits for, or '' (none seen yet)
+-- ARGV[1]  phase: id of the phase the caller waits for, or '' (none seen
+--          yet)
 -- Returns {count left, id, TTL left ms, 1 if the phase ARGV[1] opened else
 -- 0}: count -1 when the latch is not set (or expired), id false then.
 local latch, record = KEYS[1], KEYS[2]

@@ -3,9 +3,10 @@
 --          'm:<member>' for each member that counted down in this phase
 --          (see latch_count_down.lua): a new phase starts without them
 -- KEYS[2]  the latch's record (see latch_count_down.lua): only checked here
--- ARGV[1]  count (>= 1)
--- ARGV[2]  TTL, milliseconds: the latch, counting or open, ends then
--- ARGV[3]  id of this setting (unique)
+-- ARGV[1]  count: count (>= 1)
+-- ARGV[2]  ttl_ms: TTL, milliseconds: the latch, counting or open, ends
+--          then
+-- ARGV[3]  id: id of this setting (unique)
 -- Returns 1 set, 0 refused (it counts down still: nothing written).
 local latch = KEYS[1]
 local seen, err = read_latch(latch, KEYS[2])

@@ -12,6 +12,7 @@ use crate::client::Client;
 use crate::engine::guard_core::retry_until_deadline;
 use crate::error::{Error, Result};
 use crate::inspect::{inspect_kind, Inspection};
+use crate::redis::args::{LatchCountDown, LatchRead, LatchSetCount, ScriptArgs};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::script::{checked_ms, lua_script};
 use crate::retry::{is_blip, plain_while, Outage};
@@ -172,11 +173,12 @@ impl CountDownLatch {
                 self.client.inner.link(),
                 &self.key,
                 vec![Key::from(&*self.key), self.record.clone()],
-                vec![
-                    Value::Integer(i64::try_from(count).unwrap_or(i64::MAX)),
-                    Value::Integer(ttl_ms),
-                    Value::from(Uuid::new_v4().to_string()),
-                ],
+                LatchSetCount {
+                    count: i64::try_from(count).unwrap_or(i64::MAX),
+                    ttl_ms,
+                    id: Uuid::new_v4().to_string(),
+                }
+                .into_values(),
             )
             .await?;
         Ok(set == 1)
@@ -257,13 +259,14 @@ impl CountDownLatch {
                         self.record.clone(),
                         self.forget.clone(),
                     ],
-                    vec![
-                        Value::from(id.as_str()),
-                        Value::from(inner.hub.publish_command()),
-                        Value::from(self.channel.clone()),
-                        Value::Integer(RECORD_FOR_MS),
-                        Value::from(member),
-                    ],
+                    LatchCountDown {
+                        id: &id,
+                        publish: inner.hub.publish_command(),
+                        channel: self.channel.clone(),
+                        record_for_ms: RECORD_FOR_MS,
+                        member,
+                    }
+                    .into_values(),
                 )
             },
         )
@@ -453,7 +456,10 @@ impl CountDownLatch {
                 self.client.inner.link(),
                 &self.key,
                 vec![Key::from(&*self.key), self.record.clone()],
-                vec![Value::from(mine.unwrap_or(""))],
+                LatchRead {
+                    phase: mine.unwrap_or(""),
+                }
+                .into_values(),
             )
             .await?;
         let bad = || Error::Script {

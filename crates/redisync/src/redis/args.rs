@@ -330,6 +330,24 @@ script_args! {
         fence_ttl_ms: i64,
     }
 
+    LatchSetCount for ["latch_set_count.lua"] {
+        count: i64,
+        ttl_ms: i64,
+        id: String,
+    }
+
+    LatchCountDown<'a> for ["latch_count_down.lua"] {
+        id: &'a str,
+        publish: &'static str,
+        channel: Key,
+        record_for_ms: i64,
+        member: &'a str,
+    }
+
+    LatchRead<'a> for ["latch_read.lua"] {
+        phase: &'a str,
+    }
+
     SemaphoreAcquire<'a> for ["semaphore_acquire.lua"] {
         permit_id: &'a str,
         lease_ms: i64,
@@ -896,5 +914,49 @@ mod tests {
             fence_ttl_ms: FENCE_TTL_MS,
         };
         assert_eq!(new.into_values(), old);
+    }
+
+    #[test]
+    fn latch_scripts_send_what_they_did() {
+        let channel = channel();
+        let (count, ttl_ms, id) = (u64::MAX, 5_000, "6b1c0f54-setting".to_owned());
+        let old = vec![
+            Value::Integer(i64::try_from(count).unwrap_or(i64::MAX)),
+            Value::Integer(ttl_ms),
+            Value::from(id.clone()),
+        ];
+        let new = LatchSetCount {
+            count: i64::try_from(count).unwrap_or(i64::MAX),
+            ttl_ms,
+            id,
+        };
+        assert_eq!(new.into_values(), old);
+
+        let (id, record_for_ms) = ("6b1c0f54-count-down".to_owned(), 86_400_000);
+        for member in ["", "worker-3"] {
+            let old = vec![
+                Value::from(id.as_str()),
+                Value::from(PUBLISH),
+                Value::from(channel.clone()),
+                Value::Integer(record_for_ms),
+                Value::from(member),
+            ];
+            let new = LatchCountDown {
+                id: &id,
+                publish: PUBLISH,
+                channel: channel.clone(),
+                record_for_ms,
+                member,
+            };
+            assert_eq!(new.into_values(), old);
+        }
+
+        for mine in [None, Some("6b1c0f54-setting")] {
+            let old = vec![Value::from(mine.unwrap_or(""))];
+            let new = LatchRead {
+                phase: mine.unwrap_or(""),
+            };
+            assert_eq!(new.into_values(), old);
+        }
     }
 }
