@@ -3,9 +3,10 @@
 -- partition) cannot overwrite what a later holder read or wrote.
 -- KEYS[1]  the value: hash 'value' -> the bytes, 'token' -> the newest token
 --          seen (of the last write or claim)
--- ARGV[1]  token (decimal, below 2^53)
--- ARGV[2]  'write' or 'claim'
--- ARGV[3]  the value to write (write only)
+-- ARGV[1]  token: token (decimal, below 2^53)
+-- ARGV[2]  mode: 'write' or 'claim'
+-- ARGV[3]  value.bytes: the value to write (write only; a claim sends two
+--          arguments)
 -- Returns {1, false} written; {1, value or false} claimed (the token is
 -- raised, the value is returned as it is); {0, newest token} refused: a
 -- newer token came first, nothing written. The newest token itself is

@@ -14,6 +14,7 @@ use fred::types::{Key, Value};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::redis::args::{Digits, FencedBytes, FencedWriteArgs, ScriptArgs};
 use crate::redis::script::lua_script;
 
 lua_script!(WRITE, "fenced_write.lua");
@@ -258,11 +259,12 @@ impl Fenced {
                 "fencing token {token} is not one a lock issues (they are below 2^53)"
             )));
         }
-        let mut args = vec![
-            Value::String(token.to_string().into()),
-            Value::String(mode.into()),
-        ];
-        args.extend(value);
+        let args = FencedWriteArgs {
+            token: Digits(token),
+            mode,
+            value: value.map(|bytes| FencedBytes { bytes }),
+        }
+        .into_values();
         let reply: Vec<Value> = WRITE
             .run(
                 self.client.inner.link(),

@@ -348,6 +348,18 @@ script_args! {
         phase: &'a str,
     }
 
+    FencedWriteArgs<'a> for ["fenced_write.lua"] {
+        token: Digits,
+        mode: &'a str,
+    } + optional {
+        value: FencedBytes,
+    }
+
+    /// A fenced write's value (a claim has none).
+    FencedBytes for [] {
+        bytes: Value,
+    }
+
     SemaphoreAcquire<'a> for ["semaphore_acquire.lua"] {
         permit_id: &'a str,
         lease_ms: i64,
@@ -955,6 +967,27 @@ mod tests {
             let old = vec![Value::from(mine.unwrap_or(""))];
             let new = LatchRead {
                 phase: mine.unwrap_or(""),
+            };
+            assert_eq!(new.into_values(), old);
+        }
+    }
+
+    #[test]
+    fn fenced_write_sends_what_it_did() {
+        for (mode, value) in [
+            ("write", Some(Value::Bytes(b"v".to_vec().into()))),
+            ("claim", None),
+        ] {
+            let token = TOKEN;
+            let mut old = vec![
+                Value::String(token.to_string().into()),
+                Value::String(mode.into()),
+            ];
+            old.extend(value.clone());
+            let new = FencedWriteArgs {
+                token: Digits(token),
+                mode,
+                value: value.map(|bytes| FencedBytes { bytes }),
             };
             assert_eq!(new.into_values(), old);
         }
