@@ -1,8 +1,8 @@
 -- Read-only snapshot of the keys of one name (one cluster slot), for the
 -- inspector: one script, so holders, queue and tokens are read at one instant.
 -- KEYS     the keys to read
--- ARGV[1]  most entries returned of a zset or a list (a longer one is cut;
---          its size tells by how much)
+-- ARGV[1]  most_entries: most entries returned of a zset or a list (a
+--          longer one is cut; its size tells by how much)
 -- Returns {server time ms, then for every key {type, pttl ms, size, entries}}:
 -- type as TYPE answers ('none' when missing); entries: a hash's fields and
 -- values, a zset's members and scores (lowest first), a list's elements

@@ -27,6 +27,7 @@ use crate::engine::client_inner::ClientInner;
 use crate::engine::guard_core::send_parked_release;
 use crate::engine::Named;
 use crate::error::{Error, Result};
+use crate::redis::args::{Inspect, ScriptArgs};
 use crate::redis::keys::{self, Kind, Role};
 use crate::redis::script::lua_script;
 
@@ -403,7 +404,10 @@ async fn read(client: &ClientInner, name: &str, kinds: &[Kind]) -> Result<Vec<In
             client.link(),
             &first,
             wanted.clone(),
-            vec![Value::from(i64::try_from(MOST_ENTRIES).unwrap_or(1000))],
+            Inspect {
+                most_entries: i64::try_from(MOST_ENTRIES).unwrap_or(1000),
+            }
+            .into_values(),
         )
         .await?;
     let bad = |message: String| Error::Script {

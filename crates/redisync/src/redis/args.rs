@@ -360,6 +360,10 @@ script_args! {
         bytes: Value,
     }
 
+    Inspect for ["inspect.lua"] {
+        most_entries: i64,
+    }
+
     SemaphoreAcquire<'a> for ["semaphore_acquire.lua"] {
         permit_id: &'a str,
         lease_ms: i64,
@@ -991,5 +995,15 @@ mod tests {
             };
             assert_eq!(new.into_values(), old);
         }
+    }
+
+    #[test]
+    fn inspect_sends_what_it_did() {
+        let most = 1000_usize;
+        let old = vec![Value::from(i64::try_from(most).unwrap_or(1000))];
+        let new = Inspect {
+            most_entries: i64::try_from(most).unwrap_or(1000),
+        };
+        assert_eq!(new.into_values(), old);
     }
 }
