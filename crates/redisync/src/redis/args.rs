@@ -127,8 +127,8 @@ pub(crate) trait ScriptArgs {
 
 /// Declares each script's argument struct (`Name for ["script.lua", ...]
 /// { field: Type, ... }`, then optional groups `+ optional { group: Group,
-/// ... }`)
-/// and, for the tests, the table of every builder and its scripts.
+/// ... }`, a group being a struct declared with no script and no groups of
+/// its own) and, for the tests, the table of every builder and its scripts.
 macro_rules! script_args {
     ($(
         $(#[$meta:meta])*
@@ -436,6 +436,45 @@ mod tests {
                 (n, name.to_owned())
             })
             .collect()
+    }
+
+    /// The scripts whose `ARGV` has no builder: batches whose arguments
+    /// repeat per hold (`ARGV[2i]`, ...), built by each kind's `hold_args`
+    /// behind the lease the renewal puts first.
+    const BATCHES: &[&str] = &[
+        "lock_renew.lua",
+        "lock_check.lua",
+        "rw_lock_renew.lua",
+        "rw_lock_check.lua",
+        "semaphore_renew.lua",
+        "semaphore_check.lua",
+    ];
+
+    /// A new script needs a builder (or a place among the batches).
+    #[test]
+    fn every_script_has_a_builder_but_the_batches() {
+        let built: std::collections::BTreeSet<&str> = BUILDERS
+            .iter()
+            .flat_map(|(_, scripts, _)| scripts.iter().copied())
+            .collect();
+        for script in SCRIPTS {
+            assert_ne!(
+                built.contains(script.name),
+                BATCHES.contains(&script.name),
+                "{}: a builder in script_args!, or a batch",
+                script.name
+            );
+        }
+    }
+
+    /// A group has no groups of its own: its fields are all its arguments.
+    #[test]
+    fn groups_are_flat() {
+        for (name, scripts, argv) in BUILDERS {
+            if scripts.is_empty() {
+                assert!(argv().iter().all(|n| !n.contains('.')), "{name}");
+            }
+        }
     }
 
     /// Each builder's fields are its scripts' header lines, in order: a
