@@ -11,11 +11,11 @@ use fred::types::{Builder, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
-use crate::connect::{CredentialSource, Credentials, ReconnectPolicy};
 use crate::engine::client_inner::{ClientInner, Settings};
 use crate::engine::hub::Hub;
 use crate::error::{Error, Result};
-use crate::link::{stop_routers, Delivery, FredLink};
+use crate::redis::connect::{CredentialSource, Credentials, ReconnectPolicy};
+use crate::redis::link::{stop_routers, Delivery, FredLink};
 use futures::StreamExt;
 
 /// Default watchdog lease.
@@ -241,12 +241,12 @@ impl ClientBuilder {
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<
-                Output = std::result::Result<Credentials, crate::connect::CredentialError>,
+                Output = std::result::Result<Credentials, crate::redis::connect::CredentialError>,
             > + Send
             + 'static,
     {
         self.settings.credentials =
-            CredentialSource::Provider(Arc::new(crate::connect::Provider::new(provider)));
+            CredentialSource::Provider(Arc::new(crate::redis::connect::Provider::new(provider)));
         self
     }
 
@@ -357,7 +357,7 @@ impl ClientBuilder {
         Box::pin(Client::connect_with(&self.url, self.settings)).await
     }
 
-    /// A client on another [`Link`](crate::link::Link) than fred's (a
+    /// A client on another [`Link`](crate::redis::link::Link) than fred's (a
     /// simulated Redis), with this builder's settings, whose owner ids start
     /// with `id` (a fixed id makes a simulation replay exactly). The URL is
     /// not used. Call it on the runtime that will drive the client.
@@ -368,7 +368,11 @@ impl ClientBuilder {
     /// minimum.
     #[cfg(feature = "simulation")]
     #[doc(hidden)]
-    pub fn connect_on<L: crate::link::Link>(self, link: Arc<L>, id: uuid::Uuid) -> Result<Client> {
+    pub fn connect_on<L: crate::redis::link::Link>(
+        self,
+        link: Arc<L>,
+        id: uuid::Uuid,
+    ) -> Result<Client> {
         self.settings.validate()?;
         let sharded = check_server(&self.settings, &*link)?;
         Ok(Client::assemble(
@@ -386,7 +390,7 @@ impl ClientBuilder {
 /// cluster; else whether to use sharded pub/sub (Redis 7 on; classic
 /// PUBLISH/SUBSCRIBE before, and when the version is unknown: INFO refused
 /// by an ACL).
-fn check_server(settings: &Settings, link: &dyn crate::link::Link) -> Result<bool> {
+fn check_server(settings: &Settings, link: &dyn crate::redis::link::Link) -> Result<bool> {
     let version = link.server_version();
     let mut parts = version
         .as_deref()
@@ -579,7 +583,8 @@ fn fred_config<'a>(url: &'a str, settings: &Settings) -> Result<(Config, Connect
         CredentialSource::Provider(p) => {
             config.username = None;
             config.password = None;
-            config.credential_provider = Some(Arc::new(crate::connect::FredProvider(p.clone())));
+            config.credential_provider =
+                Some(Arc::new(crate::redis::connect::FredProvider(p.clone())));
         }
     }
     Ok((config, cx))
@@ -594,7 +599,7 @@ fn connect_failed(
     within: Duration,
     e: Option<fred::error::Error>,
 ) -> Error {
-    use crate::connect::{classify, hint, scrub, secrets_of, user_of, Failure};
+    use crate::redis::connect::{classify, hint, scrub, secrets_of, user_of, Failure};
     use fred::error::ErrorKind;
     let at = redacted(cx.url);
     // Read now: a provider's credentials are known once it was asked.
@@ -617,7 +622,7 @@ fn connect_failed(
                     format!("could not connect to {at}: {details}{hint}"),
                 ),
                 _ => (
-                    crate::connect::tls_kind(),
+                    crate::redis::connect::tls_kind(),
                     format!("TLS handshake with {at} failed: {details}{hint}"),
                 ),
             }
@@ -770,7 +775,7 @@ impl Client {
                 reconnect: ReconnectPolicy::default(),
                 acquire_retry: crate::retry::AcquireRetry::default(),
                 #[cfg(feature = "tls")]
-                tls: crate::connect::TlsSettings::default(),
+                tls: crate::redis::connect::TlsSettings::default(),
             },
         }
     }
@@ -809,7 +814,7 @@ impl Client {
         let inner = &client.inner;
         let mut tasks = vec![tokio::spawn(resubscribe_on(
             Arc::downgrade(&inner.hub),
-            crate::link::every_event(fred.subscriber.cluster_change_rx()),
+            crate::redis::link::every_event(fred.subscriber.cluster_change_rx()),
             "cluster change",
         ))];
         if inner.hub.sharded && fred.redis.is_clustered() {
@@ -826,7 +831,7 @@ impl Client {
     /// receive messages and subscribe again after a reconnection.
     fn assemble(
         id: uuid::Uuid,
-        link: Arc<dyn crate::link::Link>,
+        link: Arc<dyn crate::redis::link::Link>,
         fred: Option<Arc<FredLink>>,
         sharded: bool,
         settings: Settings,
@@ -1162,7 +1167,7 @@ impl Client {
 /// keeps the connection open), is tried again every watchdog period.
 async fn follow_connection(
     client: Weak<ClientInner>,
-    mut changes: futures::stream::BoxStream<'static, crate::link::LinkChange>,
+    mut changes: futures::stream::BoxStream<'static, crate::redis::link::LinkChange>,
 ) {
     let Some((signal, period)) = client
         .upgrade()
@@ -1185,8 +1190,8 @@ async fn follow_connection(
                 signal.lost();
                 pause = None;
                 look = match change {
-                    crate::link::LinkChange::Lost => None,
-                    crate::link::LinkChange::Back => start_look(&client, false),
+                    crate::redis::link::LinkChange::Lost => None,
+                    crate::redis::link::LinkChange::Back => start_look(&client, false),
                 };
             }
             () = signal.suspended_unreachable() => {

@@ -219,7 +219,7 @@ impl Fenced {
             .client
             .inner
             .link()
-            .call(crate::link::Command {
+            .call(crate::redis::link::Command {
                 name: "HMGET",
                 route: Some(&self.key),
                 args: vec![Value::from(&*self.key), "token".into(), "value".into()],

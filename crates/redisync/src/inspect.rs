@@ -286,7 +286,7 @@ impl Client {
             .filter(|i| i.exists || i.last_token.is_some())
             .collect();
         if found.is_empty() {
-            let exists = crate::link::Command {
+            let exists = crate::redis::link::Command {
                 name: "EXISTS",
                 route: Some(name),
                 args: vec![name.into()],

@@ -109,7 +109,6 @@ struct DataLayoutDoctests;
 struct OperatingDoctests;
 
 mod client;
-mod connect;
 mod connection;
 mod engine;
 mod error;
@@ -119,15 +118,12 @@ mod guard;
 pub mod inspect;
 mod latch;
 pub mod leader;
-// The seam under the engine, public for a simulated Redis (`redisync-sim`),
-// not for applications: hidden from the documentation, which docs.rs
-// builds with every feature.
+// The seam under the engine (`redis::link`), public for a simulated Redis
+// (`redisync-sim`), not for applications: hidden from the documentation,
+// which docs.rs builds with every feature.
 #[cfg(feature = "simulation")]
 #[doc(hidden)]
-pub mod link;
-#[cfg(not(feature = "simulation"))]
-#[allow(unreachable_pub)]
-mod link;
+pub use redis::link;
 mod lock;
 mod metrics;
 mod mutex;
@@ -138,7 +134,6 @@ mod rw_lock;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
-pub use connect::{CredentialError, Credentials, ReconnectPolicy};
 pub use connection::{ConnectionState, ConnectionWatch};
 pub use error::{Error, RedisErrorKind, RedisFailure, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
@@ -147,6 +142,7 @@ pub use latch::CountDownLatch;
 pub use leader::{Leader, Leadership};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
+pub use redis::connect::{CredentialError, Credentials, ReconnectPolicy};
 pub use redis::keys::KEY_LAYOUT;
 pub use retry::AcquireRetry;
 pub use rw_lock::{ReadLock, RwLock, RwLockGuard, WriteLock};

@@ -13,12 +13,12 @@ use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
-use crate::link::Link;
 use crate::redis::args::{
     CarriedRelease, Digits, LockAbandon, LockAcquire, LockAdvanceFence, LockHandOff,
     LockPublishIdentity, LockRelease, OneOrEmpty, OneOrZero, ScriptArgs, Token,
 };
 use crate::redis::keys::{sibling_key, Kind, Role};
+use crate::redis::link::Link;
 use crate::redis::script::lua_script;
 
 lua_script!(ACQUIRE, "lock_acquire.lua");

@@ -13,11 +13,11 @@ use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
 use crate::inspect::{HoldMode, Inspection};
-use crate::link::Link;
 use crate::redis::args::{
     Digits, OneOrEmpty, OneOrZero, RwLockAcquire, RwLockRelease, ScriptArgs, Token,
 };
 use crate::redis::keys::{self, Kind, Role};
+use crate::redis::link::Link;
 use crate::redis::script::lua_script;
 
 lua_script!(ACQUIRE, "rw_lock_acquire.lua");

@@ -13,12 +13,12 @@ use crate::engine::hold::{Hold, HoldOps, Released};
 use crate::engine::slot::Slot;
 use crate::engine::{self, Gate, Named, Reply, Spec, Try};
 use crate::error::{Error, Result};
-use crate::link::Link;
 use crate::redis::args::{
     Digits, OneOrEmpty, ScriptArgs, SemaphoreAcquire, SemaphoreAddPermits, SemaphoreAvailable,
     SemaphorePermits, SemaphoreRelease,
 };
 use crate::redis::keys::{self, Kind, Role};
+use crate::redis::link::Link;
 use crate::redis::script::{lua_script, LuaScript};
 
 lua_script!(SET_PERMITS, "semaphore_set_permits.lua");

@@ -85,7 +85,17 @@ fn render(exported: &[String]) -> String {
 /// public module (in declaration order) its `mod` line and its names.
 fn exported(src: &Path) -> Vec<String> {
     let lib = read(&src.join("lib.rs"));
-    let root = items(&lib);
+    let mut root = items(&lib);
+    // A re-exported module (`pub use redis::link;`) is a public module.
+    for item in &mut root {
+        if item
+            .path
+            .as_deref()
+            .is_some_and(|p| module_file(src, p).exists())
+        {
+            item.kind = Kind::Mod;
+        }
+    }
     let mut names: Vec<String> = root
         .iter()
         .filter(|i| i.kind != Kind::Mod)
@@ -94,7 +104,10 @@ fn exported(src: &Path) -> Vec<String> {
     names.sort_by_key(|n| (n.to_lowercase(), n.clone()));
     for module in root.iter().filter(|i| i.kind == Kind::Mod) {
         names.push(format!("mod {}", module.line()));
-        let text = read(&module_file(src, &module.name));
+        let text = read(&module_file(
+            src,
+            module.path.as_deref().unwrap_or(&module.name),
+        ));
         let mut inner: Vec<String> = items(&text)
             .iter()
             .map(|i| {
@@ -121,7 +134,9 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The file of the module `name` (a path such as `redis::link` too).
 fn module_file(src: &Path, name: &str) -> PathBuf {
+    let name = name.replace("::", "/");
     let flat = src.join(format!("{name}.rs"));
     if flat.exists() {
         flat
@@ -177,6 +192,9 @@ struct Item {
     kind: Kind,
     name: String,
     attributes: Vec<String>,
+    /// A `pub use` of one path: the path (`redis::link`), which may name a
+    /// module (then exported as a module of that name).
+    path: Option<String>,
 }
 
 impl Item {
@@ -230,11 +248,14 @@ fn items(text: &str) -> Vec<Item> {
                 let Some(more) = lines.next() else { break };
                 path.push_str(more.trim());
             }
+            let single = path.trim().trim_end_matches(';').trim();
+            let single = (!single.contains('{')).then(|| single.to_owned());
             for name in use_names(&path) {
                 out.push(Item {
                     kind: Kind::Other,
                     name,
                     attributes: taken.clone(),
+                    path: single.clone(),
                 });
             }
             continue;
@@ -266,6 +287,7 @@ fn items(text: &str) -> Vec<Item> {
             kind,
             name: tail[..end].to_owned(),
             attributes: taken,
+            path: None,
         });
     }
     out

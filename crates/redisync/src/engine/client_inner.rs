@@ -11,11 +11,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::connect::{CredentialSource, ReconnectPolicy};
 use crate::engine::hub::Hub;
 use crate::error::{Error, Result};
-use crate::link::{quit_if_up, stop_routers, FredLink};
 use crate::owner::Owner;
+use crate::redis::connect::{CredentialSource, ReconnectPolicy};
+use crate::redis::link::{quit_if_up, stop_routers, FredLink};
 
 /// Settings of a [`Client`]; made by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub(crate) struct Settings {
     pub(crate) acquire_retry: crate::retry::AcquireRetry,
     /// See [`ClientBuilder::tls_ca_pem`] and the other `tls_*` settings.
     #[cfg(feature = "tls")]
-    pub(crate) tls: crate::connect::TlsSettings,
+    pub(crate) tls: crate::redis::connect::TlsSettings,
 }
 
 impl Settings {
@@ -96,7 +96,7 @@ pub(crate) struct ClientInner {
     pub(crate) id: uuid::Uuid,
     pub(crate) id_str: String,
     /// What the engine and the primitives run their commands on.
-    pub(crate) link: Arc<dyn crate::link::Link>,
+    pub(crate) link: Arc<dyn crate::redis::link::Link>,
     /// fred's connections behind `link` (`None` on another link): what only
     /// they have (a cluster's slot map, the configured endpoints, quitting).
     pub(crate) fred: Option<Arc<FredLink>>,
@@ -172,7 +172,7 @@ impl ClientInner {
         self.check_open()?;
         let info: String = self
             .link()
-            .call(crate::link::Command {
+            .call(crate::redis::link::Command {
                 name: "INFO",
                 route: None,
                 args: Vec::new(),
@@ -311,7 +311,7 @@ impl ClientInner {
         }
     }
 
-    pub(crate) fn link(&self) -> &dyn crate::link::Link {
+    pub(crate) fn link(&self) -> &dyn crate::redis::link::Link {
         &*self.link
     }
 

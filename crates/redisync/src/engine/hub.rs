@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use crate::engine::slot::{Hasher, Slot};
 use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::redis::link::Link;
 
 /// Payload that wakes every waiter of a slot, addressed ones included (what
 /// the plain lock's scripts publish).

@@ -147,7 +147,7 @@ pub(crate) async fn verify_holds(client: &ClientInner, probe: bool) -> bool {
         if !probe {
             return true;
         }
-        let time = client.link().command(crate::link::Command {
+        let time = client.link().command(crate::redis::link::Command {
             name: "TIME",
             route: None,
             args: Vec::new(),

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::redis::link::Link;
 
 /// Where a client waits for its replicas, and for how many: its link and
 /// its `replica_sync` setting (`None`: off).
@@ -40,7 +40,7 @@ async fn wait_for_replicas(replicas: Replicas<'_>, key: &str) -> Synced {
     // Rounded up: a timeout below 1 ms must not become `WAIT n 0`, which
     // blocks until the replicas answer.
     let ms = i64::try_from(timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
-    let wait = crate::link::Command {
+    let wait = crate::redis::link::Command {
         name: "WAIT",
         route: Some(key),
         args: vec![i64::from(required).into(), ms.into()],

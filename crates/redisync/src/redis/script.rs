@@ -8,7 +8,7 @@ use fred::types::{FromValue, Key, Value};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::link::{Link, ScriptCall};
+use crate::redis::link::{Link, ScriptCall};
 
 /// One script of `lua/`, with its helper files in front (see [`SCRIPTS`]).
 pub(crate) struct LuaScript {
