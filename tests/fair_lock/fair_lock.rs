@@ -30,8 +30,8 @@ async fn queue_len(env: &Env, name: &str) -> i64 {
 /// The queue's entries without their deadlines (`@<deadline> ` first),
 /// which a live waiter refreshes whenever it looks.
 async fn queue_places(env: &Env, name: &str) -> Vec<String> {
-    let entries: Vec<String> = env.admin.lrange(queue_key(name), 0, -1).await.unwrap();
-    entries
+    queue(env, name)
+        .await
         .into_iter()
         .map(
             |e| match e.strip_prefix('@').and_then(|e| e.split_once(' ')) {

@@ -559,8 +559,8 @@ impl Redlock {
             let elapsed = t1.elapsed();
             give_back(std::mem::take(&mut round.extra)).await;
             if round.votes.granted >= inner.quorum {
-                let timing = (t1, elapsed, lease_len, drift);
-                if let Some(token) = inner.fenced_in_time(&mut round, timing).await {
+                let won = inner.fenced_in_time(&mut round, t1, elapsed, lease_len, drift);
+                if let Some(token) = won.await {
                     let loss =
                         inner.loss(t1 + lease_len.saturating_sub(drift), drift, lease, token);
                     return Ok(Some(RedlockGuard {
@@ -593,16 +593,17 @@ impl Redlock {
 }
 
 impl Inner {
-    /// The fencing token of a round that won a quorum, when it was won and
-    /// fenced within the lease less the drift (`timing`: when the round
-    /// began, how long it took, the lease, the drift); a round too slow is
-    /// marked expired.
+    /// The fencing token of a round that won a quorum, begun at `t1` and
+    /// taking `elapsed`, when it was won and fenced within `lease_len` less
+    /// `drift`; a round too slow is marked expired.
     async fn fenced_in_time(
         &self,
         round: &mut Round,
-        timing: (Instant, Duration, Duration, Duration),
+        t1: Instant,
+        elapsed: Duration,
+        lease_len: Duration,
+        drift: Duration,
     ) -> Option<u64> {
-        let (t1, elapsed, lease_len, drift) = timing;
         if validity(lease_len, elapsed, drift).is_none() {
             round.votes.expired = true;
             return None;

@@ -361,6 +361,15 @@ enum Step {
     Busy(Instant),
 }
 
+/// What a step read before its attempt, for judging the grant.
+#[derive(Clone, Copy)]
+struct Seen {
+    /// The slot's wake-up generation (see [`wait_while_exhausted`]).
+    exhausted_since: u64,
+    /// The guarded connection generation (see [`guarded_generation`]).
+    generation: u64,
+}
+
 /// What [`contend`] carries from one step to the next.
 struct Contender<'c, S: Spec> {
     grant: &'c Grant<'c, S>,
@@ -422,7 +431,10 @@ impl<S: Spec> Contender<'_, S> {
             park(wakeup, since, after(left), self.deadline, &named.labels).await;
             return Ok(Step::Again);
         }
-        let seen = (exhausted_since, generation);
+        let seen = Seen {
+            exhausted_since,
+            generation,
+        };
         match self.attempt(seen).await? {
             Step::Busy(until) => self.wait(since, until).await,
             step => Ok(step),
@@ -449,9 +461,8 @@ impl<S: Spec> Contender<'_, S> {
         }
     }
 
-    /// Sends one attempt and reads its reply. `seen`: the slot's
-    /// exhaustion mark and the guarded connection generation from before.
-    async fn attempt(&mut self, seen: (u64, u64)) -> Result<Step> {
+    /// Sends one attempt and reads its reply; `seen` from before it.
+    async fn attempt(&mut self, seen: Seen) -> Result<Step> {
         let (spec, slot) = (self.grant.spec, self.grant.slot);
         let named = spec.named();
         // Subscribed before the attempt: a release after it is heard. A
@@ -481,10 +492,8 @@ impl<S: Spec> Contender<'_, S> {
                 self.ride_out(e, in_doubt, enqueue).await
             }
             Ok(Reply::Granted { token, exhausted }) => {
-                let (exhausted_since, generation) = seen;
                 let exhausted = exhausted.filter(|_| heard && self.gate == Gate::UntilGranted);
-                self.granted(token, (exhausted_since, exhausted), generation, sent_at)
-                    .await
+                self.granted(token, exhausted, seen, sent_at).await
             }
             Ok(Reply::Busy {
                 until,
@@ -505,13 +514,13 @@ impl<S: Spec> Contender<'_, S> {
         }
     }
 
-    /// An attempt sent at `sent_at` was granted `token`. `exhausted`: the
-    /// slot's mark from before and what the grant says of the permits left.
+    /// An attempt sent at `sent_at` was granted `token`; `exhausted`: what
+    /// the grant says of the permits left (see [`LocalQueue::note_exhausted`](crate::engine::slot::queue::LocalQueue::note_exhausted)).
     async fn granted(
         &mut self,
         token: u64,
-        exhausted: (u64, Option<Instant>),
-        generation: u64,
+        exhausted: Option<Instant>,
+        seen: Seen,
         sent_at: Instant,
     ) -> Result<Step> {
         let (spec, slot) = (self.grant.spec, self.grant.slot);
@@ -519,7 +528,7 @@ impl<S: Spec> Contender<'_, S> {
         // A hand-off that crossed this grant is stale: the grant replaced it.
         let _ = self.ride.wakeup.take_handed(self.place.number);
         // A young server's grant is undone (the undo stays armed until then).
-        let young = match restart_young_since(spec.named().client_inner(), generation).await {
+        let young = match restart_young_since(spec.named().client_inner(), seen.generation).await {
             Ok(young) => young,
             Err(e) => return self.ride_out(e, true, false).await,
         };
@@ -535,7 +544,7 @@ impl<S: Spec> Contender<'_, S> {
             return Ok(Step::Busy(after(left)));
         }
         self.undo.disarm();
-        slot.queue.note_exhausted(exhausted.0, exhausted.1);
+        slot.queue.note_exhausted(seen.exhausted_since, exhausted);
         // The local turn stays with the acquisition until the grant is
         // synced: one given back below tries again as its client's first
         // task.

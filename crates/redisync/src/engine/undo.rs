@@ -9,7 +9,6 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::Spec;
-use crate::engine::client_inner::ClientInner;
 use crate::engine::hub::SlotRef;
 use crate::error::Error;
 
@@ -197,7 +196,7 @@ impl<S: Spec> BackgroundUndo<S> {
                 }
                 result => {
                     if let Err(e) = result {
-                        self.report_failure(&client, &e);
+                        self.report_failure(&e);
                     }
                     drop(mine);
                     self.settled();
@@ -229,9 +228,9 @@ impl<S: Spec> BackgroundUndo<S> {
     }
 
     /// The undo failed for good with `e`.
-    fn report_failure(&self, client: &ClientInner, e: &Error) {
+    fn report_failure(&self, e: &Error) {
         let key = &self.slot.key;
-        if client.check_open().is_err() {
+        if self.spec.named().client.check_open().is_err() {
             // Shut down meanwhile: the shutdown's own report covers it (a
             // crash-like end; leases clean up).
             tracing::debug!(lock_key = %key, error = %e, "undo cut short by the shutdown; it expires with its lease");

@@ -58,7 +58,7 @@ impl Slot {
             queue: LocalQueue::new(expect_busy),
             holds: LocalHolds::default(),
             undos: PendingUndos::default(),
-            wakeups: Wakeups::new(),
+            wakeups: Wakeups::default(),
         }
     }
 

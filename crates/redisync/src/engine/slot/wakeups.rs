@@ -14,6 +14,7 @@ use super::Hasher;
 use crate::mutex::lock_unpoisoned;
 
 /// The wake-ups of one name.
+#[derive(Default)]
 pub(crate) struct Wakeups {
     /// Woken by every unlock message (and on reconnect / lag).
     pub(crate) all: Wakeup,
@@ -27,14 +28,6 @@ pub(crate) struct Wakeups {
 type AddressedEntry = (Arc<Wakeup>, usize);
 
 impl Wakeups {
-    pub(crate) fn new() -> Wakeups {
-        Wakeups {
-            all: Wakeup::default(),
-            subscribed: AtomicBool::new(false),
-            addressed: Mutex::new(HashMap::with_hasher(Hasher::default())),
-        }
-    }
-
     pub(crate) fn is_subscribed(&self) -> bool {
         self.subscribed.load(Ordering::Acquire)
     }
